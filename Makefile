@@ -1,0 +1,29 @@
+# The two commands a new user runs: `make demo` (the main job) and `make test` (the tests).
+# Both set everything up themselves: uv (from PyPI if missing), the locked dependencies, a Java check.
+
+UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup demo test lint format bench
+
+setup:
+	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
+	@$(UV) sync --all-extras --frozen --quiet
+	@$(UV) run --frozen python -m devtools.java >/dev/null
+
+demo: setup
+	$(UV) run --frozen python -m devtools.demo
+
+test: setup lint
+	$(UV) run --frozen pytest -q
+
+lint:
+	$(UV) run --frozen ruff check .
+	$(UV) run --frozen ruff format --check .
+
+format:
+	$(UV) run --frozen ruff check --fix .
+	$(UV) run --frozen ruff format .
+
+bench: setup
+	$(UV) run --frozen python -m bench.snapshot_bench

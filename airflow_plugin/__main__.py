@@ -1,0 +1,7 @@
+"""`python -m airflow_plugin` is the `savepoints` command line."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,365 @@
+"""The `savepoints` command line: the engine for people on call, no Airflow needed.
+
+Exit codes: 0 ok; 1 unexpected error; 2 bad input or usage; 3 not found (job, snapshot, location,
+bucket); 4 refused to avoid losing or overwriting data; 5 not a usable checkpoint; 6 integrity problem
+(checksum mismatch, verify failed, corrupt manifest); 7 store unreachable or credentials refused;
+8 a Spark tool failed (deep verify)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.table import Table
+from rich.text import Text
+
+from .core.create import SnapshotRequest, create_snapshot
+from .core.errors import InvalidInput, SavepointsError
+from .core.lifecycle import delete_snapshot, set_pinned
+from .core.manifest import Kind, Manifest, Trigger
+from .core.restore import execute_restore, plan_restore
+from .core.storage import open_storage
+from .core.store import SnapshotStore
+from .core.verify import verify_snapshot
+
+STORE_ENV = "SAVEPOINTS_STORE"
+EXIT_VERIFY_FAILED = 6
+
+# Piped output (grep, logs) gets wide lines instead of a table squeezed to 80 columns.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 240)
+
+
+class BarProgress:
+    """A rich progress bar on stderr for long transfers (only on a terminal)."""
+
+    def __init__(self) -> None:
+        self._bar: Progress | None = None
+        self._task: Any = None
+        self._lock = threading.Lock()
+
+    def start(self, description: str, total_bytes: int, total_files: int) -> None:
+        if not err.is_terminal:
+            return
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+        )
+        self._bar.start()
+        self._task = self._bar.add_task(f"{description} ({total_files} files)", total=total_bytes)
+
+    def advance(self, nbytes: int) -> None:
+        if self._bar is not None:
+            with self._lock:
+                self._bar.advance(self._task, nbytes)
+
+    def finish(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _age(timestamp: str | None) -> str:
+    if not timestamp:
+        return "-"
+    seconds = (datetime.now(UTC) - datetime.fromisoformat(timestamp.replace("Z", "+00:00"))).total_seconds()
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= length:
+            return f"{int(seconds // length)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def _labels(pairs: Sequence[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"invalid label {pair!r}: use --label KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
+def _store(args: argparse.Namespace) -> SnapshotStore:
+    uri = args.store or os.environ.get(STORE_ENV)
+    if not uri:
+        raise InvalidInput(f"no snapshot store: pass --store URI or set {STORE_ENV}")
+    return SnapshotStore(open_storage(uri))
+
+
+def _snapshot_table(manifests: Sequence[Manifest]) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("job", "id", "kind", "trigger", "status", "batch", "files", "size", "uploaded", "age", "pin"):
+        numeric = column in ("batch", "files", "size", "uploaded")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    for m in manifests:
+        table.add_row(
+            m.job,
+            m.id,
+            str(m.kind),
+            str(m.trigger),
+            str(m.status),
+            "-" if m.batch_id is None else str(m.batch_id),
+            str(len(m.files)),
+            _human_bytes(m.total_bytes),
+            _human_bytes(m.uploaded_bytes),
+            _age(m.created_at),
+            "yes" if m.pinned else "",
+        )
+    return table
+
+
+def _emit(args: argparse.Namespace, data: Any, human: Callable[[], None]) -> None:
+    if args.json:
+        out.print_json(json.dumps(data, default=str)) if out.is_terminal else print(json.dumps(data, default=str))
+    else:
+        human()
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    store = _store(args)
+    request = SnapshotRequest(
+        job=args.job,
+        kind=Kind(args.kind),
+        trigger=Trigger(args.trigger),
+        requested_by=args.requested_by or os.environ.get("USER", ""),
+        labels=_labels(args.label),
+        pinned=args.pin,
+        sinks=tuple(args.sink),
+    )
+    manifest = create_snapshot(
+        store, open_storage(args.checkpoint), request, progress=BarProgress(), concurrency=args.concurrency
+    )
+
+    def human() -> None:
+        out.print(
+            f"snapshot [bold]{manifest.id}[/] of job {manifest.job} {manifest.status} at batch {manifest.batch_id}: "
+            f"{len(manifest.files)} files, {_human_bytes(manifest.total_bytes)}, "
+            f"{_human_bytes(manifest.uploaded_bytes)} uploaded in {manifest.timings.get('total_s', 0):.1f}s"
+        )
+
+    _emit(args, manifest.summary() | {"timings": manifest.timings}, human)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    manifests = _store(args).list(args.job)
+    _emit(
+        args,
+        [m.summary() for m in manifests],
+        lambda: out.print(_snapshot_table(manifests) if manifests else "no snapshots"),
+    )
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    manifest = _store(args).get(args.job, args.id)
+    data = manifest.summary() | {
+        "query_id": manifest.query_id,
+        "pending_batch_id": manifest.pending_batch_id,
+        "watermark_ms": manifest.watermark_ms,
+        "source_offsets": manifest.source_offsets,
+        "operators": manifest.operators,
+        "sinks": manifest.sinks,
+        "spark_conf": manifest.spark_conf,
+        "restore_conf": manifest.restore_conf,
+        "timings": manifest.timings,
+        "attempts": manifest.attempts,
+        "verification": manifest.verification,
+    }
+
+    def human() -> None:
+        table = Table(show_header=False, show_edge=False)
+        for key, value in data.items():
+            table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
+        out.print(table)
+
+    _emit(args, data, human)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    report = verify_snapshot(
+        _store(args), args.job, args.id, deep=args.deep, progress=BarProgress(), concurrency=args.concurrency
+    )
+
+    def human() -> None:
+        verdict = "[green]OK[/]" if report.ok else "[red]FAILED[/]"
+        kind = "deep " if args.deep else ""
+        out.print(
+            f"{kind}verify of snapshot {report.snapshot} (batch {report.batch_id}): {verdict}, "
+            f"{report.files} files, {_human_bytes(report.bytes)} in {report.seconds:.1f}s"
+        )
+        for problem in report.problems:
+            out.print(f"  - {problem}")
+        if report.deep:
+            for op in report.deep.get("operators", []):
+                out.print(
+                    f"  operator {op.get('operator')} store {op.get('store')}: {op.get('rows')} rows, "
+                    f"partitions {op.get('partitions')}, matches original: {op.get('matches_original')}"
+                )
+
+    _emit(args, report.to_dict(), human)
+    return 0 if report.ok else EXIT_VERIFY_FAILED
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    result = delete_snapshot(_store(args), args.job, args.id, force=args.force)
+    _emit(
+        args,
+        result,
+        lambda: out.print(
+            f"deleted snapshot {result['snapshot']} of job {args.job} ({result['deleted_blobs']} stored files freed)"
+        ),
+    )
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    manifest = set_pinned(_store(args), args.job, args.id, args.command == "pin")
+    _emit(args, manifest.summary(), lambda: out.print(f"snapshot {manifest.id} {args.command}ned"))
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    store = _store(args)
+    plan = plan_restore(store, args.job, args.id, open_storage(args.to), allow_sink_ahead=args.allow_sink_ahead)
+    result = (
+        plan.describe()
+        if args.dry_run
+        else execute_restore(store, plan, progress=BarProgress(), concurrency=args.concurrency)
+    )
+    result["dry_run"] = args.dry_run
+
+    def human() -> None:
+        verb = "would restore" if args.dry_run else "restored"
+        out.print(
+            f"{verb} snapshot {plan.manifest.id} (batch {plan.manifest.batch_id}) into {plan.target.uri}: "
+            f"{len(plan.files)} files, {_human_bytes(plan.total_bytes)}; the query resumes at batch "
+            f"{result['resumes_at_batch']}"
+        )
+        for path in plan.rewrites:
+            out.print(f"  rewrote absolute paths in {path}")
+        for warning in plan.warnings:
+            err.print(f"[yellow]warning:[/] {warning}")
+        if plan.spark_conf:
+            out.print("start the restored query with these Spark confs:")
+            for key, value in sorted(plan.spark_conf.items()):
+                out.print(f"  --conf {key}={value}")
+
+    _emit(args, result, human)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", help=f"snapshot store URI: s3://bucket/prefix or a path (default ${STORE_ENV})")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    common.add_argument("--concurrency", type=int, default=16, help="parallel transfers (default 16)")
+    snapshot = argparse.ArgumentParser(add_help=False, parents=[common])
+    snapshot.add_argument("--job", required=True, help="job name")
+    snapshot.add_argument("id", help="snapshot id, or 'latest' for the newest COMPLETED one")
+
+    parser = argparse.ArgumentParser(
+        prog="savepoints",
+        description="Consistent, incremental, verified savepoints of Spark Structured Streaming checkpoints.",
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    create = commands.add_parser("create", parents=[common], help="snapshot a checkpoint (live or stopped)")
+    create.add_argument("--job", required=True)
+    create.add_argument("--checkpoint", required=True, help="checkpoint location: path, file://, s3:// or s3a://")
+    create.add_argument("--kind", choices=[k.value for k in Kind], default=Kind.SAVEPOINT.value)
+    create.add_argument("--trigger", choices=[t.value for t in Trigger], default=Trigger.MANUAL.value)
+    create.add_argument("--label", action="append", default=[], metavar="K=V")
+    create.add_argument("--pin", action="store_true", help="never delete by retention")
+    create.add_argument(
+        "--sink",
+        action="append",
+        default=[],
+        metavar="LOCATION",
+        help="output location of a file sink whose position to record (repeatable)",
+    )
+    create.add_argument("--requested-by", default="")
+    create.set_defaults(func=cmd_create)
+
+    listing = commands.add_parser("list", parents=[common], help="list snapshots")
+    listing.add_argument("--job")
+    listing.set_defaults(func=cmd_list)
+
+    commands.add_parser("show", parents=[snapshot], help="show one snapshot's manifest").set_defaults(func=cmd_show)
+    verify = commands.add_parser("verify", parents=[snapshot], help="check every stored file's checksum")
+    verify.add_argument("--deep", action="store_true", help="also restore to scratch and read all state with Spark")
+    verify.set_defaults(func=cmd_verify)
+    delete = commands.add_parser("delete", parents=[snapshot], help="delete a snapshot")
+    delete.add_argument("--force", action="store_true", help="delete even if pinned")
+    delete.set_defaults(func=cmd_delete)
+    commands.add_parser("pin", parents=[snapshot], help="protect from retention").set_defaults(func=cmd_pin)
+    commands.add_parser("unpin", parents=[snapshot], help="remove the protection").set_defaults(func=cmd_pin)
+    restore = commands.add_parser("restore", parents=[snapshot], help="restore into a new checkpoint location")
+    restore.add_argument("--to", required=True, help="an empty or absent location")
+    restore.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    restore.add_argument(
+        "--allow-sink-ahead",
+        action="store_true",
+        help="restore even if a recorded file sink committed batches beyond the snapshot",
+    )
+    restore.set_defaults(func=cmd_restore)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return args.func(args)
+    except SavepointsError as exc:
+        return _fail(args, str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        return _fail(args, "interrupted", 130)
+    except Exception as exc:  # an unexpected failure still gets one clear line, not a traceback
+        logging.getLogger(__name__).info("unexpected error", exc_info=True)
+        return _fail(args, f"unexpected {type(exc).__name__}: {exc} (run with -v for details)", 1)
+
+
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message, "exit_code": code}))
+    err.print(Text.assemble(("error: ", "red"), message))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

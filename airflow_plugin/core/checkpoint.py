@@ -1,0 +1,277 @@
+"""Reads a Spark Structured Streaming checkpoint and works out the exact file set that restarts the query
+at its latest committed batch N (SPARK_CHECKPOINTS.md section 2), from what is on disk.
+
+Order matters with a live query: `commits/` is listed first and N decided from it; everything else is
+listed afterwards. Spark writes a batch's offsets and state before its commit, so whatever commit we
+saw has its files in the later listings, unless cleanup deleted them meanwhile (caught by the copy)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import CheckpointError, NotFound
+from .state_files import files_for_version
+from .storage import ObjectInfo, Storage
+
+_BATCH = re.compile(r"^\d+$")
+_SOURCE_LOG = re.compile(r"^(\d+)(\.compact)?$")
+PARTITION_META = "_metadata"
+OPERATOR_META = ("_metadata", "_stateSchema")
+STORE_SUBDIRS = ("SSTs", "logs")
+
+# Confs that offsets/N does not pin but a restored query must set the same way (section 1).
+FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+
+
+def is_transient(name: str) -> bool:
+    """Hadoop local-FS checksums (.x.crc) and in-flight temp files (.x.uuid.tmp) are never copied."""
+    return name.startswith(".") or name.endswith(".tmp")
+
+
+@dataclass
+class StateStoreDir:
+    operator: int
+    partition: int
+    name: str  # "default" or a named store (stream-stream joins)
+    prefix: str  # key prefix of the directory, ending with '/'
+
+
+@dataclass
+class RestartPoint:
+    """Everything a snapshot needs to know about one checkpoint at its latest committed batch."""
+
+    location: str
+    query_id: str
+    batch_id: int
+    pending_batch_id: int | None
+    files: list[ObjectInfo]
+    watermark_ms: int | None = None
+    batch_timestamp_ms: int | None = None
+    source_offsets: list[str] = field(default_factory=list)
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    restore_conf: dict[str, str] = field(default_factory=dict)
+    operators: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def _batches(infos: Iterable[ObjectInfo], directory: str) -> dict[int, ObjectInfo]:
+    result = {}
+    for info in infos:
+        name = info.key[len(directory) + 1 :]
+        if _BATCH.match(name):
+            result[int(name)] = info
+    return result
+
+
+def _parse_log(raw: bytes, where: str) -> tuple[str, list[str]]:
+    text = raw.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if not lines or not re.match(r"^v\d+$", lines[0]):
+        raise CheckpointError(f"{where} is not a Spark log file (first line {lines[0][:20]!r})")
+    return lines[0], lines[1:]
+
+
+def _offsets(raw: bytes, where: str) -> tuple[dict[str, Any], list[str]]:
+    _, rest = _parse_log(raw, where)
+    try:
+        meta = json.loads(rest[0]) if rest else {}
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{where} has unreadable offset metadata") from None
+    return meta, [line for line in rest[1:] if line != ""]
+
+
+def _commit(raw: bytes, where: str) -> tuple[int, dict[str, Any]]:
+    version, rest = _parse_log(raw, where)
+    try:
+        return int(version[1:]), (json.loads(rest[0]) if rest and rest[0] else {})
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{where} has an unreadable commit entry") from None
+
+
+def _store_of(key: str) -> StateStoreDir | None:
+    """The store directory a state file belongs to: `state/<op>/<p>/` (default store, with its SSTs/ and
+    logs/) or `state/<op>/<p>/<name>/` (named stores of stream-stream joins). None for metadata."""
+    parts = key.split("/")  # state/<op>/<p>/...
+    if len(parts) < 4 or not parts[1].isdigit() or not parts[2].isdigit() or parts[3] == PARTITION_META:
+        return None
+    if len(parts) == 4 or parts[3] in STORE_SUBDIRS:
+        return StateStoreDir(int(parts[1]), int(parts[2]), "default", "/".join(parts[:3]) + "/")
+    return StateStoreDir(int(parts[1]), int(parts[2]), parts[3], "/".join(parts[:4]) + "/")
+
+
+def _is_state_metadata(key: str) -> bool:
+    parts = key.split("/")
+    return (
+        len(parts) >= 4
+        and parts[1].isdigit()
+        and (parts[2] in OPERATOR_META or (parts[2].isdigit() and parts[3] == PARTITION_META))
+    )
+
+
+def _operator_info(storage: Storage, metadata: list[ObjectInfo]) -> list[dict[str, Any]]:
+    """Operator id, name and stores from `state/<op>/_metadata/metadata` (operator metadata v1)."""
+    operators = []
+    for info in metadata:
+        parts = info.key.split("/")
+        if parts[2:] != ["_metadata", "metadata"]:
+            continue
+        entry: dict[str, Any] = {"id": int(parts[1])}
+        try:
+            for line in storage.read(info.key).decode().splitlines()[1:]:
+                data = json.loads(line)
+                op = data.get("operatorInfo", {})
+                entry["name"] = op.get("operatorName")
+                entry["stores"] = [
+                    {"name": s.get("storeName"), "partitions": s.get("numPartitions")}
+                    for s in data.get("stateStoreInfo", [])
+                ]
+        except (ValueError, FileNotFoundError):
+            entry["name"] = None
+        operators.append(entry)
+    return sorted(operators, key=lambda e: e["id"])
+
+
+def read_restart_point(storage: Storage) -> RestartPoint:
+    """Decide N and the exact files that restart the query at N. Raises CheckpointError for anything that
+    is not a usable checkpoint, and CheckpointChanged when a needed file is already gone."""
+    where = storage.uri
+    commit_files = list(storage.list("commits/"))
+    commits = _batches(commit_files, "commits")
+    if storage.stat("metadata") is None:
+        if not storage.exists():
+            raise NotFound(f"checkpoint location {where} does not exist or is empty: check the path")
+        raise CheckpointError(
+            f"{where} is not a Spark checkpoint (no 'metadata' file): point --checkpoint at the directory "
+            "given to writeStream.option('checkpointLocation')"
+        )
+    offset_files = list(storage.list("offsets/"))
+    offsets = _batches(offset_files, "offsets")
+    committed = [b for b in commits if b in offsets]
+    if not committed:
+        raise CheckpointError(
+            f"checkpoint {where} has no committed batch yet: let the query commit its first batch, then retry"
+        )
+    n = max(committed)
+    pending = n + 1 if (n + 1) in offsets and (n + 1) not in commits else None
+    earlier = [b for b in offsets if b < n]
+    previous = max(earlier) if earlier else None  # N-1, or the one before a gap (async progress tracking)
+
+    meta_info = storage.stat("metadata")
+    assert meta_info is not None
+    try:
+        query_id = json.loads(storage.read("metadata")).get("id", "")
+    except (ValueError, AttributeError):
+        raise CheckpointError(f"{where}/metadata is not Spark checkpoint metadata JSON") from None
+
+    offset_meta, source_lines = _offsets(storage.read(offsets[n].key), f"{where}/{offsets[n].key}")
+    bound_lines = source_lines
+    if pending is not None:
+        _, bound_lines = _offsets(storage.read(offsets[pending].key), f"{where}/{offsets[pending].key}")
+    format_version, commit = _commit(storage.read(commits[n].key), f"{where}/{commits[n].key}")
+
+    selected: list[ObjectInfo] = [meta_info, commits[n], offsets[n]]
+    if previous is not None:
+        selected.append(offsets[previous])
+    if pending is not None:
+        selected.append(offsets[pending])
+
+    # sources/<i>/: a file source's log is bounded by its logOffset in the last kept offsets file.
+    for info in storage.list("sources/"):
+        parts = info.key.split("/")
+        if len(parts) < 3 or is_transient(parts[-1]):
+            continue
+        index = int(parts[1]) if parts[1].isdigit() else -1
+        bound = _log_offset(bound_lines[index]) if 0 <= index < len(bound_lines) else None
+        match = _SOURCE_LOG.match(parts[-1])
+        if bound is not None and match and len(parts) == 3 and int(match.group(1)) > bound:
+            continue
+        selected.append(info)
+
+    # state/: per store directory, the files that rebuild version N+1.
+    state = [i for i in storage.list("state/") if not is_transient(i.key.rsplit("/", 1)[-1])]
+    stores: dict[str, StateStoreDir] = {}
+    by_store: dict[str, dict[str, ObjectInfo]] = defaultdict(dict)
+    for info in state:
+        store = _store_of(info.key)
+        if store is not None:
+            stores.setdefault(store.prefix, store)
+            by_store[store.prefix][info.key[len(store.prefix) :]] = info
+    metadata = [info for info in state if _is_state_metadata(info.key)]
+    unique_ids = commit.get("stateUniqueIds") or {}
+    uses_changelog = False
+    for prefix, store in sorted(stores.items()):
+        listing = by_store[prefix]
+        unique_id = _unique_id(unique_ids, store, stores)
+        names = files_for_version(
+            {name: info.size for name, info in listing.items()},
+            n + 1,
+            lambda name, prefix=prefix: storage.read(prefix + name),
+            unique_id,
+        )
+        uses_changelog = uses_changelog or any(name.endswith(".changelog") for name in listing)
+        selected.extend(listing[name] for name in names)
+    metadata_bound = pending if pending is not None else n
+    for info in metadata:
+        parts = info.key.split("/")
+        # operator metadata v2 is per batch: a file written after N describes a plan we do not restore
+        if parts[2:4] == ["_metadata", "v2"] and _BATCH.match(parts[-1]) and int(parts[-1]) > metadata_bound:
+            continue
+        selected.append(info)
+
+    selected = _with_companion_checksums(selected, [*state, *offset_files, *commit_files])
+    spark_conf = {str(k): str(v) for k, v in (offset_meta.get("conf") or {}).items()}
+    restore_conf = {}
+    if format_version >= 2:
+        restore_conf[FORMAT_VERSION_CONF] = str(format_version)
+    if uses_changelog:
+        restore_conf[CHANGELOG_CONF] = "true"
+    return RestartPoint(
+        location=where,
+        query_id=str(query_id),
+        batch_id=n,
+        pending_batch_id=pending,
+        files=selected,
+        watermark_ms=offset_meta.get("batchWatermarkMs"),
+        batch_timestamp_ms=offset_meta.get("batchTimestampMs"),
+        source_offsets=source_lines,
+        spark_conf=spark_conf,
+        restore_conf=restore_conf,
+        operators=_operator_info(storage, metadata),
+    )
+
+
+def _unique_id(unique_ids: dict[str, Any], store: StateStoreDir, stores: dict[str, StateStoreDir]) -> str | None:
+    """Format v2: commits/N holds per operator, per partition, per store the unique id of version N+1."""
+    per_partition = unique_ids.get(str(store.operator))
+    if not per_partition or store.partition >= len(per_partition):
+        return None
+    ids = per_partition[store.partition]
+    names = sorted(s.name for s in stores.values() if s.operator == store.operator and s.partition == store.partition)
+    index = names.index(store.name) if len(ids) == len(names) else 0
+    return ids[index] if ids else None
+
+
+def _log_offset(line: str) -> int | None:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value.get("logOffset") if isinstance(value, dict) else None
+
+
+def _with_companion_checksums(selected: list[ObjectInfo], listed: list[ObjectInfo]) -> list[ObjectInfo]:
+    """Spark 4.1+ writes `<name>.crc` JSON checksums beside some files: keep them with their file."""
+    known = {info.key: info for info in listed}
+    keys = {info.key for info in selected}
+    extra = [known[k + ".crc"] for k in keys if k + ".crc" in known and k + ".crc" not in keys]
+    unique = {info.key: info for info in [*selected, *extra]}
+    return sorted(unique.values(), key=lambda info: info.key)

@@ -1,0 +1,166 @@
+"""The snapshot manifest: what a snapshot is, as data. Written as JSON; the manifest with status
+COMPLETED is the commit of a snapshot (it is written last)."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from .errors import IntegrityError, InvalidInput
+from .storage import check_key
+
+FORMAT_VERSION = 1
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+class Status(StrEnum):
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+class Kind(StrEnum):
+    SAVEPOINT = "savepoint"
+    CHECKPOINT = "checkpoint"
+
+
+class Trigger(StrEnum):
+    MANUAL = "MANUAL"
+    UI = "UI"
+    PERIODIC = "PERIODIC"
+    UPGRADE = "UPGRADE"
+    STOP = "STOP"
+
+
+def check_name(value: str, what: str) -> str:
+    if not _NAME.match(value or ""):
+        raise InvalidInput(
+            f"invalid {what} {value!r}: use letters, digits, '_', '.', '-' (at most 128, not starting with '.')"
+        )
+    return value
+
+
+def new_snapshot_id(kind: Kind, now: datetime | None = None) -> str:
+    """Sortable by time (UTC, milliseconds), unique by a random suffix: sp-20261121T055614123Z-3f9a."""
+    now = now or datetime.now(UTC)
+    prefix = "sp" if kind is Kind.SAVEPOINT else "ck"
+    return f"{prefix}-{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{secrets.token_hex(2)}"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(slots=True)
+class FileEntry:
+    path: str  # relative to the checkpoint root
+    size: int
+    sha256: str
+    mtime: float = 0.0  # of the source file; lets the next snapshot of the same location skip re-hashing
+
+    @property
+    def blob(self) -> str:
+        return blob_key(self.sha256)
+
+
+def blob_key(sha256: str) -> str:
+    """Contents are stored once, by checksum: snapshots share them, so deleting one breaks no other."""
+    return f"blobs/{sha256[:2]}/{sha256}"
+
+
+@dataclass(slots=True)
+class Manifest:
+    id: str
+    job: str
+    kind: Kind
+    trigger: Trigger
+    status: Status
+    source: str  # the checkpoint location the snapshot was taken from
+    created_at: str
+    requested_by: str = ""
+    deployment: str | None = None
+    job_version: str | None = None
+    completed_at: str | None = None
+    query_id: str | None = None
+    batch_id: int | None = None
+    pending_batch_id: int | None = None  # offsets/N+1 kept without a commit: replayed exactly on restore
+    watermark_ms: int | None = None
+    batch_timestamp_ms: int | None = None
+    source_offsets: list[str] = field(default_factory=list)  # one line per source, as in offsets/N
+    spark_conf: dict[str, str] = field(default_factory=dict)  # pinned by Spark in offsets/N
+    restore_conf: dict[str, str] = field(default_factory=dict)  # a restored query must set these itself
+    operators: list[dict[str, Any]] = field(default_factory=list)
+    sinks: list[dict[str, Any]] = field(default_factory=list)  # file sinks: location, last_batch_id
+    files: list[FileEntry] = field(default_factory=list)
+    total_bytes: int = 0
+    uploaded_bytes: int = 0
+    uploaded_files: int = 0
+    attempts: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+    pinned: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    verification: dict[str, Any] | None = None
+    error: str | None = None
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        data = asdict(self)
+        data["files"] = [[f.path, f.size, f.sha256, f.mtime] for f in self.files]  # compact: 100k files
+        return json.dumps(data, separators=(",", ":"), sort_keys=False).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> Manifest:
+        """Parse and validate; anything malformed or unsafe is an IntegrityError naming `where`."""
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            if data.get("format_version") != FORMAT_VERSION:
+                raise ValueError(f"unknown format_version {data.get('format_version')!r}")
+            files = []
+            for item in data.pop("files", []):
+                path, size, sha, mtime = item
+                check_key(path)
+                if not isinstance(size, int) or size < 0 or not _SHA256.match(str(sha)):
+                    raise ValueError(f"bad file entry {item!r}")
+                files.append(FileEntry(path, size, sha, float(mtime)))
+            manifest = cls(files=files, **data)
+            manifest.kind = Kind(manifest.kind)
+            manifest.trigger = Trigger(manifest.trigger)
+            manifest.status = Status(manifest.status)
+            check_name(manifest.job, "job name")
+        except InvalidInput as exc:
+            raise IntegrityError(f"manifest {where} is unsafe: {exc}") from None
+        except (ValueError, TypeError, KeyError) as exc:
+            raise IntegrityError(
+                f"manifest {where} is corrupt ({exc}): delete the snapshot or restore the manifest from a backup"
+            ) from None
+        return manifest
+
+    def summary(self) -> dict[str, Any]:
+        """The machine-readable row the CLI prints (`--json`), without the file list."""
+        return {
+            "id": self.id,
+            "job": self.job,
+            "kind": str(self.kind),
+            "trigger": str(self.trigger),
+            "status": str(self.status),
+            "batch_id": self.batch_id,
+            "created_at": self.created_at,
+            "completed_at": self.completed_at,
+            "files": len(self.files),
+            "bytes": self.total_bytes,
+            "uploaded_bytes": self.uploaded_bytes,
+            "pinned": self.pinned,
+            "labels": self.labels,
+            "source": self.source,
+            "deployment": self.deployment,
+            "verified": (self.verification or {}).get("ok"),
+            "error": self.error,
+        }

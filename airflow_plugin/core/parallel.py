@@ -1,0 +1,38 @@
+"""Bounded parallel execution for many small transfers (the s3transfer pattern: one call for the user,
+a thread pool inside, never more than a window of futures in memory)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+DEFAULT_CONCURRENCY = 16
+
+
+def run_parallel(fn: Callable[[T], R], items: Iterable[T], *, concurrency: int = DEFAULT_CONCURRENCY) -> Iterator[R]:
+    """Apply `fn` to every item with at most `concurrency` threads and at most 4x that many pending
+    futures (so a 100,000-file checkpoint does not create 100,000 futures at once). Results are yielded
+    as they complete. The first exception stops submitting new work, waits for running work, and is
+    raised."""
+    if concurrency <= 1:
+        yield from map(fn, items)
+        return
+    it = iter(items)
+    window = concurrency * 4
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="savepoints") as pool:
+        pending: set[Future[R]] = {pool.submit(fn, item) for item in itertools.islice(it, window)}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in done:
+                if future.exception() is not None:
+                    for other in pending:
+                        other.cancel()
+                    wait(pending)
+                    raise future.exception()  # type: ignore[misc]
+                yield future.result()
+            pending |= {pool.submit(fn, item) for item in itertools.islice(it, window - len(pending))}

@@ -1,0 +1,182 @@
+"""Restore a snapshot into a NEW checkpoint location (Flink's NO_CLAIM: the snapshot is only read).
+
+`plan_restore` checks everything and returns the plan as data (a dry run prints it); `execute_restore`
+carries it out: every file's checksum is verified on the way, absolute paths inside transformWithState
+metadata are rewritten to the new location, the commit files come last, and on any failure whatever
+was written is removed again, so the target is left as it was found."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import IntegrityError, Refused
+from .manifest import FileEntry, Manifest, Status
+from .parallel import DEFAULT_CONCURRENCY, run_parallel
+from .progress import NullProgress, Progress
+from .sinks import sink_position
+from .storage import S3Storage, Storage, open_storage, sha256_file
+from .store import SnapshotStore
+
+# transformWithState operator metadata v2 holds absolute schema file paths: state/<op>/_metadata/v2/<b>
+_ABSOLUTE_PATH_FILE = re.compile(r"^state/\d+/_metadata/v2/\d+$")
+_SCHEMA_PATH = re.compile(r'"([^"]*?)(/state/\d+/_stateSchema/[^"]*)"')
+
+
+@dataclass
+class RestorePlan:
+    manifest: Manifest
+    target: Storage
+    files: list[FileEntry]
+    rewrites: list[str] = field(default_factory=list)  # files whose absolute paths are rewritten
+    dropped: list[str] = field(default_factory=list)  # stale checksums of rewritten files
+    spark_conf: dict[str, str] = field(default_factory=dict)  # the restored query must set these
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "snapshot": self.manifest.id,
+            "job": self.manifest.job,
+            "batch_id": self.manifest.batch_id,
+            "resumes_at_batch": (self.manifest.batch_id or 0) + 1,
+            "target": self.target.uri,
+            "files": len(self.files),
+            "bytes": self.total_bytes,
+            "rewrites": self.rewrites,
+            "spark_conf": self.spark_conf,
+            "warnings": self.warnings,
+        }
+
+
+def spark_root(target: Storage) -> str:
+    """How Spark spells the target location inside its own files."""
+    if isinstance(target, S3Storage):
+        return f"s3a://{target.bucket}/{target.prefix}".rstrip("/")
+    return f"file:{target.uri}"
+
+
+def plan_restore(
+    store: SnapshotStore,
+    job: str,
+    snapshot_id: str,
+    target: Storage,
+    *,
+    allow_sink_ahead: bool = False,
+    open_location: Callable[[str], Storage] = open_storage,
+) -> RestorePlan:
+    manifest = store.get(job, snapshot_id)
+    if manifest.status is not Status.COMPLETED:
+        detail = f": {manifest.error}" if manifest.error else ""
+        raise Refused(
+            f"snapshot {manifest.id} of job {job} is {manifest.status}{detail}; nothing was restored. "
+            f"Pick a COMPLETED one with `savepoints list --job {job}`"
+        )
+    existing = next(iter(target.list()), None)
+    if existing is not None:
+        raise Refused(
+            f"restore target {target.uri} is not empty (it holds {existing.key}): restore into a new, empty "
+            "location; nothing was written"
+        )
+    plan = RestorePlan(manifest, target, [])
+    rewritten = {f.path for f in manifest.files if _ABSOLUTE_PATH_FILE.match(f.path)}
+    for entry in manifest.files:
+        parent = entry.path.removesuffix(".crc")
+        if entry.path.endswith(".crc") and parent in rewritten:
+            plan.dropped.append(entry.path)
+        else:
+            plan.files.append(entry)
+    plan.rewrites = sorted(rewritten)
+    plan.spark_conf = {**manifest.spark_conf, **manifest.restore_conf}
+    plan.warnings.append(
+        f"the restored query keeps query id {manifest.query_id}: stop the original query before starting it, "
+        "and never let both write the same sink"
+    )
+    bound = manifest.pending_batch_id if manifest.pending_batch_id is not None else manifest.batch_id
+    for sink in manifest.sinks:
+        position = sink_position(open_location(sink["location"]))
+        if position is not None and bound is not None and position > bound:
+            message = (
+                f"file sink {sink['location']} has committed batch {position}, beyond batch {bound} of snapshot "
+                f"{manifest.id}: Spark would skip batches {bound + 1}..{position} as already written and their "
+                "new records would be lost"
+            )
+            if not allow_sink_ahead:
+                raise Refused(
+                    f"{message}. Restore a newer snapshot, write to a fresh output path, or pass "
+                    "--allow-sink-ahead if that is acceptable; nothing was written"
+                )
+            plan.warnings.append(message)
+    return plan
+
+
+def execute_restore(
+    store: SnapshotStore,
+    plan: RestorePlan,
+    *,
+    progress: Progress | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> dict[str, Any]:
+    progress = progress or NullProgress()
+    target = plan.target
+    root = spark_root(target)
+    written: list[str] = []
+
+    def restore_one(entry: FileEntry) -> None:
+        destination = target.local_path(entry.path)
+        with tempfile.TemporaryDirectory(prefix=".savepoints-", dir=_temp_dir(destination)) as tmp:
+            local = Path(tmp) / "file"
+            try:
+                store.storage.download(entry.blob, local)
+            except FileNotFoundError:
+                raise IntegrityError(
+                    f"snapshot {plan.manifest.id}: stored content of {entry.path} ({entry.blob}) is missing; "
+                    "restore another snapshot"
+                ) from None
+            digest = sha256_file(local)
+            if digest.sha256 != entry.sha256 or digest.size != entry.size:
+                raise IntegrityError(
+                    f"snapshot {plan.manifest.id}: {entry.path} does not match its checksum (stored content "
+                    f"{entry.blob} is corrupt); restore another snapshot and run `savepoints verify`"
+                )
+            if entry.path in plan.rewrites:
+                text = local.read_text()
+                local.write_text(_SCHEMA_PATH.sub(lambda m: f'"{root}{m.group(2)}"', text))
+            written.append(entry.path)  # before the write: a failure mid-write is cleaned up too
+            if destination is not None:
+                local.replace(destination)  # same filesystem: no second copy
+            else:
+                target.upload(local, entry.path)
+        progress.advance(entry.size)
+
+    started = time.monotonic()
+    # commits/ last: until the commit exists, Spark does not take the location for a restorable batch
+    first = [f for f in plan.files if not f.path.startswith("commits/")]
+    last = [f for f in plan.files if f.path.startswith("commits/")]
+    progress.start(f"restore {plan.manifest.id} -> {target.uri}", plan.total_bytes, len(plan.files))
+    try:
+        for batch in (first, last):
+            for _ in run_parallel(restore_one, batch, concurrency=concurrency):
+                pass
+    except BaseException:
+        target.delete(written)
+        raise
+    finally:
+        progress.finish()
+    return {**plan.describe(), "seconds": round(time.monotonic() - started, 3)}
+
+
+def _temp_dir(destination: Path | None) -> str | None:
+    """Download next to the destination so that the final move is a rename."""
+    if destination is None:
+        return None
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    return str(destination.parent)

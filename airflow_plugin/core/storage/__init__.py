@@ -1,0 +1,52 @@
+"""Where bytes live: local directories and S3 prefixes behind one interface, opened from a URI."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from ..errors import InvalidInput
+from .base import Digest, ObjectInfo, Storage, check_key, sha256_file
+from .local import LocalStorage
+from .s3 import S3Settings, S3Storage
+
+__all__ = [
+    "Digest",
+    "LocalStorage",
+    "ObjectInfo",
+    "S3Settings",
+    "S3Storage",
+    "Storage",
+    "check_key",
+    "open_storage",
+    "sha256_file",
+]
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+
+
+def open_storage(uri: str, s3: S3Settings | None = None) -> Storage:
+    """A local path, `file:///path` (or Hadoop's `file:/path`), `s3://bucket/prefix` or `s3a://...`."""
+    if not uri or not uri.strip():
+        raise InvalidInput("empty location: give a local path or s3://bucket/prefix")
+    uri = uri.strip()
+    if "://" not in uri and not uri.startswith("file:"):
+        return LocalStorage(Path(uri).expanduser())
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.lower()
+    if scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise InvalidInput(f"malformed file URI {uri!r}: use file:///absolute/path")
+        return LocalStorage(Path(unquote(parsed.path)))
+    if scheme in ("s3", "s3a"):
+        bucket = parsed.netloc
+        if parsed.username or parsed.password or "@" in bucket:
+            raise InvalidInput("malformed S3 URI: credentials do not belong in the URI; use the environment")
+        if not _BUCKET.match(bucket):
+            raise InvalidInput(f"malformed S3 URI {uri!r}: expected s3://bucket/prefix with a valid bucket name")
+        prefix = parsed.path.strip("/")
+        if prefix:
+            check_key(prefix)
+        return S3Storage(bucket, prefix, s3)
+    raise InvalidInput(f"unsupported location {uri!r}: use a local path, file://, s3:// or s3a://")

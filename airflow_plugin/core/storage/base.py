@@ -1,0 +1,93 @@
+"""The one interface the engine uses for bytes at rest: a flat key space under a root (a local directory
+or an S3 prefix). Keys are relative, '/'-separated, and never contain '..'."""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InvalidInput
+
+CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+    mtime: float  # seconds since the epoch; S3: LastModified
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    size: int
+    sha256: str
+
+
+def check_key(key: str) -> str:
+    """Refuse keys that could escape the root: absolute, '..', empty parts, backslashes."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in parts):
+        raise InvalidInput(f"unsafe relative path {key!r}: paths must be relative and must not contain '..'")
+    return key
+
+
+def sha256_file(path: Path) -> Digest:
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return Digest(size, digest.hexdigest())
+
+
+class Storage(ABC):
+    """A root under which objects live. Implementations map missing keys to FileNotFoundError and
+    infrastructure failures to StoreUnavailable / NotFound (errors.py)."""
+
+    uri: str  # for messages and manifests; never carries credentials
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every object whose key starts with `prefix` (recursive), keys relative to the root."""
+
+    @abstractmethod
+    def stat(self, key: str) -> ObjectInfo | None: ...
+
+    @abstractmethod
+    def read(self, key: str) -> bytes: ...
+
+    @abstractmethod
+    def write(self, key: str, data: bytes) -> None:
+        """Replace `key` atomically: a reader sees the old or the new content, never a mix."""
+
+    @abstractmethod
+    def upload(self, path: Path, key: str) -> None:
+        """Copy a local file to `key` (multipart for large files where the backend has it)."""
+
+    @abstractmethod
+    def download(self, key: str, path: Path) -> None:
+        """Copy `key` to a local file, creating parent directories."""
+
+    @abstractmethod
+    def delete(self, keys: Iterable[str]) -> int:
+        """Delete keys (missing ones are fine); returns how many were asked for."""
+
+    @abstractmethod
+    def child(self, prefix: str) -> Storage:
+        """The storage rooted at `prefix` below this root."""
+
+    def local_path(self, key: str) -> Path | None:
+        """The file behind `key` when this storage is a local directory (lets copies skip a temp file)."""
+        return None
+
+    def exists(self) -> bool:
+        """Whether anything at all lives under the root."""
+        return next(iter(self.list()), None) is not None
+
+    def __str__(self) -> str:
+        return self.uri

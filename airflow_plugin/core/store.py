@@ -1,0 +1,96 @@
+"""The snapshot store's layout: manifests per job and content-addressed blobs shared by all snapshots.
+
+jobs/<job>/snapshots/<snapshot_id>/manifest.json
+blobs/<sha256[:2]>/<sha256>
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .errors import IntegrityError, NotFound
+from .manifest import Manifest, Status, blob_key, check_name
+from .parallel import run_parallel
+from .storage import Storage
+
+log = logging.getLogger(__name__)
+
+LATEST = "latest"
+
+
+def manifest_key(job: str, snapshot_id: str) -> str:
+    return f"jobs/{job}/snapshots/{snapshot_id}/manifest.json"
+
+
+class SnapshotStore:
+    """Manifests and blobs of one store. Listing skips unreadable manifests with a warning; `get` raises."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    @property
+    def uri(self) -> str:
+        return self.storage.uri
+
+    def jobs(self) -> list[str]:
+        names = {info.key.split("/")[1] for info in self.storage.list("jobs/") if info.key.count("/") >= 2}
+        return sorted(names)
+
+    def _manifest_keys(self, job: str | None) -> list[str]:
+        prefix = f"jobs/{check_name(job, 'job name')}/snapshots/" if job else "jobs/"
+        return [
+            info.key
+            for info in self.storage.list(prefix)
+            if info.key.endswith("/manifest.json") and "/snapshots/" in info.key
+        ]
+
+    def list(self, job: str | None = None) -> list[Manifest]:
+        """All readable manifests (of one job), oldest first."""
+
+        def load(key: str) -> Manifest | None:
+            try:
+                return Manifest.from_json(self.storage.read(key), f"{self.uri}/{key}")
+            except FileNotFoundError:
+                return None  # deleted while we listed
+            except IntegrityError as exc:
+                log.warning("skipping %s", exc)
+                return None
+
+        manifests = [m for m in run_parallel(load, self._manifest_keys(job)) if m is not None]
+        return sorted(manifests, key=lambda m: m.id[3:])  # ids sort by time after the kind prefix
+
+    def get(self, job: str, snapshot_id: str) -> Manifest:
+        check_name(job, "job name")
+        if snapshot_id == LATEST:
+            return self.latest(job)
+        check_name(snapshot_id, "snapshot id")
+        key = manifest_key(job, snapshot_id)
+        try:
+            raw = self.storage.read(key)
+        except FileNotFoundError:
+            if job not in self.jobs():
+                raise NotFound(
+                    f"job {job!r} has no snapshots in {self.uri}: check the job name with `savepoints list`"
+                ) from None
+            raise NotFound(
+                f"snapshot {snapshot_id} of job {job} does not exist in {self.uri}: see `savepoints list --job {job}`"
+            ) from None
+        return Manifest.from_json(raw, f"{self.uri}/{key}")
+
+    def latest(self, job: str, kind: str | None = None) -> Manifest:
+        completed = [m for m in self.list(job) if m.status is Status.COMPLETED and (kind is None or m.kind == kind)]
+        if not completed:
+            if job not in self.jobs():
+                raise NotFound(f"job {job!r} has no snapshots in {self.uri}: check the job name with `savepoints list`")
+            raise NotFound(f"job {job} has no COMPLETED snapshot in {self.uri}: see `savepoints list --job {job}`")
+        return completed[-1]
+
+    def put(self, manifest: Manifest) -> None:
+        self.storage.write(manifest_key(manifest.job, manifest.id), manifest.to_json())
+
+    def remove(self, manifest: Manifest) -> None:
+        self.storage.delete([manifest_key(manifest.job, manifest.id)])
+
+    def blob_exists(self, sha256: str, size: int) -> bool:
+        info = self.storage.stat(blob_key(sha256))
+        return info is not None and info.size == size

@@ -1,0 +1,113 @@
+"""Verify a snapshot: every stored file against its checksum; `deep` also restores it into a scratch
+location and has Spark read every operator's state at batch N (a separate Spark application,
+spark_jobs/tools/state_check.py), comparing rows with the original checkpoint while it still holds N."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import Refused
+from .manifest import FileEntry, Status, utc_now
+from .parallel import DEFAULT_CONCURRENCY, run_parallel
+from .progress import NullProgress, Progress
+from .restore import execute_restore, plan_restore
+from .spark_app import run_spark_tool
+from .storage import LocalStorage, sha256_file
+from .store import SnapshotStore
+
+
+@dataclass
+class VerifyReport:
+    snapshot: str
+    job: str
+    batch_id: int | None
+    files: int
+    bytes: int
+    problems: list[str] = field(default_factory=list)
+    deep: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "snapshot": self.snapshot,
+            "job": self.job,
+            "batch_id": self.batch_id,
+            "ok": self.ok,
+            "files": self.files,
+            "bytes": self.bytes,
+            "problems": self.problems,
+            "deep": self.deep,
+            "seconds": self.seconds,
+        }
+
+
+def verify_snapshot(
+    store: SnapshotStore,
+    job: str,
+    snapshot_id: str,
+    *,
+    deep: bool = False,
+    progress: Progress | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> VerifyReport:
+    manifest = store.get(job, snapshot_id)
+    if manifest.status is not Status.COMPLETED:
+        raise Refused(
+            f"snapshot {manifest.id} of job {job} is {manifest.status}: only COMPLETED snapshots can be verified; "
+            f"see `savepoints list --job {job}`"
+        )
+    progress = progress or NullProgress()
+    started = time.monotonic()
+    report = VerifyReport(manifest.id, job, manifest.batch_id, len(manifest.files), manifest.total_bytes)
+
+    def check(entry: FileEntry) -> str | None:
+        local = store.storage.local_path(entry.blob)
+        with tempfile.TemporaryDirectory(prefix="savepoints-") as tmp:
+            try:
+                if local is None:
+                    local = Path(tmp) / "blob"
+                    store.storage.download(entry.blob, local)
+                digest = sha256_file(local)
+            except FileNotFoundError:
+                return f"{entry.path}: stored content {entry.blob} is missing"
+        progress.advance(entry.size)
+        if digest.size != entry.size or digest.sha256 != entry.sha256:
+            return f"{entry.path}: checksum mismatch (stored content {entry.blob} is corrupt)"
+        return None
+
+    progress.start(f"verify {manifest.id}", manifest.total_bytes, len(manifest.files))
+    try:
+        report.problems = sorted(p for p in run_parallel(check, manifest.files, concurrency=concurrency) if p)
+    finally:
+        progress.finish()
+    if deep and report.ok:
+        report.deep = _deep(store, job, manifest.id, manifest.batch_id, manifest.source, concurrency)
+        report.problems.extend(report.deep.get("problems", []))
+    report.seconds = round(time.monotonic() - started, 3)
+    manifest.verification = {"ok": report.ok, "deep": deep, "at": utc_now(), "problems": report.problems[:20]}
+    store.put(manifest)
+    return report
+
+
+def _deep(
+    store: SnapshotStore, job: str, snapshot_id: str, batch_id: int | None, original: str, concurrency: int
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="savepoints-deep-") as tmp:
+        scratch = LocalStorage(Path(tmp) / "checkpoint")
+        plan = plan_restore(store, job, snapshot_id, scratch, allow_sink_ahead=True)
+        execute_restore(store, plan, concurrency=concurrency)
+        result_file = Path(tmp) / "result.json"
+        args = ["--checkpoint", str(scratch.root), "--batch", str(batch_id), "--out", str(result_file)]
+        if original:
+            args += ["--original", original]
+        run_spark_tool("state_check", args, conf=plan.spark_conf)
+        return json.loads(result_file.read_text())

@@ -1,0 +1,1 @@
+"""Benchmarks of the snapshot engine against peer tools (`make bench`)."""

@@ -1,0 +1,72 @@
+"""An embedded S3 API on 127.0.0.1 (moto's server mode), for the demo, end-to-end tests and benchmarks.
+
+with EmbeddedS3() as s3:            # sets nothing globally
+    s3.create_bucket("snapshots")
+    env = s3.env()                  # AWS_ENDPOINT_URL and dummy credentials for child processes
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import TracebackType
+from typing import Any
+
+DUMMY_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+class EmbeddedS3:
+    def __init__(self, port: int = 0) -> None:
+        self.port = port
+        self._server: Any = None
+
+    def start(self) -> EmbeddedS3:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self._server.start()
+        self.port = self._server._server.server_port  # port=0 picks a free one; moto keeps the socket here
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {**DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
+
+    def apply_env(self) -> None:
+        """Point this process's boto3 at the embedded server."""
+        os.environ.update(self.env())
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"],
+        )
+
+    def create_bucket(self, name: str) -> str:
+        self.client().create_bucket(Bucket=name)
+        return f"s3://{name}"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> EmbeddedS3:
+        return self.start()
+
+    def __exit__(self, *exc: tuple[type[BaseException], BaseException, TracebackType] | None) -> None:
+        self.stop()

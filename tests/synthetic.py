@@ -1,0 +1,49 @@
+"""Synthetic checkpoints with Spark's on-disk layout (HDFS-backed state), for fast engine tests that
+need no JVM. Real checkpoints of every kind come from spark_kinds.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+QUERY_ID = "6f1c1a52-3f5e-4a7e-9a52-0f6f3b2c1d11"
+
+
+def write_checkpoint(root: Path, batches: int, *, partitions: int = 2, pending: bool = False) -> Path:
+    """Batches 0..batches-1 committed; `pending` adds offsets/<batches> without a commit."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "metadata").write_text(json.dumps({"id": QUERY_ID}))
+    for directory in ("offsets", "commits", "sources/0", "state/0/_metadata"):
+        (root / directory).mkdir(parents=True, exist_ok=True)
+    (root / "sources/0/0").write_text('v1\n{"path":"/in"}')
+    (root / "state/0/_metadata/metadata").write_text(
+        'v1\n{"operatorInfo":{"operatorId":0,"operatorName":"stateStoreSave"},'
+        f'"stateStoreInfo":[{{"storeName":"default","numColsPrefixKey":0,"numPartitions":{partitions}}}]}}'
+    )
+    for p in range(partitions):
+        (root / f"state/0/{p}/_metadata").mkdir(parents=True, exist_ok=True)
+        (root / f"state/0/{p}/_metadata/schema").write_text("schema")
+    for batch in range(batches + (1 if pending else 0)):
+        add_batch(root, batch, partitions=partitions, commit=batch < batches)
+    return root
+
+
+def add_batch(root: Path, batch: int, *, partitions: int = 2, commit: bool = True) -> None:
+    conf = {"spark.sql.shuffle.partitions": str(partitions)}
+    (root / f"offsets/{batch}").write_text(
+        "v1\n"
+        + json.dumps({"batchWatermarkMs": batch * 1000, "batchTimestampMs": 1_700_000_000_000 + batch, "conf": conf})
+        + f"\n{batch * 10}"
+    )
+    for p in range(partitions):
+        # batch b commits state version b+1
+        (root / f"state/0/{p}/{batch + 1}.delta").write_bytes(f"delta {batch} {p}".encode() * 10)
+    if commit:
+        (root / f"commits/{batch}").write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under root, by relative path: to assert that nothing changed."""
+    if not root.exists():
+        return {}
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}

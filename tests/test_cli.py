@@ -1,0 +1,250 @@
+"""The `savepoints` command line: output formats, exit codes, and every bad input with a check that
+the message names the problem AND that nothing was written or deleted."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from synthetic import tree, write_checkpoint
+
+from airflow_plugin.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:
+    code, out, _ = run(capsys, *argv, "--json")
+    return code, json.loads(out)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    return str(tmp_path / "store")
+
+
+@pytest.fixture
+def ckpt(tmp_path: Path) -> Path:
+    return write_checkpoint(tmp_path / "ckpt", batches=3)
+
+
+def test_create_list_show_verify_restore_delete(
+    capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, tmp_path: Path
+) -> None:
+    code, created = run_json(
+        capsys,
+        "create",
+        "--store",
+        store,
+        "--job",
+        "orders",
+        "--checkpoint",
+        str(ckpt),
+        "--label",
+        "team=payments",
+        "--pin",
+    )
+    assert code == 0
+    assert {"id", "batch_id", "status", "files", "bytes", "uploaded_bytes"} <= created.keys()
+    assert created["status"] == "COMPLETED" and created["batch_id"] == 2 and created["pinned"] is True
+    assert created["labels"] == {"team": "payments"}
+
+    code, out, _ = run(capsys, "list", "--store", store)
+    assert code == 0 and created["id"] in out and "COMPLETED" in out
+    code, listed = run_json(capsys, "list", "--store", store, "--job", "orders")
+    assert [row["id"] for row in listed] == [created["id"]]
+
+    code, shown = run_json(capsys, "show", "--store", store, "--job", "orders", "latest")
+    assert shown["id"] == created["id"] and shown["query_id"]
+
+    code, verified = run_json(capsys, "verify", "--store", store, "--job", "orders", created["id"])
+    assert code == 0 and verified["ok"] is True
+
+    target = tmp_path / "restored"
+    code, plan = run_json(
+        capsys, "restore", "--store", store, "--job", "orders", "latest", "--to", str(target), "--dry-run"
+    )
+    assert code == 0 and plan["dry_run"] is True and plan["resumes_at_batch"] == 3 and not target.exists()
+    code, out, _ = run(capsys, "restore", "--store", store, "--job", "orders", "latest", "--to", str(target))
+    assert code == 0 and "resumes at batch 3" in out and "spark.sql.shuffle.partitions=2" in out
+    assert (target / "commits/2").exists()
+
+    code, _, err = run(capsys, "delete", "--store", store, "--job", "orders", created["id"])
+    assert code == 4 and "is pinned" in err
+    assert run(capsys, "unpin", "--store", store, "--job", "orders", created["id"])[0] == 0
+    assert run(capsys, "delete", "--store", store, "--job", "orders", created["id"])[0] == 0
+    assert run_json(capsys, "list", "--store", store)[1] == []
+
+
+def test_store_from_environment(
+    capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAVEPOINTS_STORE", store)
+    code, created = run_json(capsys, "create", "--job", "orders", "--checkpoint", str(ckpt))
+    assert code == 0 and Path(store, "jobs/orders/snapshots", created["id"], "manifest.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("setup", "code", "message"),
+    [
+        ("missing", 3, "does not exist or is empty"),
+        ("empty", 3, "does not exist or is empty"),
+        ("not_spark", 5, "is not a Spark checkpoint (no 'metadata' file)"),
+        ("uncommitted", 5, "has no committed batch yet"),
+    ],
+)
+def test_bad_checkpoint_writes_nothing(
+    capsys: pytest.CaptureFixture[str], store: str, tmp_path: Path, setup: str, code: int, message: str
+) -> None:
+    location = tmp_path / "location"
+    if setup == "empty":
+        location.mkdir()
+    elif setup == "not_spark":
+        location.mkdir()
+        (location / "part-0000.parquet").write_bytes(b"PAR1")
+    elif setup == "uncommitted":
+        write_checkpoint(location, batches=0, pending=True)
+    before = tree(location)
+    got, _, err = run(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(location))
+    assert got == code and message in err
+    assert tree(Path(store)) == {} and tree(location) == before
+
+
+def test_unknown_job_and_snapshot(capsys: pytest.CaptureFixture[str], store: str, ckpt: Path) -> None:
+    run_json(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt))
+    before = tree(Path(store))
+    code, _, err = run(capsys, "show", "--store", store, "--job", "payments", "latest")
+    assert code == 3 and "job 'payments' has no snapshots" in err
+    code, _, err = run(capsys, "verify", "--store", store, "--job", "orders", "sp-20260101T000000000Z-0000")
+    assert code == 3 and "snapshot sp-20260101T000000000Z-0000 of job orders does not exist" in err
+    code, _, err = run(capsys, "delete", "--store", store, "--job", "orders", "../../etc")
+    assert code == 2 and "invalid snapshot id" in err
+    assert tree(Path(store)) == before
+
+
+def test_restore_refusals_change_nothing(
+    capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, tmp_path: Path
+) -> None:
+    _, created = run_json(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt))
+    manifest_path = Path(store, "jobs/orders/snapshots", created["id"], "manifest.json")
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep.txt").write_text("precious")
+    code, _, err = run(capsys, "restore", "--store", store, "--job", "orders", "latest", "--to", str(target))
+    assert code == 4 and "is not empty (it holds keep.txt)" in err and tree(target) == {"keep.txt": b"precious"}
+
+    data = json.loads(manifest_path.read_text())
+    for status in ("FAILED", "IN_PROGRESS"):
+        manifest_path.write_text(json.dumps(data | {"status": status, "error": "boom"}))
+        code, _, err = run(
+            capsys, "restore", "--store", store, "--job", "orders", created["id"], "--to", str(tmp_path / "fresh")
+        )
+        assert code == 4 and f"is {status}: boom" in err and not (tmp_path / "fresh").exists()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["files"].__setitem__(0, ["../../etc/passwd", 1, "0" * 64, 0.0]), "is unsafe"),
+        (lambda d: d["files"].__setitem__(0, ["/etc/passwd", 1, "0" * 64, 0.0]), "is unsafe"),
+        (None, "is corrupt"),
+    ],
+)
+def test_unsafe_or_corrupt_manifest(
+    capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, tmp_path: Path, mutate: object, message: str
+) -> None:
+    _, created = run_json(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt))
+    manifest_path = Path(store, "jobs/orders/snapshots", created["id"], "manifest.json")
+    if mutate is None:
+        manifest_path.write_text('{"id": "sp-broken", "files": [')
+    else:
+        data = json.loads(manifest_path.read_text())
+        mutate(data)
+        manifest_path.write_text(json.dumps(data))
+    before = tree(Path(store))
+    code, _, err = run(
+        capsys, "restore", "--store", store, "--job", "orders", created["id"], "--to", str(tmp_path / "r")
+    )
+    assert code == 6 and message in err
+    assert not (tmp_path / "r").exists() and not Path("/etc/passwd.restored").exists()
+    assert tree(Path(store)) == before
+
+
+def test_checksum_mismatch_fails_verify_and_restore(
+    capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, tmp_path: Path
+) -> None:
+    _, created = run_json(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt))
+    blob = next(p for p in Path(store, "blobs").rglob("*") if p.is_file())
+    blob.write_bytes(blob.read_bytes() + b"!")
+    code, report = run_json(capsys, "verify", "--store", store, "--job", "orders", created["id"])
+    assert code == 6 and report["ok"] is False and "checksum mismatch" in report["problems"][0]
+    code, _, err = run(capsys, "restore", "--store", store, "--job", "orders", "latest", "--to", str(tmp_path / "r"))
+    assert code == 6 and "does not match its checksum" in err and tree(tmp_path / "r") == {}
+
+
+def test_malformed_store_uri(capsys: pytest.CaptureFixture[str], ckpt: Path) -> None:
+    for uri, message in (
+        ("s3://", "malformed S3 URI"),
+        ("hdfs://nn/x", "unsupported location"),
+        ("s3://Bad_Bucket/x", "malformed S3 URI"),
+    ):
+        code, _, err = run(capsys, "create", "--store", uri, "--job", "orders", "--checkpoint", str(ckpt))
+        assert code == 2 and message in err
+    code, _, err = run(capsys, "list", "--store", "s3://AKIAEXAMPLE:topsecret@bucket/x")
+    assert code == 2 and "credentials do not belong in the URI" in err and "topsecret" not in err
+
+
+def test_missing_bucket(capsys: pytest.CaptureFixture[str], s3_server: object, ckpt: Path) -> None:
+    code, _, err = run(
+        capsys, "create", "--store", "s3://no-such-bucket-here/x", "--job", "orders", "--checkpoint", str(ckpt)
+    )
+    assert code == 3 and "bucket 'no-such-bucket-here' does not exist" in err
+
+
+def test_missing_credentials_never_print_a_secret(
+    capsys: pytest.CaptureFixture[str],
+    s3_store: str,
+    ckpt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    from airflow_plugin.core.storage import s3 as s3_module
+
+    monkeypatch.setattr(s3_module, "_clients", {})
+    code, out, err = run(capsys, "create", "--store", s3_store, "--job", "orders", "--checkpoint", str(ckpt), "-v")
+    assert code == 7 and "no AWS credentials" in err
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGWRONGWRONG")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value-never-shown")
+    monkeypatch.setattr(s3_module, "_clients", {})
+    code, out, err = run(capsys, "list", "--store", s3_store)
+    assert "s3cr3t-value-never-shown" not in out + err
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in out + err
+
+
+def test_bad_label(capsys: pytest.CaptureFixture[str], store: str, ckpt: Path) -> None:
+    code, _, err = run(
+        capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt), "--label", "novalue"
+    )
+    assert code == 2 and "use --label KEY=VALUE" in err and tree(Path(store)) == {}
+
+
+def test_module_entry_point_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "airflow_plugin", "--help"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0 and "Exit codes" in result.stdout and "restore" in result.stdout

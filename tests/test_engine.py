@@ -1,0 +1,161 @@
+"""The snapshot engine on synthetic checkpoints (no JVM): consistency rules, incremental storage,
+restore, verify, delete, local and S3 (moto server) stores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from synthetic import add_batch, tree, write_checkpoint
+
+from airflow_plugin.core.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.errors import IntegrityError, Refused
+from airflow_plugin.core.lifecycle import delete_snapshot, set_pinned
+from airflow_plugin.core.manifest import Kind, Status
+from airflow_plugin.core.restore import execute_restore, plan_restore
+from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.store import SnapshotStore
+from airflow_plugin.core.verify import verify_snapshot
+
+
+def snapshot(store_uri: str, checkpoint: Path | str, **request: object):
+    store = SnapshotStore(open_storage(store_uri))
+    return store, create_snapshot(store, open_storage(str(checkpoint)), SnapshotRequest(job="orders", **request))
+
+
+def test_snapshot_holds_exactly_the_files_of_the_latest_committed_batch(tmp_path: Path) -> None:
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=5)
+    (ckpt / "state/0/0/.6.delta.abc.tmp").write_text("in flight")
+    (ckpt / "state/0/0/.5.delta.crc").write_text("hadoop checksum")
+    _, manifest = snapshot(str(tmp_path / "store"), ckpt)
+
+    assert manifest.status is Status.COMPLETED and manifest.batch_id == 4 and manifest.pending_batch_id is None
+    paths = {f.path for f in manifest.files}
+    assert {"metadata", "offsets/3", "offsets/4", "commits/4", "sources/0/0"} <= paths
+    assert not {"offsets/2", "commits/3"} & paths
+    # batch 4 needs state version 5: deltas 1..5 of every partition, nothing in flight
+    assert {f"state/0/{p}/{v}.delta" for p in (0, 1) for v in range(1, 6)} <= paths
+    assert not any(".tmp" in p or p.endswith(".crc") for p in paths)
+    assert manifest.watermark_ms == 4000 and manifest.source_offsets == ["40"]
+    assert manifest.operators[0]["name"] == "stateStoreSave"
+    assert manifest.total_bytes == sum((ckpt / p).stat().st_size for p in paths)
+    # identical contents (the two partitions' schema files, equal commit files) are stored once
+    assert manifest.uploaded_bytes == sum({f.sha256: f.size for f in manifest.files}.values())
+
+
+def test_pending_offsets_without_commit_are_kept(tmp_path: Path) -> None:
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=3, pending=True)
+    _, manifest = snapshot(str(tmp_path / "store"), ckpt)
+    paths = {f.path for f in manifest.files}
+    assert manifest.batch_id == 2 and manifest.pending_batch_id == 3
+    assert "offsets/3" in paths and "commits/3" not in paths
+    # the replayed batch 3 rebuilds version 4 itself: the state files of version 4 are left out
+    assert "state/0/0/4.delta" not in paths and "state/0/0/3.delta" in paths
+
+
+def test_restore_recreates_the_checkpoint_and_refuses_a_non_empty_target(tmp_path: Path) -> None:
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=4)
+    store, manifest = snapshot(str(tmp_path / "store"), ckpt)
+    target = open_storage(str(tmp_path / "restored"))
+    result = execute_restore(store, plan_restore(store, "orders", "latest", target))
+
+    restored = tree(tmp_path / "restored")
+    assert restored == {f.path: (ckpt / f.path).read_bytes() for f in manifest.files}
+    assert result["resumes_at_batch"] == 4
+    assert result["spark_conf"]["spark.sql.shuffle.partitions"] == "2"
+
+    with pytest.raises(Refused, match="is not empty"):
+        plan_restore(store, "orders", manifest.id, target)
+    assert tree(tmp_path / "restored") == restored
+
+
+def test_second_snapshot_uploads_only_new_files_and_survives_deleting_the_first(tmp_path: Path) -> None:
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=5)
+    store, first = snapshot(str(tmp_path / "store"), ckpt)
+    for batch in range(5, 8):
+        add_batch(ckpt, batch)
+    _, second = snapshot(str(tmp_path / "store"), ckpt)
+
+    old = {(f.path, f.sha256) for f in first.files}
+    new_files = [f for f in second.files if (f.path, f.sha256) not in old]
+    assert second.batch_id == 7
+    assert 0 < second.uploaded_bytes <= sum(f.size for f in new_files)
+    assert second.uploaded_bytes < second.total_bytes
+
+    delete_snapshot(store, "orders", first.id)
+    assert [m.id for m in store.list("orders")] == [second.id]
+    assert verify_snapshot(store, "orders", second.id).ok
+    execute_restore(store, plan_restore(store, "orders", second.id, open_storage(str(tmp_path / "r"))))
+    assert tree(tmp_path / "r") == {f.path: (ckpt / f.path).read_bytes() for f in second.files}
+
+
+def test_pinned_snapshot_is_not_deleted(tmp_path: Path) -> None:
+    store, manifest = snapshot(str(tmp_path / "store"), write_checkpoint(tmp_path / "ckpt", batches=2), pinned=True)
+    before = tree(tmp_path / "store")
+    with pytest.raises(Refused, match="is pinned"):
+        delete_snapshot(store, "orders", manifest.id)
+    assert tree(tmp_path / "store") == before
+    set_pinned(store, "orders", manifest.id, False)
+    delete_snapshot(store, "orders", manifest.id)
+    assert not any(k.startswith("blobs/") for k in tree(tmp_path / "store"))
+
+
+def test_verify_finds_a_corrupt_blob_and_restore_leaves_the_target_empty(tmp_path: Path) -> None:
+    store, manifest = snapshot(str(tmp_path / "store"), write_checkpoint(tmp_path / "ckpt", batches=3))
+    victim = next(f for f in manifest.files if f.path == "commits/2")
+    (tmp_path / "store" / victim.blob).write_bytes(b"bit rot")
+
+    report = verify_snapshot(store, "orders", manifest.id)
+    assert not report.ok and report.problems == [
+        f"commits/2: checksum mismatch (stored content {victim.blob} is corrupt)"
+    ]
+    assert store.get("orders", manifest.id).verification["ok"] is False
+
+    target = tmp_path / "restored"
+    with pytest.raises(IntegrityError, match="commits/2 does not match its checksum"):
+        execute_restore(store, plan_restore(store, "orders", manifest.id, open_storage(str(target))))
+    assert tree(target) == {}
+
+
+def test_failed_and_in_progress_snapshots_cannot_be_restored(tmp_path: Path) -> None:
+    store, manifest = snapshot(str(tmp_path / "store"), write_checkpoint(tmp_path / "ckpt", batches=2))
+    for status, error in ((Status.FAILED, "disk full"), (Status.IN_PROGRESS, None)):
+        manifest.status, manifest.error = status, error
+        store.put(manifest)
+        with pytest.raises(Refused, match=f"is {status}.*Pick a COMPLETED one"):
+            plan_restore(store, "orders", manifest.id, open_storage(str(tmp_path / "r")))
+    assert not (tmp_path / "r").exists()
+
+
+def test_s3_store_and_s3_checkpoint(tmp_path: Path, s3_store: str) -> None:
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=3, pending=True)
+    bucket = s3_store.removeprefix("s3://").split("/")[0]
+    checkpoint_uri = f"s3a://{bucket}/checkpoints/orders"
+    remote = open_storage(checkpoint_uri)
+    for path, data in tree(ckpt).items():
+        remote.write(path, data)
+
+    store, manifest = snapshot(s3_store, checkpoint_uri, kind=Kind.CHECKPOINT, labels={"reason": "test"})
+    assert manifest.id.startswith("ck-") and manifest.batch_id == 2 and manifest.pending_batch_id == 3
+    assert manifest.source == f"s3://{bucket}/checkpoints/orders"
+    assert verify_snapshot(store, "orders", "latest").ok
+
+    target = tmp_path / "restored"
+    execute_restore(store, plan_restore(store, "orders", manifest.id, open_storage(f"file://{target}")))
+    assert tree(target) == {f.path: (ckpt / f.path).read_bytes() for f in manifest.files}
+
+    s3_target = open_storage(f"s3://{bucket}/restored")
+    execute_restore(store, plan_restore(store, "orders", manifest.id, s3_target))
+    assert {i.key for i in s3_target.list()} == {f.path for f in manifest.files}
+
+    _, again = snapshot(s3_store, checkpoint_uri)
+    assert again.uploaded_bytes == 0  # nothing changed: every file is known by path, size and mtime
+
+
+def test_manifest_round_trips_and_stores_files_compactly(tmp_path: Path) -> None:
+    store, manifest = snapshot(str(tmp_path / "store"), write_checkpoint(tmp_path / "ckpt", batches=2))
+    raw = (tmp_path / "store" / f"jobs/orders/snapshots/{manifest.id}/manifest.json").read_bytes()
+    data = json.loads(raw)
+    assert data["status"] == "COMPLETED" and isinstance(data["files"][0], list)
+    assert store.get("orders", manifest.id) == manifest

@@ -10,11 +10,11 @@ import pytest
 from synthetic import add_batch, tree, write_checkpoint
 
 from airflow_plugin.core.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.errors import IntegrityError, Refused
+from airflow_plugin.core.errors import CheckpointError, IntegrityError, Refused
 from airflow_plugin.core.lifecycle import delete_snapshot, set_pinned
 from airflow_plugin.core.manifest import Kind, Status
 from airflow_plugin.core.restore import execute_restore, plan_restore
-from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.storage import LocalStorage, open_storage
 from airflow_plugin.core.store import SnapshotStore
 from airflow_plugin.core.verify import verify_snapshot
 
@@ -159,3 +159,48 @@ def test_manifest_round_trips_and_stores_files_compactly(tmp_path: Path) -> None
     data = json.loads(raw)
     assert data["status"] == "COMPLETED" and isinstance(data["files"][0], list)
     assert store.get("orders", manifest.id) == manifest
+
+
+class CleanupDuringCopy(LocalStorage):
+    """A checkpoint whose Spark cleanup runs while the first attempt copies: the first read of an old
+    delta finds it deleted, and the query has committed another batch by then."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.cleaned = False
+
+    def local_path(self, key: str) -> Path:
+        if not self.cleaned and key == "state/0/1/1.delta":
+            self.cleaned = True
+            add_batch(self.root, 5)
+            add_batch(self.root, 6)
+            (self.root / key).unlink()
+            (self.root / "state/0/1/6.snapshot").write_bytes(b"snapshot of version 6")
+        return super().local_path(key)
+
+
+def test_file_deleted_mid_copy_retries_at_a_newer_batch(tmp_path: Path) -> None:
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=5)
+    store = SnapshotStore(open_storage(str(tmp_path / "store")))
+    manifest = create_snapshot(store, CleanupDuringCopy(ckpt), SnapshotRequest(job="orders"), concurrency=1)
+    assert manifest.status is Status.COMPLETED and manifest.attempts == 2 and manifest.batch_id == 6
+    paths = {f.path for f in manifest.files}
+    # partition 1 now rebuilds version 7 from its snapshot 6 plus delta 7
+    assert {"state/0/1/6.snapshot", "state/0/1/7.delta"} <= paths and "state/0/1/1.delta" not in paths
+    assert verify_snapshot(store, "orders", manifest.id).ok
+
+
+def test_gives_up_and_marks_failed_when_files_keep_vanishing(tmp_path: Path) -> None:
+    class AlwaysCleaning(LocalStorage):
+        def local_path(self, key: str) -> Path:
+            path = super().local_path(key)
+            return path.with_name("gone-" + path.name) if key.endswith(".delta") else path
+
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=3)
+    store = SnapshotStore(open_storage(str(tmp_path / "store")))
+    with pytest.raises(CheckpointError, match="gave up after 3 attempts"):
+        create_snapshot(store, AlwaysCleaning(ckpt), SnapshotRequest(job="orders"), max_attempts=3)
+    [failed] = store.list("orders")
+    assert failed.status is Status.FAILED and "gave up" in failed.error
+    with pytest.raises(Refused):
+        plan_restore(store, "orders", failed.id, open_storage(str(tmp_path / "r")))

@@ -1,0 +1,82 @@
+"""`create` killed with SIGKILL at random points never leaves a COMPLETED snapshot that fails verify,
+and the next create succeeds. Real processes: the CLI in a child process, the moto server as store."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from synthetic import write_checkpoint
+
+from airflow_plugin.core.manifest import Status
+from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.store import SnapshotStore
+from airflow_plugin.core.verify import verify_snapshot
+
+
+def start_create(store: str, ckpt: Path) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        "-m",
+        "airflow_plugin",
+        "create",
+        "--store",
+        store,
+        "--job",
+        "orders",
+        "--checkpoint",
+        str(ckpt),
+        "--concurrency",
+        "4",
+        "--json",
+    ]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_sigkill_at_random_points_never_leaves_a_broken_completed_snapshot(tmp_path: Path, s3_store: str) -> None:
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=40, partitions=16)  # ~700 files
+    store = SnapshotStore(open_storage(s3_store))
+    rng = random.Random(20261121)
+    killed_mid_copy = 0
+    for round_no in range(6):
+        before = {m.id for m in store.list("orders")}
+        process = start_create(s3_store, ckpt)
+        if round_no % 2:  # anywhere from start-up on
+            time.sleep(rng.uniform(0.2, 2.0))
+        else:  # somewhere inside the copy, once the IN_PROGRESS manifest is there
+
+            def started(before: set[str] = before, process: subprocess.Popen[bytes] = process) -> bool:
+                return any(m.id not in before for m in store.list("orders")) or process.poll() is not None
+
+            assert wait_for(started)
+            time.sleep(rng.uniform(0.0, 0.4))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        new = [m for m in store.list("orders") if m.id not in before]
+        killed_mid_copy += any(m.status is Status.IN_PROGRESS for m in new)
+        for manifest in store.list("orders"):
+            if manifest.status is Status.COMPLETED:
+                assert verify_snapshot(store, "orders", manifest.id).ok, manifest.id
+
+    assert killed_mid_copy >= 2, "the kills should have hit snapshots in the middle of their copy"
+    process = start_create(s3_store, ckpt)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err.decode()
+    latest = store.latest("orders")
+    assert latest.status is Status.COMPLETED and latest.batch_id == 39
+    assert verify_snapshot(store, "orders", latest.id).ok

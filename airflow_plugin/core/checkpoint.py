@@ -101,7 +101,7 @@ def _store_of(key: str) -> StateStoreDir | None:
     """The store directory a state file belongs to: `state/<op>/<p>/` (default store, with its SSTs/ and
     logs/) or `state/<op>/<p>/<name>/` (named stores of stream-stream joins). None for metadata."""
     parts = key.split("/")  # state/<op>/<p>/...
-    if len(parts) < 4 or not parts[1].isdigit() or not parts[2].isdigit() or parts[3] == PARTITION_META:
+    if len(parts) < 4 or not parts[1].isdigit() or not parts[2].isdigit() or PARTITION_META in parts[3:]:
         return None
     if len(parts) == 4 or parts[3] in STORE_SUBDIRS:
         return StateStoreDir(int(parts[1]), int(parts[2]), "default", "/".join(parts[:3]) + "/")
@@ -109,11 +109,11 @@ def _store_of(key: str) -> StateStoreDir | None:
 
 
 def _is_state_metadata(key: str) -> bool:
+    """Operator metadata (`state/<op>/_metadata/**`, `state/<op>/_stateSchema/**`) and the schema of
+    each partition or named store (`state/<op>/<p>/[<store>/]_metadata/**`)."""
     parts = key.split("/")
-    return (
-        len(parts) >= 4
-        and parts[1].isdigit()
-        and (parts[2] in OPERATOR_META or (parts[2].isdigit() and parts[3] == PARTITION_META))
+    return len(parts) >= 4 and parts[1].isdigit() and (
+        parts[2] in OPERATOR_META or (parts[2].isdigit() and PARTITION_META in parts[3:-1])
     )
 
 

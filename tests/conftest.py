@@ -36,6 +36,7 @@ def _require_java() -> None:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     _require_java()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback address" warning
     from pyspark.sql import SparkSession
 
     session = (

@@ -59,16 +59,15 @@ ROWS_PER_ROUND = 12
 USERS = 9  # spread over all 3 shuffle partitions
 
 
+def _event(round_no: int, i: int) -> dict[str, Any]:
+    return {"event_id": f"e{round_no}-{i}", "user": f"u{(round_no * 5 + i) % USERS}", "n": round_no * 100 + i}
+
+
 def events(round_no: int) -> list[dict[str, Any]]:
-    """The events of one round. Every round also repeats two event ids of the previous one, so that
-    dropDuplicates has something to drop across batches."""
-    rows = [
-        {"event_id": f"e{round_no}-{i}", "user": f"u{(round_no * 5 + i) % USERS}", "n": round_no * 100 + i}
-        for i in range(ROWS_PER_ROUND)
-    ]
-    if round_no > 0:
-        rows += [r for r in events(round_no - 1)[:2] if r["event_id"].startswith(f"e{round_no - 1}-")]
-    return rows
+    """The events of one round. Every round also repeats the first two events of the previous one, so
+    that dropDuplicates has something to drop across batches."""
+    repeated = [_event(round_no - 1, i) for i in range(2)] if round_no > 0 else []
+    return [_event(round_no, i) for i in range(ROWS_PER_ROUND)] + repeated
 
 
 def _write_json_lines(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -243,6 +242,7 @@ def apply_confs(spark: SparkSession, kind: Kind) -> None:
 
 
 ROCKSDB = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER}
+FORMAT_V2 = {**ROCKSDB, CHANGELOG: "true", FORMAT_VERSION: "2"}
 _last_per_user = last_value_per_key("user")
 
 KINDS: dict[str, Kind] = {
@@ -264,9 +264,19 @@ KINDS: dict[str, Kind] = {
             "update",
             "foreach_batch",
             _last_per_user,
-            confs={**ROCKSDB, CHANGELOG: "true", FORMAT_VERSION: "2"},
+            confs=FORMAT_V2,
         ),
         Kind("join", _join, "append", "file", all_rows_file_sink, feed=feed_join, input_subdirs=("left", "right")),
+        Kind(
+            "join_v2",  # format v2 with named stores: commits/N holds one unique id per store
+            _join,
+            "append",
+            "file",
+            all_rows_file_sink,
+            feed=feed_join,
+            input_subdirs=("left", "right"),
+            confs=FORMAT_V2,
+        ),
         Kind("multi_op", _dedup_then_aggregate, "update", "foreach_batch", _last_per_user),
         Kind(
             "transform_with_state",
@@ -293,35 +303,44 @@ def run_rounds(query: StreamingQuery, kind: Kind, input_dir: str, rounds: Iterab
 
 
 def run_and_stop(
-    spark: SparkSession,
-    kind: Kind,
-    checkpoint: str,
-    input_dir: str,
-    output_dir: str,
-    rounds: Iterable[int],
-    until: Callable[[], bool] | None = None,
-    then_rounds: Iterable[int] = (),
-    timeout: float = 90.0,
+    spark: SparkSession, kind: Kind, checkpoint: str, input_dir: str, output_dir: str, rounds: Iterable[int]
 ) -> None:
-    """Start the query and run the rounds; then, if given, wait while it still runs (state maintenance
-    acts only then) until `until()` holds and run `then_rounds`; stop at a batch boundary."""
+    """Start the query, run the rounds and stop it at a batch boundary."""
     query = kind.start(spark, checkpoint, input_dir, output_dir)
     try:
         run_rounds(query, kind, input_dir, rounds)
-        if until is not None:
-            wait_for(until, timeout, f"{kind.name}: condition not met while the query ran")
-        run_rounds(query, kind, input_dir, then_rounds)
         query.processAllAvailable()
     finally:
         query.stop()
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, message: str) -> None:
+def run_until(
+    query: StreamingQuery,
+    kind: Kind,
+    input_dir: str,
+    first_round: int,
+    condition: Callable[[], bool],
+    max_rounds: int = 20,
+    settle: float = 1.0,
+) -> int:
+    """Feed rounds from `first_round` until `condition()` holds. State maintenance is asynchronous and
+    some of it (RocksDB cleanup) only follows new commits, so each round gets `settle` seconds to
+    satisfy it before the next is fed. Returns the next unfed round number."""
+    for round_no in range(first_round, first_round + max_rounds):
+        run_rounds(query, kind, input_dir, [round_no])
+        if poll(condition, settle):
+            return round_no + 1
+    raise AssertionError(f"{kind.name}: condition not met after {max_rounds} rounds")
+
+
+def poll(condition: Callable[[], bool], timeout: float) -> bool:
+    """Whether `condition()` holds within `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(message)
+            return False
         time.sleep(0.05)
+    return True
 
 
 def batch_ids(log_dir: Path) -> list[int]:
@@ -337,7 +356,9 @@ def last_commit(checkpoint: str) -> int:
 
 
 def read_state(spark: SparkSession, checkpoint: str, batch_id: int) -> dict[tuple[int, str], list[str]]:
-    """Per (operator id, store name): the sorted rows (as JSON) of the state after `batch_id`."""
+    """Per (operator id, store name): the sorted rows (JSON, with partition_id) of the state after
+    `batch_id`, read with the `statestore` source; operators and stores come from `state-metadata`.
+    transformWithState gets one entry per state variable, named `<store>/<stateVarName>`."""
     result: dict[tuple[int, str], list[str]] = {}
     meta = spark.read.format("state-metadata").load(checkpoint).collect()
     for op in meta:

@@ -1,0 +1,106 @@
+"""Storage behind one interface: local paths and S3 (the moto server), URI parsing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from airflow_plugin.core.errors import InvalidInput
+from airflow_plugin.core.storage import LocalStorage, S3Settings, S3Storage, Storage, open_storage
+
+
+@pytest.fixture(params=["local", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
+    if request.param == "local":
+        return open_storage(str(tmp_path / "root"))
+    return open_storage(request.getfixturevalue("s3_store"))
+
+
+def test_write_read_list_stat_delete(storage: Storage, tmp_path: Path) -> None:
+    assert not storage.exists() and list(storage.list()) == []
+    storage.write("a/b/1", b"one")
+    storage.write("a/b/2", b"two!")
+    storage.write("a/c", b"")
+    storage.write("a/b/1", b"ONE")  # replace
+    source = tmp_path / "upload.bin"
+    source.write_bytes(b"x" * 1000)
+    storage.upload(source, "up/file")
+
+    assert storage.read("a/b/1") == b"ONE"
+    assert sorted((i.key, i.size) for i in storage.list("a/b/")) == [("a/b/1", 3), ("a/b/2", 4)]
+    assert sorted(i.key for i in storage.list("a/")) == ["a/b/1", "a/b/2", "a/c"]
+    assert storage.stat("up/file").size == 1000 and storage.stat("nope") is None
+    with pytest.raises(FileNotFoundError):
+        storage.read("nope")
+    storage.download("up/file", tmp_path / "down/file")
+    assert (tmp_path / "down/file").read_bytes() == source.read_bytes()
+    assert [i.key for i in storage.child("a/b").list()] == ["1", "2"]
+
+    storage.delete(["a/b/1", "a/c", "never-existed"])
+    assert sorted(i.key for i in storage.list()) == ["a/b/2", "up/file"]
+
+
+def test_unsafe_keys_are_refused(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    for key in ("../escape", "/abs", "a//b", "a/./b", ""):
+        with pytest.raises(InvalidInput, match="unsafe relative path"):
+            storage.write(key, b"x")
+    assert list(tmp_path.parent.glob("escape")) == []
+
+
+def test_s3_deletes_in_batches_of_1000(s3_store: str) -> None:
+    storage = open_storage(s3_store)
+    keys = [f"many/{i:05d}" for i in range(2500)]
+    client = storage.client
+    for key in keys:
+        client.put_object(Bucket=storage.bucket, Key=f"{storage.prefix}/{key}", Body=b"")
+    assert storage.delete(keys) == 2500
+    assert list(storage.list("many/")) == []
+
+
+def test_s3_large_files_go_multipart(s3_store: str, tmp_path: Path) -> None:
+    base = open_storage(s3_store)
+    storage = S3Storage(base.bucket, base.prefix, S3Settings(multipart_threshold=5 << 20, multipart_chunksize=5 << 20))
+    big = tmp_path / "big"
+    big.write_bytes(os.urandom(11 << 20))
+    storage.upload(big, "big")
+    etag = storage.client.head_object(Bucket=storage.bucket, Key=f"{storage.prefix}/big")["ETag"]
+    assert etag.strip('"').endswith("-3"), etag  # three parts
+    storage.download("big", tmp_path / "back")
+    assert (tmp_path / "back").read_bytes() == big.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("uri", "kind", "root"),
+    [
+        ("/data/ckpt", LocalStorage, "/data/ckpt"),
+        ("file:///data/ckpt", LocalStorage, "/data/ckpt"),
+        ("file:/data/ckpt", LocalStorage, "/data/ckpt"),
+        ("s3://bucket/a/b/", S3Storage, "s3://bucket/a/b"),
+        ("s3a://bucket/a", S3Storage, "s3://bucket/a"),
+        ("s3://bucket", S3Storage, "s3://bucket"),
+    ],
+)
+def test_uris(uri: str, kind: type, root: str) -> None:
+    storage = open_storage(uri)
+    assert isinstance(storage, kind) and storage.uri == root
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("", "empty location"),
+        ("s3://", "malformed S3 URI"),
+        ("s3://UPPER/x", "malformed S3 URI"),
+        ("s3://bucket/../x", "unsafe relative path"),
+        ("gs://bucket/x", "unsupported location"),
+        ("file://host/x", "malformed file URI"),
+        ("s3://key:secret@bucket/x", "credentials do not belong in the URI"),
+    ],
+)
+def test_malformed_uris(uri: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message) as info:
+        open_storage(uri)
+    assert "secret" not in str(info.value)

@@ -19,11 +19,12 @@ from pathlib import Path
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 SHUFFLE_PARTITIONS = 8
 RETAINED_BATCHES = 100
-ROWS_PER_BATCH = 4000
-KEY_SPACE = 400_000
+ROWS_PER_BATCH = 10_000
+KEY_SPACE = 1_000_000
 
 SPARK_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
@@ -42,8 +43,13 @@ def input_name(batch: int) -> str:
 
 
 def write_inputs(input_dir: Path, first: int, count: int) -> None:
-    """One CSV file per batch, deterministic per batch number, written atomically (hidden temp + rename)."""
+    """One CSV file per batch, deterministic per batch number, written atomically (hidden temp + rename).
+    Input files numbered `first` or higher left by an earlier run are removed first: the query must see
+    exactly `count` new files."""
     input_dir.mkdir(parents=True, exist_ok=True)
+    for old in input_dir.glob("batch-*.csv"):
+        if int(old.stem.removeprefix("batch-")) >= first:
+            old.unlink()
     for batch in range(first, first + count):
         rng = random.Random(batch)
         rows = "".join(f"k{rng.randrange(KEY_SPACE):07d},{batch}\n" for _ in range(ROWS_PER_BATCH))
@@ -54,7 +60,7 @@ def write_inputs(input_dir: Path, first: int, count: int) -> None:
 
 
 def run_query(checkpoint: Path, input_dir: Path) -> int:
-    """Process every unseen input file, one batch each; returns the number of batches run."""
+    """Process every unseen input file, one batch each; returns the id of the last batch (-1: none ran)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master("local[2]").appName("bench-spark-feed")
@@ -63,11 +69,7 @@ def run_query(checkpoint: Path, input_dir: Path) -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        events = (
-            spark.readStream.schema("key STRING, batch LONG")
-            .option("maxFilesPerTrigger", 1)
-            .csv(str(input_dir))
-        )
+        events = spark.readStream.schema("key STRING, batch LONG").option("maxFilesPerTrigger", 1).csv(str(input_dir))
         query = (
             events.groupBy("key")
             .count()
@@ -78,10 +80,10 @@ def run_query(checkpoint: Path, input_dir: Path) -> int:
             .start()
         )
         query.awaitTermination()
-        batches = len(query.recentProgress)
+        last = query.lastProgress
         # let state maintenance catch up once more (zips, cleanup) as it would in a long-running job
         time.sleep(3)
-        return batches
+        return -1 if last is None else int(last["batchId"])
     finally:
         spark.stop()
 
@@ -95,8 +97,8 @@ def main() -> None:
     args = parser.parse_args()
     write_inputs(args.input, args.first, args.count)
     started = time.monotonic()
-    batches = run_query(args.checkpoint, args.input)
-    print(f"spark_feed: {batches} batches in {time.monotonic() - started:.1f}s", flush=True)
+    last = run_query(args.checkpoint, args.input)
+    print(f"spark_feed: {args.count} files, last batch {last}, {time.monotonic() - started:.1f}s", flush=True)
 
 
 if __name__ == "__main__":

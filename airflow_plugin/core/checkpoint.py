@@ -112,8 +112,10 @@ def _is_state_metadata(key: str) -> bool:
     """Operator metadata (`state/<op>/_metadata/**`, `state/<op>/_stateSchema/**`) and the schema of
     each partition or named store (`state/<op>/<p>/[<store>/]_metadata/**`)."""
     parts = key.split("/")
-    return len(parts) >= 4 and parts[1].isdigit() and (
-        parts[2] in OPERATOR_META or (parts[2].isdigit() and PARTITION_META in parts[3:-1])
+    return (
+        len(parts) >= 4
+        and parts[1].isdigit()
+        and (parts[2] in OPERATOR_META or (parts[2].isdigit() and PARTITION_META in parts[3:-1]))
     )
 
 

@@ -22,6 +22,7 @@ from airflow_plugin.core.store import SnapshotStore
 from airflow_plugin.core.verify import verify_snapshot
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.java import require_java
+from devtools.spark import local_spark
 
 JOB = "event_counts"
 EVENTS_PER_ROUND = 500
@@ -68,19 +69,9 @@ def main() -> int:
         store = SnapshotStore(open_storage(store_uri))
         step(f"embedded S3 (moto server) at {s3.endpoint}; snapshot store {store_uri}")
 
-        from pyspark.sql import SparkSession
-
         from spark_jobs.jobs.event_counts import final_counts, start, write_events
 
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("savepoints-demo")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.sql.shuffle.partitions", "4")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_spark("savepoints-demo", shuffle_partitions=4)
 
         step(
             f"start {JOB}: count events per user, RocksDB state with changelog checkpointing, "

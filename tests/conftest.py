@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -12,6 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from devtools.embedded_s3 import EmbeddedS3
+from devtools.java import REQUIRED, java_major
+from devtools.spark import local_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,38 +20,28 @@ SHUFFLE_PARTITIONS = 3
 
 
 def _require_java() -> None:
-    java_home = os.environ.get("JAVA_HOME")
-    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
-    if not java or not os.path.exists(java):
+    major = java_major()
+    if major is None or major < REQUIRED:
         pytest.fail(
-            "Spark tests need Java 17: no `java` on PATH and no JAVA_HOME "
-            "(install it, e.g. `apt-get install -y openjdk-17-jre-headless`).",
+            f"Spark tests need Java {REQUIRED}+ (found: {major or 'none'}): install it, e.g. "
+            "`apt-get install -y openjdk-17-jre-headless`, or set JAVA_HOME.",
             pytrace=False,
         )
-    probe = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    if probe.returncode != 0:
-        pytest.fail(f"`{java} -version` failed: {probe.stderr.strip()}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     _require_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback address" warning
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark-savepoints-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .getOrCreate()
+    session = local_spark(
+        "spark-savepoints-tests",
+        SHUFFLE_PARTITIONS,
+        **{
+            "spark.default.parallelism": "2",
+            "spark.sql.adaptive.enabled": "false",
+            "spark.sql.streaming.stopTimeout": "30s",
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
     finally:

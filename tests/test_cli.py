@@ -11,6 +11,7 @@ import pytest
 from synthetic import tree, write_checkpoint
 
 from airflow_plugin.cli import main
+from devtools.embedded_s3 import EmbeddedS3
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -209,6 +210,7 @@ def test_missing_bucket(capsys: pytest.CaptureFixture[str], s3_server: object, c
 
 def test_missing_credentials_never_print_a_secret(
     capsys: pytest.CaptureFixture[str],
+    s3_server: EmbeddedS3,
     s3_store: str,
     ckpt: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -224,6 +226,8 @@ def test_missing_credentials_never_print_a_secret(
     monkeypatch.setattr(s3_module, "_clients", {})
     code, out, err = run(capsys, "create", "--store", s3_store, "--job", "orders", "--checkpoint", str(ckpt), "-v")
     assert code == 7 and "no AWS credentials" in err
+    bucket = s3_store.removeprefix("s3://").split("/")[0]
+    assert s3_server.client().list_objects_v2(Bucket=bucket).get("KeyCount") == 0  # nothing written
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGWRONGWRONG")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value-never-shown")

@@ -10,12 +10,10 @@ COMPLETED snapshot with a missing file."""
 from __future__ import annotations
 
 import logging
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .checkpoint import RestartPoint, read_restart_point
 from .errors import CheckpointChanged, CheckpointError, SavepointsError
@@ -87,37 +85,31 @@ class _Copier:
         return FileEntry(info.key, info.size, sha, info.mtime)
 
     def _hash_and_upload(self, info: ObjectInfo) -> str:
-        with tempfile.TemporaryDirectory(prefix="savepoints-") as tmp:
-            local = self.checkpoint.local_path(info.key)
-            try:
-                if local is None:
-                    local = Path(tmp) / "file"
-                    self.checkpoint.download(info.key, local)
+        vanished = CheckpointChanged(f"{self.checkpoint.uri}/{info.key} was deleted while being copied")
+        try:
+            with self.checkpoint.fetched(info.key) as local:
                 digest = sha256_file(local)
-            except FileNotFoundError:
-                raise CheckpointChanged(f"{self.checkpoint.uri}/{info.key} was deleted while being copied") from None
-            if digest.size != info.size:
-                raise CheckpointChanged(
-                    f"{self.checkpoint.uri}/{info.key} changed size while being copied ({info.size} -> {digest.size})"
-                )
-            with self.lock:
-                first = digest.sha256 not in self.claimed
-                self.claimed.add(digest.sha256)
-                upload = first and digest.sha256 not in self.known.contents
-                if first and not upload:
-                    self.unchecked[digest.sha256] = digest.size
-            if upload:
-                try:
-                    self.store.storage.upload(local, blob_key(digest.sha256))
-                except FileNotFoundError:
+                if digest.size != info.size:
                     raise CheckpointChanged(
-                        f"{self.checkpoint.uri}/{info.key} was deleted while being copied"
-                    ) from None
+                        f"{self.checkpoint.uri}/{info.key} changed size while being copied "
+                        f"({info.size} -> {digest.size})"
+                    )
                 with self.lock:
-                    self.uploaded_bytes += digest.size
-                    self.uploaded_files += 1
-                    self.unchecked.pop(digest.sha256, None)
-            return digest.sha256
+                    first = digest.sha256 not in self.claimed
+                    self.claimed.add(digest.sha256)
+                    upload = first and digest.sha256 not in self.known.contents
+                    if first and not upload:
+                        self.unchecked[digest.sha256] = digest.size
+                if upload:
+                    self.store.storage.upload(local, blob_key(digest.sha256))
+        except FileNotFoundError:
+            raise vanished from None
+        if upload:
+            with self.lock:
+                self.uploaded_bytes += digest.size
+                self.uploaded_files += 1
+                self.unchecked.pop(digest.sha256, None)
+        return digest.sha256
 
 
 def create_snapshot(

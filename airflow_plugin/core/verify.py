@@ -70,15 +70,11 @@ def verify_snapshot(
     report = VerifyReport(manifest.id, job, manifest.batch_id, len(manifest.files), manifest.total_bytes)
 
     def check(entry: FileEntry) -> str | None:
-        local = store.storage.local_path(entry.blob)
-        with tempfile.TemporaryDirectory(prefix="savepoints-") as tmp:
-            try:
-                if local is None:
-                    local = Path(tmp) / "blob"
-                    store.storage.download(entry.blob, local)
+        try:
+            with store.storage.fetched(entry.blob) as local:
                 digest = sha256_file(local)
-            except FileNotFoundError:
-                return f"{entry.path}: stored content {entry.blob} is missing"
+        except FileNotFoundError:
+            return f"{entry.path}: stored content {entry.blob} is missing"
         progress.advance(entry.size)
         if digest.size != entry.size or digest.sha256 != entry.sha256:
             return f"{entry.path}: checksum mismatch (stored content {entry.blob} is corrupt)"

@@ -4,8 +4,10 @@ or an S3 prefix). Keys are relative, '/'-separated, and never contain '..'."""
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +82,19 @@ class Storage(ABC):
     @abstractmethod
     def child(self, prefix: str) -> Storage:
         """The storage rooted at `prefix` below this root."""
+
+    @contextmanager
+    def fetched(self, key: str) -> Iterator[Path]:
+        """A local file with the object's content: the file itself for local storage, else a temporary
+        download removed afterwards. A missing object raises FileNotFoundError (maybe only on open)."""
+        local = self.local_path(key)
+        if local is not None:
+            yield local
+            return
+        with tempfile.TemporaryDirectory(prefix="savepoints-") as tmp:
+            path = Path(tmp) / "object"
+            self.download(key, path)
+            yield path
 
     def local_path(self, key: str) -> Path | None:
         """The file behind `key` when this storage is a local directory (lets copies skip a temp file)."""

@@ -1,0 +1,28 @@
+"""One way to build a local SparkSession for the demo, the tests and the benchmarks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def local_spark(app_name: str, shuffle_partitions: int = 3, **conf: str) -> SparkSession:
+    """local[2], UI off, bound to 127.0.0.1, quiet; `conf` adds or overrides settings."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master("local[2]").appName(app_name)
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        **conf,
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

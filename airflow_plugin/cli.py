@@ -3,7 +3,8 @@
 Exit codes: 0 ok; 1 unexpected error; 2 bad input or usage; 3 not found (job, snapshot, location,
 bucket); 4 refused to avoid losing or overwriting data; 5 not a usable checkpoint; 6 integrity problem
 (checksum mismatch, verify failed, corrupt manifest); 7 store unreachable or credentials refused;
-8 a Spark tool failed (deep verify)."""
+8 a Spark tool failed (deep verify); 9 a job could not be launched or failed on start; 10 timed out (a job
+that does not stop: the request is withdrawn and the job keeps running)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ from rich.table import Table
 from rich.text import Text
 
 from .core.create import SnapshotRequest, create_snapshot
+from .core.deploy import RESTORE_MODES, DeployRequest, deploy
 from .core.errors import InvalidInput, SavepointsError
+from .core.jobs import JOBS_ENV, JobSpec, get_job, load_jobs
 from .core.lifecycle import delete_snapshot, set_pinned
 from .core.manifest import Kind, Manifest, Trigger
 from .core.restore import execute_restore, plan_restore
+from .core.stop import job_status, kill, stop
 from .core.storage import open_storage
 from .core.store import SnapshotStore
 from .core.verify import verify_snapshot
@@ -275,6 +279,96 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _job_store(args: argparse.Namespace, job: JobSpec) -> SnapshotStore:
+    return SnapshotStore(open_storage(args.store or os.environ.get(STORE_ENV) or job.store))
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    job = get_job(args.job, args.jobs)
+    request = DeployRequest(
+        job=job,
+        version=args.version,
+        restore=args.restore,
+        wait_seconds=args.wait,
+        requested_by=os.environ.get("USER", ""),
+    )
+    deployment = deploy(request, _job_store(args, job), progress=BarProgress())
+    data = {
+        "job": job.name,
+        "deployment": deployment.id,
+        "version": deployment.version,
+        "checkpoint": deployment.checkpoint,
+        "restored_from": deployment.restored_from,
+        "restored_batch_id": deployment.restored_batch_id,
+        "log": deployment.launcher.get("log"),
+    }
+    _emit(args, data, lambda: out.print(deployment.id))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    jobs = [get_job(args.job, args.jobs)] if args.job else list(load_jobs(args.jobs).values())
+    rows = [row for job in jobs for row in job_status(job, _job_store(args, job))]
+
+    def human() -> None:
+        if not rows:
+            out.print("no deployments")
+            return
+        table = Table(show_edge=False, header_style="bold")
+        for column in ("job", "deployment", "version", "state", "heartbeat", "batch", "rows/s", "restored from"):
+            table.add_column(column, no_wrap=True)
+        for r in rows:
+            age = "-" if r["heartbeat_age_s"] is None else f"{r['heartbeat_age_s']:.0f}s"
+            rate = "-" if r["rows_per_second"] is None else f"{r['rows_per_second']:.0f}"
+            table.add_row(
+                r["job"],
+                r["deployment"],
+                r["version"],
+                r["state"],
+                age,
+                "-" if r["last_batch_id"] is None else str(r["last_batch_id"]),
+                rate,
+                r["restored_from"] or "",
+            )
+        out.print(table)
+
+    _emit(args, rows, human)
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    job = get_job(args.job, args.jobs)
+    result = stop(
+        job,
+        _job_store(args, job),
+        savepoint=args.savepoint,
+        drain=args.drain,
+        timeout=args.timeout,
+        requested_by=os.environ.get("USER", ""),
+        progress=BarProgress(),
+    )
+
+    def human() -> None:
+        if result.snapshot:
+            out.print(result.snapshot.id)
+        else:
+            out.print(f"deployment {result.deployment.id} {result.state} after {result.seconds:.1f}s")
+
+    _emit(args, result.to_dict(), human)
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    job = get_job(args.job, args.jobs)
+    deployment = kill(job, _job_store(args, job))
+    _emit(
+        args,
+        {"job": job.name, "deployment": deployment.id, "state": "FAILED"},
+        lambda: out.print(f"killed deployment {deployment.id} of job {job.name}"),
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", help=f"snapshot store URI: s3://bucket/prefix or a path (default ${STORE_ENV})")
@@ -332,6 +426,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="restore even if a recorded file sink committed batches beyond the snapshot",
     )
     restore.set_defaults(func=cmd_restore)
+
+    jobs = argparse.ArgumentParser(add_help=False, parents=[common])
+    jobs.add_argument("--jobs", help=f"the jobs file (default ${JOBS_ENV}, else ./jobs.toml)")
+    deploy_cmd = commands.add_parser("deploy", parents=[jobs], help="launch a job version as a new deployment")
+    deploy_cmd.add_argument("job")
+    deploy_cmd.add_argument("--version", help="a version declared in the jobs file (default: its default_version)")
+    deploy_cmd.add_argument(
+        "--restore",
+        default="none",
+        metavar="|".join([*RESTORE_MODES, "ID"]),
+        help="where the state comes from (default none)",
+    )
+    deploy_cmd.add_argument("--wait", type=float, default=180, help="seconds to wait for RUNNING (default 180)")
+    deploy_cmd.set_defaults(func=cmd_deploy)
+    status_cmd = commands.add_parser("status", parents=[jobs], help="deployments with state and heartbeat")
+    status_cmd.add_argument("job", nargs="?")
+    status_cmd.set_defaults(func=cmd_status)
+    stop_cmd = commands.add_parser("stop", parents=[jobs], help="stop the running deployment at a batch boundary")
+    stop_cmd.add_argument("job")
+    stop_cmd.add_argument("--savepoint", action="store_true", help="then snapshot the quiescent checkpoint")
+    stop_cmd.add_argument("--drain", action="store_true", help="process what is available first")
+    stop_cmd.add_argument("--timeout", type=float, help="seconds (default: trigger interval + 60)")
+    stop_cmd.set_defaults(func=cmd_stop)
+    kill_cmd = commands.add_parser("kill", parents=[jobs], help="force-kill a deployment that will not stop")
+    kill_cmd.add_argument("job")
+    kill_cmd.set_defaults(func=cmd_kill)
     return parser
 
 

@@ -49,3 +49,9 @@ class StoreUnavailable(SavepointsError):
     """The store cannot be reached or refuses us: endpoint down, missing bucket access, no credentials."""
 
     exit_code = 7
+
+
+class TimedOut(SavepointsError):
+    """Something did not happen in time (a job that does not stop); nothing was changed because of it."""
+
+    exit_code = 10

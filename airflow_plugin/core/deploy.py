@@ -1,0 +1,195 @@
+"""Deploy a job version as a new deployment with its own checkpoint location, optionally from state:
+
+    none              a fresh start
+    latest-savepoint  the newest COMPLETED savepoint of the job
+    latest-state      the newest of: the previous deployment's live checkpoint and the job's snapshots
+                      (the live checkpoint is snapshotted first, so it is never claimed by the new one)
+    <snapshot id>     that snapshot
+
+Observe (deployments, heartbeats, snapshots) -> decide (refusals, restore source) -> act (restore,
+launch, wait until the job runs or fails)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checkpoint import read_restart_point
+from .create import SnapshotRequest, create_snapshot
+from .deployments import Deployment, Deployments, State, Status, new_deployment_id, observed_state
+from .errors import CheckpointError, NotFound, Refused
+from .jobs import JobSpec
+from .launcher import CommandBuilder, LaunchFailed, SubmitSpec, default_command, exit_code, launch, log_tail
+from .manifest import Kind, Manifest, Trigger
+from .progress import Progress
+from .restore import execute_restore, plan_restore
+from .storage import open_storage
+from .store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+RESTORE_MODES = ("none", "latest-state", "latest-savepoint")
+
+
+@dataclass(frozen=True)
+class DeployRequest:
+    job: JobSpec
+    version: str | None = None
+    restore: str = "none"
+    wait_seconds: float = 180.0  # until the job reports RUNNING (Spark start-up on a busy machine)
+    requested_by: str = ""
+
+
+def live_deployments(deployments: Deployments, job: JobSpec) -> list[tuple[Deployment, State]]:
+    found = []
+    for deployment in deployments.list(job.name):
+        state = observed_state(deployment, deployments.status(job.name, deployment.id), job.heartbeat_timeout)
+        if state.live or state is State.LOST:
+            found.append((deployment, state))
+    return found
+
+
+def _restore_source(
+    store: SnapshotStore, deployments: Deployments, job: JobSpec, mode: str, progress: Progress | None
+) -> Manifest | None:
+    if mode == "none":
+        return None
+    if mode == "latest-savepoint":
+        return store.latest(job.name, kind=Kind.SAVEPOINT)
+    if mode != "latest-state":
+        return store.get(job.name, mode)
+    try:
+        newest = store.latest(job.name)
+    except NotFound:
+        newest = None
+    previous = deployments.list(job.name)
+    if previous:
+        last = previous[-1]
+        location = open_storage(last.checkpoint)
+        try:
+            live_batch = read_restart_point(location).batch_id
+        except (NotFound, CheckpointError):
+            live_batch = None
+        if live_batch is not None and (newest is None or (newest.batch_id or -1) < live_batch):
+            log.info("latest state is the live checkpoint of %s at batch %d: snapshotting it", last.id, live_batch)
+            request = SnapshotRequest(
+                job=job.name,
+                kind=Kind.CHECKPOINT,
+                trigger=Trigger.UPGRADE,
+                requested_by="deploy --restore latest-state",
+                deployment=last.id,
+                job_version=last.version,
+                labels={"reason": "latest-state"},
+            )
+            return create_snapshot(store, location, request, progress=progress)
+    if newest is None:
+        raise NotFound(
+            f"job {job.name} has no earlier deployment or snapshot to take its state from: "
+            "deploy with --restore none for a fresh start"
+        )
+    return newest
+
+
+def deploy(
+    request: DeployRequest,
+    store: SnapshotStore,
+    *,
+    command_builder: CommandBuilder = default_command,
+    progress: Progress | None = None,
+) -> Deployment:
+    job = request.job
+    version = job.version(request.version)
+    deployments = Deployments(store.storage)
+    running = live_deployments(deployments, job)
+    if running:
+        deployment, state = running[-1]
+        raise Refused(
+            f"job {job.name} already has deployment {deployment.id} in state {state}: stop it first "
+            f"(`savepoints stop {job.name}`) or, if it is LOST and surely not running, `savepoints kill {job.name}`"
+        )
+    source = _restore_source(store, deployments, job, request.restore, progress)
+
+    deployment_id = new_deployment_id()
+    checkpoint = f"{job.checkpoint_root.rstrip('/')}/{job.name}/{deployment_id}"
+    target = open_storage(checkpoint)
+    owners = [d.id for d in deployments.list(job.name) if d.checkpoint.rstrip("/") == checkpoint]
+    if owners or target.exists():
+        raise Refused(f"checkpoint location {checkpoint} is owned by deployment {owners or 'unknown'}; nothing done")
+    plan = plan_restore(store, job.name, source.id, target) if source else None
+
+    deployment = Deployment(
+        id=deployment_id,
+        job=job.name,
+        version=version.name,
+        checkpoint=checkpoint,
+        restored_from=source.id if source else None,
+        restored_batch_id=source.batch_id if source else None,
+        spark_conf={**job.conf, **version.conf, **(plan.spark_conf if plan else {})},
+    )
+    deployments.put(deployment)  # claims the location before anything is written there
+    if plan is not None:
+        execute_restore(store, plan, progress=progress)
+
+    spec = SubmitSpec(
+        application=version.application,
+        app_args=[
+            "--store",
+            job.store,
+            "--job",
+            job.name,
+            "--deployment",
+            deployment_id,
+            "--checkpoint",
+            checkpoint,
+            "--trigger-interval",
+            job.trigger_interval,
+            "--delivery",
+            job.delivery,
+            *job.args,
+            *version.args,
+        ],
+        master=job.spark_master,
+        deploy_mode=job.deploy_mode,
+        name=f"{job.name}-{version.name}-{deployment_id}",
+        conf=deployment.spark_conf,
+    )
+    log_path = Path(job.log_dir) / job.name / f"{deployment_id}.log"
+    deployment.launcher = launch(spec, log_path, command_builder)
+    deployments.put(deployment)
+    _wait_until_started(deployments, deployment, request.wait_seconds)
+    return deployment
+
+
+def _wait_until_started(deployments: Deployments, deployment: Deployment, wait_seconds: float) -> None:
+    """Return once the job reports RUNNING; fail with the job's own error if it fails or exits first."""
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        status = deployments.status(deployment.job, deployment.id)
+        if status is not None and status.state in (State.RUNNING, State.STOPPING, State.STOPPED):
+            return
+        if status is not None and status.state is State.FAILED:
+            raise LaunchFailed(
+                f"deployment {deployment.id} of job {deployment.job} FAILED: {status.error_class or ''} "
+                f"{status.error_message or ''}".strip()
+            )
+        code = exit_code(deployment.launcher)
+        if code is not None:
+            status = deployments.status(deployment.job, deployment.id)
+            if status is not None and status.state is State.FAILED:
+                continue  # report the job's own error on the next round
+            tail = log_tail(deployment.launcher)
+            deployments.write_status(
+                deployment.job,
+                deployment.id,
+                Status(state=State.FAILED, updated_at=time.time(), error_class="LAUNCH_FAILED", error_message=tail),
+            )
+            raise LaunchFailed(
+                f"deployment {deployment.id} of job {deployment.job}: spark-submit exited with code {code} before "
+                f"the job started; log {deployment.launcher.get('log')}:\n{tail}"
+            )
+        time.sleep(0.25)
+    log.warning(
+        "deployment %s has not reported RUNNING after %.0fs; it may still be starting", deployment.id, wait_seconds
+    )

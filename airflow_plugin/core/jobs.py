@@ -1,0 +1,181 @@
+"""Jobs are declared once, in a TOML file that the CLI and the DAGs both read (`jobs.toml` by default,
+or `--jobs FILE` / `SAVEPOINTS_JOBS`). Relative paths in it are relative to the file's directory.
+
+    [defaults]                     # applies to every job unless the job says otherwise
+    store = "s3://savepoints/store"
+    checkpoint_root = ".runs/checkpoints"
+    spark_master = "local[2]"
+
+    [jobs.windowed_counts]
+    trigger_interval = "2 seconds"
+    delivery = "exactly-once"
+    default_version = "v1"
+    args = ["--input", ".runs/input", "--output", ".runs/output"]
+    conf = { "spark.sql.shuffle.partitions" = "3" }
+    versions.v1 = { application = "spark_jobs/jobs/windowed/v1.py" }
+    retention.savepoint = { keep_last = 10 }
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidInput, NotFound
+from .manifest import check_name
+
+JOBS_ENV = "SAVEPOINTS_JOBS"
+DEFAULT_JOBS_FILE = "jobs.toml"
+DELIVERY = ("at-most-once", "at-least-once", "exactly-once")
+_UNIT_SECONDS = {
+    "ms": 0.001,
+    "millisecond": 0.001,
+    "milliseconds": 0.001,
+    "s": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "m": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+}
+_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(" + "|".join(sorted(_UNIT_SECONDS, key=len, reverse=True)) + r")\s*$")
+_PATH_ARGS = ("--input", "--output")  # job arguments whose values are paths
+
+
+@dataclass(frozen=True)
+class VersionSpec:
+    name: str
+    application: str  # a .py file given to spark-submit
+    conf: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    versions: dict[str, VersionSpec]
+    default_version: str
+    store: str
+    checkpoint_root: str
+    log_dir: str = ".runs/logs"  # spark-submit output of local and client-mode deployments
+    spark_master: str = "local[2]"
+    deploy_mode: str = "client"
+    trigger_interval: str = "5 seconds"
+    delivery: str = "exactly-once"
+    conf: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    heartbeat_timeout: float = 30.0
+    retention: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def trigger_seconds(self) -> float:
+        return interval_seconds(self.trigger_interval)
+
+    def version(self, name: str | None) -> VersionSpec:
+        name = name or self.default_version
+        if name not in self.versions:
+            raise NotFound(
+                f"job {self.name} has no version {name!r}: declared versions are {', '.join(sorted(self.versions))}"
+            )
+        return self.versions[name]
+
+
+def interval_seconds(text: str) -> float:
+    match = _INTERVAL.match(text or "")
+    if not match:
+        raise InvalidInput(f"invalid interval {text!r}: use e.g. '500 ms', '2 seconds', '1 minute'")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def jobs_file(path: str | None = None) -> Path:
+    return Path(path or os.environ.get(JOBS_ENV) or DEFAULT_JOBS_FILE).expanduser().absolute()
+
+
+def _resolve(base: Path, value: str) -> str:
+    """Relative local paths are relative to the jobs file; URIs stay as they are."""
+    if "://" in value or value.startswith("file:") or Path(value).is_absolute():
+        return value
+    return str((base / value).resolve())
+
+
+def _strings(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{where} must be a table of settings")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _args(value: Any, base: Path, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidInput(f"{where} must be a list of strings")
+    return [_resolve(base, v) if i > 0 and value[i - 1] in _PATH_ARGS else v for i, v in enumerate(value)]
+
+
+def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
+    """Parse and validate the jobs file; every error names the file and the key."""
+    file = jobs_file(path)
+    try:
+        data = tomllib.loads(file.read_text())
+    except FileNotFoundError:
+        raise NotFound(f"jobs file {file} does not exist: pass --jobs FILE or set {JOBS_ENV}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"jobs file {file} is not valid TOML: {exc}") from None
+    base = file.parent
+    defaults = data.get("defaults", {})
+    jobs = {}
+    for name, raw in (data.get("jobs") or {}).items():
+        where = f"{file} [jobs.{name}]"
+        check_name(name, "job name")
+        merged = {**defaults, **raw}
+        versions = {}
+        for version, spec in (merged.get("versions") or {}).items():
+            if not isinstance(spec, dict) or "application" not in spec:
+                raise InvalidInput(f"{where} version {version!r} needs an application (a .py file)")
+            versions[version] = VersionSpec(
+                name=version,
+                application=_resolve(base, spec["application"]),
+                conf=_strings(spec.get("conf", {}), f"{where} versions.{version}.conf"),
+                args=_args(spec.get("args", []), base, f"{where} versions.{version}.args"),
+            )
+        if not versions:
+            raise InvalidInput(f'{where} declares no versions: add e.g. versions.v1 = {{ application = "job.py" }}')
+        default_version = str(merged.get("default_version", sorted(versions)[0]))
+        delivery = str(merged.get("delivery", "exactly-once"))
+        if delivery not in DELIVERY:
+            raise InvalidInput(f"{where} delivery {delivery!r} is not one of {', '.join(DELIVERY)}")
+        for key in ("store", "checkpoint_root"):
+            if not merged.get(key):
+                raise InvalidInput(f"{where} needs {key} (in the job or in [defaults])")
+        spec = JobSpec(
+            name=name,
+            versions=versions,
+            default_version=default_version,
+            store=os.environ.get("SAVEPOINTS_STORE") or _resolve(base, str(merged["store"])),
+            checkpoint_root=_resolve(base, str(merged["checkpoint_root"])),
+            log_dir=_resolve(base, str(merged.get("log_dir", ".runs/logs"))),
+            spark_master=str(merged.get("spark_master", "local[2]")),
+            deploy_mode=str(merged.get("deploy_mode", "client")),
+            trigger_interval=str(merged.get("trigger_interval", "5 seconds")),
+            delivery=delivery,
+            conf=_strings(merged.get("conf", {}), f"{where} conf"),
+            args=_args(merged.get("args", []), base, f"{where} args"),
+            heartbeat_timeout=float(merged.get("heartbeat_timeout", 30)),
+            retention=dict(merged.get("retention", {})),
+            description=str(merged.get("description", "")),
+        )
+        spec.version(default_version)
+        interval_seconds(spec.trigger_interval)
+        jobs[name] = spec
+    return jobs
+
+
+def get_job(name: str, path: str | None = None) -> JobSpec:
+    jobs = load_jobs(path)
+    if name not in jobs:
+        declared = ", ".join(sorted(jobs)) or "none"
+        raise NotFound(f"unknown job {name!r} in {jobs_file(path)}: declared jobs are {declared}")
+    return jobs[name]

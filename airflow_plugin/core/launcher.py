@@ -1,0 +1,185 @@
+"""Launch a streaming job detached: nothing ever blocks on spark-submit.
+
+Local master and client deploy mode: spark-submit runs the driver itself, so it is started as a
+detached process in its own session (its own process group, so that a force-kill reaches the JVM and
+the Python driver), logging to a file; pid and start time are recorded. Cluster deploy modes use the
+cluster's own detach switch and record the id the cluster gives back (standalone driver id, YARN
+application id, Kubernetes driver pod). The spark-submit command itself comes from a `CommandBuilder`:
+by default the one here; the Airflow layer passes one built by the Spark provider's SparkSubmitHook."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import SavepointsError
+
+DETACH_CONF = {  # cluster managers' own "do not wait for the application" switches
+    "yarn": {"spark.yarn.submit.waitAppCompletion": "false"},
+    "k8s": {"spark.kubernetes.submission.waitAppCompletion": "false"},
+    "spark": {"spark.standalone.submit.waitAppCompletion": "false"},
+}
+_CLUSTER_IDS = {
+    "driver_id": re.compile(r"\b(driver-\d{14}-\d{4})\b"),
+    "app_id": re.compile(r"\b(application_\d+_\d+)\b"),
+    "driver_pod": re.compile(r"pod name: (\S+)"),
+}
+_SECRET_CONF = re.compile(r"secret|password|token|credential|access\.key", re.IGNORECASE)
+
+
+class LaunchFailed(SavepointsError):
+    exit_code = 9
+
+
+@dataclass(frozen=True)
+class SubmitSpec:
+    application: str
+    app_args: list[str]
+    master: str = "local[2]"
+    deploy_mode: str = "client"
+    name: str = "savepoints-job"
+    conf: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cluster_manager(self) -> str:
+        return "local" if self.master.startswith("local") else self.master.split(":", 1)[0]
+
+    @property
+    def detached_by_cluster(self) -> bool:
+        return self.deploy_mode == "cluster" and self.cluster_manager in DETACH_CONF
+
+
+CommandBuilder = Callable[[SubmitSpec], list[str]]
+
+
+def spark_submit_binary() -> str:
+    found = shutil.which("spark-submit") or str(Path(sys.executable).parent / "spark-submit")
+    if not Path(found).exists():
+        raise LaunchFailed("spark-submit not found: install pyspark (the [spark] extra) or put Spark's bin on PATH")
+    return found
+
+
+def default_command(spec: SubmitSpec) -> list[str]:
+    command = [spark_submit_binary(), "--master", spec.master, "--deploy-mode", spec.deploy_mode, "--name", spec.name]
+    conf = dict(spec.conf)
+    if spec.detached_by_cluster:
+        conf.update(DETACH_CONF[spec.cluster_manager])
+    for key, value in sorted(conf.items()):
+        command += ["--conf", f"{key}={value}"]
+    return [*command, spec.application, *spec.app_args]
+
+
+def redact(command: list[str]) -> list[str]:
+    """The command as it may be logged and stored: secret conf values hidden."""
+    shown = []
+    for part in command:
+        key, sep, _ = part.partition("=")
+        shown.append(f"{key}=***" if sep and _SECRET_CONF.search(key) else part)
+    return shown
+
+
+def _start_time(pid: int) -> str | None:
+    """The process start time (clock ticks since boot, /proc/<pid>/stat field 22): tells a reused pid apart."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+_children: dict[int, subprocess.Popen[bytes]] = {}  # reaped by alive() so they do not linger as zombies
+
+
+def launch(spec: SubmitSpec, log_path: Path, build: CommandBuilder = default_command) -> dict[str, Any]:
+    """Start spark-submit detached; return the handle to store in the deployment record."""
+    command = build(spec)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **spec.env}
+    with log_path.open("ab") as log:
+        try:
+            process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise LaunchFailed(f"could not start {command[0]}: {exc}") from None
+    _children[process.pid] = process
+    return {
+        "mode": "cluster" if spec.detached_by_cluster else spec.cluster_manager,
+        "master": spec.master,
+        "deploy_mode": spec.deploy_mode,
+        "host": socket.gethostname(),  # a pid means something only on this host
+        "pid": process.pid,
+        "started": _start_time(process.pid),
+        "log": str(log_path),
+        "command": redact(command),
+    }
+
+
+def on_this_host(handle: dict[str, Any]) -> bool:
+    return bool(handle.get("pid")) and handle.get("mode") != "cluster" and handle.get("host") == socket.gethostname()
+
+
+def alive(handle: dict[str, Any]) -> bool:
+    """Whether the process of a local/client-mode handle still runs (and is the one we started)."""
+    pid = handle.get("pid")
+    if not pid or handle.get("host", socket.gethostname()) != socket.gethostname():
+        return False
+    child = _children.get(pid)
+    if child is not None and child.poll() is not None:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z" and (handle.get("started") in (None, _start_time(pid)))
+
+
+def exit_code(handle: dict[str, Any]) -> int | None:
+    """The exit code, if this process started the job and it has ended."""
+    child = _children.get(handle.get("pid", -1))
+    return None if child is None else child.poll()
+
+
+def cluster_ids(log_text: str) -> dict[str, str]:
+    """Ids a cluster-mode spark-submit prints once the application is submitted."""
+    return {name: m.group(1) for name, pattern in _CLUSTER_IDS.items() if (m := pattern.search(log_text))}
+
+
+def log_tail(handle: dict[str, Any], lines: int = 20) -> str:
+    try:
+        text = Path(handle["log"]).read_text(errors="replace")
+    except (OSError, KeyError):
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def force_kill(handle: dict[str, Any]) -> bool:
+    """SIGKILL the whole process group of a local/client-mode job. Returns whether anything was killed."""
+    if handle.get("mode") == "cluster":
+        raise LaunchFailed(
+            f"force-kill of a {handle.get('master')} cluster-mode application is not done from here: "
+            f"use the cluster's tools (ids: {cluster_ids(log_tail(handle, 200))})"
+        )
+    if not alive(handle):
+        return False
+    os.killpg(handle["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while alive(handle) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return True

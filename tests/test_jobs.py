@@ -1,0 +1,137 @@
+"""The jobs file, deployments' observed state, and the bad inputs of deploy/stop/status (no JVM needed
+except where spark-submit itself is the subject)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_plugin.cli import main
+from airflow_plugin.core.deployments import Deployment, Deployments, State, Status, observed_state
+from airflow_plugin.core.errors import InvalidInput, NotFound
+from airflow_plugin.core.jobs import get_job, load_jobs
+from airflow_plugin.core.launcher import cluster_ids, redact
+from airflow_plugin.core.storage import open_storage
+
+
+def write_jobs(tmp_path: Path, application: str = "job.py", extra: str = "") -> Path:
+    path = tmp_path / "jobs.toml"
+    path.write_text(
+        f"""
+[defaults]
+store = "store"
+checkpoint_root = "checkpoints"
+log_dir = "logs"
+
+[jobs.orders]
+trigger_interval = "1 second"
+delivery = "exactly-once"
+args = ["--input", "in", "--output", "out"]
+conf = {{ "spark.sql.shuffle.partitions" = "3" }}
+versions.v1 = {{ application = "{application}" }}
+versions.v2 = {{ application = "{application}", args = ["--variant", "2"] }}
+{extra}
+"""
+    )
+    return path
+
+
+def test_jobs_file_is_parsed_with_paths_relative_to_it(tmp_path: Path) -> None:
+    job = get_job("orders", str(write_jobs(tmp_path)))
+    assert job.store == str(tmp_path / "store") and job.checkpoint_root == str(tmp_path / "checkpoints")
+    assert job.args == ["--input", str(tmp_path / "in"), "--output", str(tmp_path / "out")]
+    assert job.default_version == "v1" and job.version("v2").args == ["--variant", "2"]
+    assert job.trigger_seconds == 1.0 and job.conf == {"spark.sql.shuffle.partitions": "3"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "error", "message"),
+    [
+        ('[jobs.bad]\nstore = "s"\ncheckpoint_root = "c"', InvalidInput, "declares no versions"),
+        ('[jobs.bad]\nversions.v1 = { application = "a.py" }\ndelivery = "twice"', InvalidInput, "delivery 'twice'"),
+        ('[jobs.bad]\nversions.v1 = { application = "a.py" }\ntrigger_interval = "soon"', InvalidInput, "interval"),
+        ("[jobs.bad\n", InvalidInput, "is not valid TOML"),
+    ],
+)
+def test_bad_jobs_files(tmp_path: Path, extra: str, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        load_jobs(str(write_jobs(tmp_path, extra=extra)))
+
+
+def test_unknown_job_and_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = str(write_jobs(tmp_path))
+    with pytest.raises(NotFound, match=r"unknown job 'payments'.*declared jobs are orders"):
+        get_job("payments", jobs)
+    assert main(["deploy", "orders", "--version", "v9", "--jobs", jobs]) == 3
+    assert "job orders has no version 'v9': declared versions are v1, v2" in capsys.readouterr().err
+    assert main(["deploy", "orders", "--jobs", str(tmp_path / "missing.toml")]) == 3
+    assert "jobs file" in capsys.readouterr().err
+    assert not (tmp_path / "store").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_failing_spark_submit_reports_its_log_in_the_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    app = tmp_path / "job.py"
+    app.write_text("import sys\nprint('boom: the input directory is not configured', file=sys.stderr)\nsys.exit(3)\n")
+    jobs = str(write_jobs(tmp_path, application=str(app)))
+    code = main(["deploy", "orders", "--jobs", jobs, "--json"])
+    captured = capsys.readouterr()
+    assert code == 9 and "spark-submit exited with code 3 before the job started" in captured.err
+    assert "boom: the input directory is not configured" in captured.err
+    [row] = json.loads(main(["status", "orders", "--jobs", jobs, "--json"]) == 0 and capsys.readouterr().out)
+    assert row["state"] == "FAILED" and "boom" in row["error"] and row["error"].startswith("LAUNCH_FAILED")
+
+
+def test_missing_spark_submit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    assert main(["deploy", "orders", "--jobs", str(write_jobs(tmp_path))]) == 9
+    assert "spark-submit not found" in capsys.readouterr().err
+
+
+def test_stop_without_a_running_deployment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = str(write_jobs(tmp_path))
+    assert main(["stop", "orders", "--jobs", jobs]) == 4
+    assert "job orders has no running deployment: nothing to stop" in capsys.readouterr().err
+    deployments = Deployments(open_storage(str(tmp_path / "store")))
+    deployments.put(Deployment(id="dp-20261121T000000000Z-0001", job="orders", version="v1", checkpoint="c"))
+    deployments.write_status("orders", "dp-20261121T000000000Z-0001", Status(State.STOPPED, time.time()))
+    assert main(["stop", "orders", "--jobs", jobs, "--savepoint"]) == 4
+    assert "(its latest deployment dp-20261121T000000000Z-0001 is STOPPED)" in capsys.readouterr().err
+    assert (
+        list(open_storage(str(tmp_path / "store")).list("jobs/orders/deployments/dp-20261121T000000000Z-0001/control/"))
+        == []
+    )
+
+
+def test_a_heartbeat_that_stops_reads_as_lost() -> None:
+    deployment = Deployment(id="dp-1", job="orders", version="v1", checkpoint="c")
+    fresh = Status(State.RUNNING, updated_at=time.time())
+    stale = Status(State.RUNNING, updated_at=time.time() - 31)
+    assert observed_state(deployment, fresh, timeout=30) is State.RUNNING
+    assert observed_state(deployment, stale, timeout=30) is State.LOST
+    assert observed_state(deployment, Status(State.STOPPED, time.time() - 999), timeout=30) is State.STOPPED
+    import socket
+
+    gone = Deployment(
+        id="dp-2",
+        job="orders",
+        version="v1",
+        checkpoint="c",
+        launcher={"mode": "local", "pid": 2**22 + 17, "host": socket.gethostname()},
+    )
+    assert observed_state(gone, fresh, timeout=30) is State.LOST  # its driver process is gone
+
+
+def test_launcher_helpers() -> None:
+    shown = redact(["spark-submit", "--conf", "spark.hadoop.fs.s3a.secret.key=abc", "--conf", "a.b=c"])
+    assert shown[2] == "spark.hadoop.fs.s3a.secret.key=***" and shown[4] == "a.b=c"
+    log = "INFO Submitted application application_1700000000000_0042\n... driver-20261121060000-0001 ..."
+    assert cluster_ids(log) == {"app_id": "application_1700000000000_0042", "driver_id": "driver-20261121060000-0001"}

@@ -169,14 +169,14 @@ class CleanupDuringCopy(LocalStorage):
         super().__init__(root)
         self.cleaned = False
 
-    def local_path(self, key: str) -> Path:
+    def read(self, key: str) -> bytes:
         if not self.cleaned and key == "state/0/1/1.delta":
             self.cleaned = True
             add_batch(self.root, 5)
             add_batch(self.root, 6)
             (self.root / key).unlink()
             (self.root / "state/0/1/6.snapshot").write_bytes(b"snapshot of version 6")
-        return super().local_path(key)
+        return super().read(key)
 
 
 def test_file_deleted_mid_copy_retries_at_a_newer_batch(tmp_path: Path) -> None:
@@ -192,9 +192,8 @@ def test_file_deleted_mid_copy_retries_at_a_newer_batch(tmp_path: Path) -> None:
 
 def test_gives_up_and_marks_failed_when_files_keep_vanishing(tmp_path: Path) -> None:
     class AlwaysCleaning(LocalStorage):
-        def local_path(self, key: str) -> Path:
-            path = super().local_path(key)
-            return path.with_name("gone-" + path.name) if key.endswith(".delta") else path
+        def read(self, key: str) -> bytes:
+            return super().read(key + ".gone" if key.endswith(".delta") else key)
 
     ckpt = write_checkpoint(tmp_path / "ckpt", batches=3)
     store = SnapshotStore(open_storage(str(tmp_path / "store")))

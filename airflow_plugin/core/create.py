@@ -9,11 +9,14 @@ COMPLETED snapshot with a missing file."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .checkpoint import RestartPoint, read_restart_point
 from .errors import CheckpointChanged, CheckpointError, SavepointsError
@@ -21,12 +24,13 @@ from .manifest import FileEntry, Kind, Manifest, Status, Trigger, blob_key, chec
 from .parallel import DEFAULT_CONCURRENCY, run_parallel
 from .progress import NullProgress, Progress
 from .sinks import sink_position
-from .storage import ObjectInfo, Storage, open_storage, sha256_file
+from .storage import ObjectInfo, Storage, copy_and_hash, open_storage
 from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
+SMALL_FILE = 8 * 1024 * 1024  # read into memory in one go (per thread)
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ class _Known:
 
 
 class _Copier:
-    """Copies the files of one attempt; thread-safe; uploads each content at most once."""
+    """Copies the files of one attempt; thread-safe; uploads each content at most once. The bytes that
+    are hashed are exactly the bytes that are stored (read once, or copied once to a private file)."""
 
     def __init__(self, store: SnapshotStore, checkpoint: Storage, known: _Known, progress: Progress) -> None:
         self.store, self.checkpoint, self.known, self.progress = store, checkpoint, known, progress
@@ -72,44 +77,53 @@ class _Copier:
         self.claimed: set[str] = set()
         self.uploaded_bytes = 0
         self.uploaded_files = 0
-        self.unchecked: dict[str, int] = {}  # blobs we rely on without having written them now
 
     def __call__(self, info: ObjectInfo) -> FileEntry:
         sha = self.known.by_file.get((info.key, info.size, info.mtime))
         if sha is None:
-            sha = self._hash_and_upload(info)
-        else:
-            with self.lock:
-                self.unchecked[sha] = info.size
+            try:
+                sha = self._copy_small(info) if info.size <= SMALL_FILE else self._copy_large(info)
+            except FileNotFoundError:
+                raise CheckpointChanged(f"{self.checkpoint.uri}/{info.key} was deleted while being copied") from None
         self.progress.advance(info.size)
         return FileEntry(info.key, info.size, sha, info.mtime)
 
-    def _hash_and_upload(self, info: ObjectInfo) -> str:
-        vanished = CheckpointChanged(f"{self.checkpoint.uri}/{info.key} was deleted while being copied")
-        try:
-            with self.checkpoint.fetched(info.key) as local:
-                digest = sha256_file(local)
-                if digest.size != info.size:
-                    raise CheckpointChanged(
-                        f"{self.checkpoint.uri}/{info.key} changed size while being copied "
-                        f"({info.size} -> {digest.size})"
-                    )
-                with self.lock:
-                    first = digest.sha256 not in self.claimed
-                    self.claimed.add(digest.sha256)
-                    upload = first and digest.sha256 not in self.known.contents
-                    if first and not upload:
-                        self.unchecked[digest.sha256] = digest.size
-                if upload:
-                    self.store.storage.upload(local, blob_key(digest.sha256))
-        except FileNotFoundError:
-            raise vanished from None
-        if upload:
-            with self.lock:
-                self.uploaded_bytes += digest.size
-                self.uploaded_files += 1
-                self.unchecked.pop(digest.sha256, None)
+    def _copy_small(self, info: ObjectInfo) -> str:
+        data = self.checkpoint.read(info.key)
+        self._check_size(info, len(data))
+        sha = hashlib.sha256(data).hexdigest()
+        if self._claim(sha):
+            self.store.storage.write(blob_key(sha), data)
+            self._count(len(data))
+        return sha
+
+    def _copy_large(self, info: ObjectInfo) -> str:
+        with self.checkpoint.fetched(info.key) as source, tempfile.TemporaryDirectory(prefix="savepoints-") as tmp:
+            private = Path(tmp) / "copy"
+            digest = copy_and_hash(source, private)  # the live file may be replaced; this copy may not
+            self._check_size(info, digest.size)
+            if self._claim(digest.sha256):
+                self.store.storage.upload(private, blob_key(digest.sha256))
+                self._count(digest.size)
         return digest.sha256
+
+    def _check_size(self, info: ObjectInfo, size: int) -> None:
+        if size != info.size:
+            raise CheckpointChanged(
+                f"{self.checkpoint.uri}/{info.key} changed size while being copied ({info.size} -> {size})"
+            )
+
+    def _claim(self, sha: str) -> bool:
+        """Whether this thread should upload `sha`: the store does not hold it and nobody else took it."""
+        with self.lock:
+            first = sha not in self.claimed
+            self.claimed.add(sha)
+            return first and sha not in self.known.contents
+
+    def _count(self, size: int) -> None:
+        with self.lock:
+            self.uploaded_bytes += size
+            self.uploaded_files += 1
 
 
 def create_snapshot(
@@ -204,20 +218,6 @@ def _attempt(
     finally:
         progress.finish()
     copied = time.monotonic()
-
-    # Blobs this snapshot relies on but did not write now must still be there (a concurrent delete).
-    missing = [
-        sha
-        for sha, ok in run_parallel(
-            lambda item: (item[0], store.blob_exists(*item)), copier.unchecked.items(), concurrency=concurrency
-        )
-        if not ok
-    ]
-    if missing:
-        raise CheckpointChanged(
-            f"{len(missing)} stored contents this snapshot reuses vanished (first {blob_key(missing[0])}); "
-            "a snapshot was deleted at the same time"
-        )
 
     manifest.query_id = point.query_id
     manifest.batch_id = point.batch_id

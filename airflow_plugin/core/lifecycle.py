@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from .errors import Refused
-from .manifest import Manifest
+from .manifest import Manifest, Status
 from .store import SnapshotStore
+
+IN_FLIGHT_SECONDS = 6 * 3600  # an IN_PROGRESS snapshot older than this was abandoned (crash), not running
 
 
 def set_pinned(store: SnapshotStore, job: str, snapshot_id: str, pinned: bool) -> Manifest:
@@ -16,9 +19,18 @@ def set_pinned(store: SnapshotStore, job: str, snapshot_id: str, pinned: bool) -
     return manifest
 
 
+def _in_flight(manifest: Manifest, now: datetime) -> bool:
+    created = datetime.fromisoformat(manifest.created_at.replace("Z", "+00:00"))
+    return manifest.status is Status.IN_PROGRESS and (now - created).total_seconds() < IN_FLIGHT_SECONDS
+
+
 def delete_snapshot(store: SnapshotStore, job: str, snapshot_id: str, *, force: bool = False) -> dict[str, Any]:
     """Delete the manifest first (the snapshot disappears at once), then the stored contents no other
-    manifest of any job references. A pinned snapshot is refused unless `force`."""
+    manifest of any job references. A pinned snapshot is refused unless `force`.
+
+    A snapshot being created may be about to reuse contents only the deleted one referenced: it wrote its
+    IN_PROGRESS manifest before it looked at what the store holds, so while any snapshot is in flight the
+    contents are left for garbage collection instead of being deleted now."""
     manifest = store.get(job, snapshot_id)
     if manifest.pinned and not force:
         raise Refused(
@@ -26,7 +38,18 @@ def delete_snapshot(store: SnapshotStore, job: str, snapshot_id: str, *, force: 
             f"`savepoints unpin --job {job} {manifest.id}`; nothing was deleted"
         )
     store.remove(manifest)
-    still_used = {entry.sha256 for other in store.list() for entry in other.files}
+    remaining = store.list()
+    still_used = {entry.sha256 for other in remaining for entry in other.files}
     orphans = sorted({entry.blob for entry in manifest.files if entry.sha256 not in still_used})
+    now = datetime.now(UTC)
+    in_flight = [m.id for m in remaining if _in_flight(m, now)]
+    if in_flight:
+        return {
+            "snapshot": manifest.id,
+            "job": job,
+            "deleted_blobs": 0,
+            "deferred_blobs": len(orphans),
+            "deferred_because": f"snapshots in flight: {', '.join(in_flight)}",
+        }
     store.storage.delete(orphans)
-    return {"snapshot": manifest.id, "job": job, "deleted_blobs": len(orphans)}
+    return {"snapshot": manifest.id, "job": job, "deleted_blobs": len(orphans), "deferred_blobs": 0}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -110,7 +110,7 @@ class Manifest:
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> bytes:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "files"}
         data["files"] = [[f.path, f.size, f.sha256, f.mtime] for f in self.files]  # compact: 100k files
         return json.dumps(data, separators=(",", ":"), sort_keys=False).encode()
 

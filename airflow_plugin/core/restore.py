@@ -8,6 +8,7 @@ was written is removed again, so the target is left as it was found."""
 from __future__ import annotations
 
 import re
+import secrets
 import tempfile
 import time
 from collections.abc import Callable
@@ -132,10 +133,11 @@ def execute_restore(
 
     def restore_one(entry: FileEntry) -> None:
         destination = target.local_path(entry.path)
-        with tempfile.TemporaryDirectory(prefix=".savepoints-", dir=_temp_dir(destination)) as tmp:
-            local = Path(tmp) / "file"
+        local = _scratch_file(destination)
+        written.append(entry.path)  # before the write: a failure mid-write is cleaned up too
+        try:
             try:
-                store.storage.download(entry.blob, local)
+                store.storage.download(entry.blob, local, size=entry.size)
             except FileNotFoundError:
                 raise IntegrityError(
                     f"snapshot {plan.manifest.id}: stored content of {entry.path} ({entry.blob}) is missing; "
@@ -150,11 +152,12 @@ def execute_restore(
             if entry.path in plan.rewrites:
                 text = local.read_text()
                 local.write_text(_SCHEMA_PATH.sub(lambda m: f'"{root}{m.group(2)}"', text))
-            written.append(entry.path)  # before the write: a failure mid-write is cleaned up too
             if destination is not None:
-                local.replace(destination)  # same filesystem: no second copy
+                local.replace(destination)  # same directory: an atomic rename, no second copy
             else:
                 target.upload(local, entry.path)
+        finally:
+            local.unlink(missing_ok=True)
         progress.advance(entry.size)
 
     started = time.monotonic()
@@ -174,9 +177,10 @@ def execute_restore(
     return {**plan.describe(), "seconds": round(time.monotonic() - started, 3)}
 
 
-def _temp_dir(destination: Path | None) -> str | None:
-    """Download next to the destination so that the final move is a rename."""
-    if destination is None:
-        return None
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    return str(destination.parent)
+def _scratch_file(destination: Path | None) -> Path:
+    """Where a file is downloaded and checked: beside its destination (so the final move is a rename,
+    and Spark ignores the dot-name meanwhile), or in the system temp directory for remote targets."""
+    directory = destination.parent if destination is not None else Path(tempfile.gettempdir())
+    directory.mkdir(parents=True, exist_ok=True)
+    name = destination.name if destination is not None else "restore"
+    return directory / f".{name}.{secrets.token_hex(8)}.tmp"

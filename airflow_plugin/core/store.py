@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from .errors import IntegrityError, NotFound
-from .manifest import Manifest, Status, blob_key, check_name
+from .manifest import Manifest, Status, check_name
 from .parallel import run_parallel
 from .storage import Storage
 
@@ -90,7 +90,3 @@ class SnapshotStore:
 
     def remove(self, manifest: Manifest) -> None:
         self.storage.delete([manifest_key(manifest.job, manifest.id)])
-
-    def blob_exists(self, sha256: str, size: int) -> bool:
-        info = self.storage.stat(blob_key(sha256))
-        return info is not None and info.size == size

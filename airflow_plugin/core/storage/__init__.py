@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ..errors import InvalidInput
-from .base import Digest, ObjectInfo, Storage, check_key, sha256_file
+from .base import Digest, ObjectInfo, Storage, check_key, copy_and_hash, sha256_file
 from .local import LocalStorage
 from .s3 import S3Settings, S3Storage
 
@@ -19,6 +19,7 @@ __all__ = [
     "S3Storage",
     "Storage",
     "check_key",
+    "copy_and_hash",
     "open_storage",
     "sha256_file",
 ]

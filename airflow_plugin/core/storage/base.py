@@ -47,6 +47,18 @@ def sha256_file(path: Path) -> Digest:
     return Digest(size, digest.hexdigest())
 
 
+def copy_and_hash(source: Path, target: Path) -> Digest:
+    """Copy a file and hash exactly the bytes written."""
+    digest = hashlib.sha256()
+    size = 0
+    with source.open("rb") as reader, target.open("wb") as writer:
+        while chunk := reader.read(CHUNK):
+            digest.update(chunk)
+            writer.write(chunk)
+            size += len(chunk)
+    return Digest(size, digest.hexdigest())
+
+
 class Storage(ABC):
     """A root under which objects live. Implementations map missing keys to FileNotFoundError and
     infrastructure failures to StoreUnavailable / NotFound (errors.py)."""
@@ -72,8 +84,9 @@ class Storage(ABC):
         """Copy a local file to `key` (multipart for large files where the backend has it)."""
 
     @abstractmethod
-    def download(self, key: str, path: Path) -> None:
-        """Copy `key` to a local file, creating parent directories."""
+    def download(self, key: str, path: Path, size: int | None = None) -> None:
+        """Copy `key` to a local file, creating parent directories. A known `size` lets a backend skip
+        asking for it (one request instead of two for small objects)."""
 
     @abstractmethod
     def delete(self, keys: Iterable[str]) -> int:

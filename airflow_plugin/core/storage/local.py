@@ -77,7 +77,7 @@ class LocalStorage(Storage):
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def download(self, key: str, path: Path) -> None:
+    def download(self, key: str, path: Path, size: int | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(self._path(key), path)
 

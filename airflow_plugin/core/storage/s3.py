@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import NotFound, StoreUnavailable
 from ..parallel import run_parallel
-from .base import ObjectInfo, Storage
+from .base import CHUNK, ObjectInfo, Storage
 
 DELETE_BATCH = 1000  # the S3 DeleteObjects limit
 
@@ -148,9 +148,15 @@ class S3Storage(Storage):
         with self._errors("upload to", key):
             self.client.upload_file(str(path), self.bucket, self._key(key), Config=self._transfer_config())
 
-    def download(self, key: str, path: Path) -> None:
+    def download(self, key: str, path: Path, size: int | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._errors("download", key):
+            if size is not None and size < self.settings.multipart_threshold:
+                body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+                with path.open("wb") as handle:
+                    for chunk in body.iter_chunks(CHUNK):
+                        handle.write(chunk)
+                return
             self.client.download_file(self.bucket, self._key(key), str(path), Config=self._transfer_config())
 
     def delete(self, keys: Iterable[str]) -> int:

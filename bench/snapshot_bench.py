@@ -1,0 +1,725 @@
+"""Snapshot engine benchmark against the peers (awscli, s5cmd), everything on ONE moto S3 server.
+
+    uv run python -m bench.snapshot_bench          (`make bench`)
+
+1. A real RocksDB checkpoint with changelog checkpointing (8 partitions, 117 batches, 100 retained),
+   built once under .bench/ and reused; every run works on a fresh copy of it.
+2. Peers: `aws s3 sync` and `s5cmd cp` of the whole checkpoint.
+3. First snapshot into s3://bench/store-<i>: time vs. awscli, files/bytes needed vs. the whole checkpoint.
+4. 10 more batches, second snapshot: bytes uploaded vs. bytes new since the first, time vs. the first.
+5. Restore of the second snapshot vs. `s5cmd run` downloading the same files from the peer copy.
+6. Peak memory and time of a snapshot of a synthetic 100,000-file checkpoint into a local store, in a
+   child process.
+
+Other work on the machine makes single timings noisy, so every timed step runs several times (engine and
+peer interleaved) and the best time of each counts. The S3 requests of every step are counted by the
+server (bench/s3_server.py). Prints a table with PASS/MISS per target and writes the same as JSON to
+.bench/results.json. The exit code is 0 even when a target is missed; non-zero only when the benchmark
+itself could not run.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from airflow_plugin.core.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.manifest import Manifest
+from airflow_plugin.core.restore import execute_restore, plan_restore
+from airflow_plugin.core.storage import S3Storage, open_storage
+from airflow_plugin.core.store import SnapshotStore
+from bench import spark_feed
+from devtools.embedded_s3 import DUMMY_CREDENTIALS, EmbeddedS3
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = ROOT / ".bench"
+BASE_CHECKPOINT = BENCH_DIR / "rocksdb-checkpoint"  # built once, never modified afterwards
+BASE_RECIPE = BENCH_DIR / "rocksdb-checkpoint.json"  # how it was built: reused only by an identical recipe
+INPUT_DIR = BENCH_DIR / "rocksdb-input"  # the file source's input: its log holds these absolute paths
+SYNTHETIC_CHECKPOINT = BENCH_DIR / "synthetic-checkpoint"  # 100,000 files: written once, then reused
+WORK_DIR = BENCH_DIR / "run"  # recreated on every run
+RESULTS = BENCH_DIR / "results.json"
+
+BUCKET = "bench"
+JOB = "bench"
+BASE_BATCHES = 117
+MORE_BATCHES = 10
+SYNTHETIC_FILES = 100_000
+REPEATS = 3  # snapshots, restores and the s5cmd download: best of 3
+PEER_UPLOAD_REPEATS = 2  # whole-checkpoint uploads take 10-20 s each: best of 2
+
+# targets
+FIRST_VS_AWS = 0.2
+SECOND_UPLOAD_VS_NEW = 1.2
+SECOND_VS_FIRST = 0.25
+RESTORE_VS_S5CMD = 1.2
+PEAK_RSS_MB = 300.0
+
+MB = 1024 * 1024
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def mb(n: int) -> str:
+    return f"{n / MB:.1f}"
+
+
+@dataclass
+class Target:
+    name: str
+    measured: float
+    limit: float
+    unit: str
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.measured <= self.limit
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "result": "PASS" if self.passed else "MISS"}
+
+
+@dataclass
+class Results:
+    rows: list[tuple[str, str, str]] = field(default_factory=list)  # section, metric, value
+    targets: list[Target] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, section: str, metric: str, value: str) -> None:
+        self.rows.append((section, metric, value))
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def tree_stats(root: Path) -> tuple[int, int]:
+    """Files and bytes under `root`, every file (hidden checksum files included)."""
+    files = size = 0
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            files += 1
+            size += os.path.getsize(os.path.join(dirpath, name))
+    return files, size
+
+
+def last_commit(checkpoint: Path) -> int:
+    commits = [int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
+    return max(commits, default=-1)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.monotonic()
+    result = fn()
+    return time.monotonic() - started, result
+
+
+def run_tool(command: list[str], env: dict[str, str], what: str) -> float:
+    """Run a peer tool; its failure is the benchmark's failure (a silent peer would make ratios meaningless)."""
+    started = time.monotonic()
+    result = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {result.returncode}): {result.stderr.strip()[-2000:]}")
+    return seconds
+
+
+def venv_tool(name: str) -> str:
+    found = Path(sys.executable).parent / name
+    return str(found) if found.exists() else (shutil.which(name) or name)
+
+
+def samples(values: list[float]) -> str:
+    return "best of " + ", ".join(f"{v:.2f}" for v in values) if len(values) > 1 else f"{values[0]:.2f}"
+
+
+# ---------------------------------------------------------------- the S3 server
+
+
+def client_cpu_seconds() -> float:
+    """CPU of this process (the engine's threads) plus its finished children (the peer tools)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@dataclass
+class Usage:
+    """What one measured step cost beyond wall time: S3 requests by operation, client and server CPU."""
+
+    calls: Counter[str] = field(default_factory=Counter)
+    client_cpu: float = 0.0
+    server_cpu: float = 0.0
+
+    def describe(self, seconds: float, files: int) -> str:
+        listed = ", ".join(f"{name} {count}" for name, count in self.calls.most_common()) or "not counted"
+        rate = f"{self.calls.total() / seconds:.0f} requests/s; " if self.calls else ""
+        per_file = f" = {1000 * self.client_cpu / files:.1f} ms/file" if files else ""
+        return f"{listed}  ({rate}CPU: client {self.client_cpu:.2f} s{per_file}, moto {self.server_cpu:.2f} s)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": dict(self.calls),
+            "client_cpu_s": round(self.client_cpu, 3),
+            "server_cpu_s": round(self.server_cpu, 3),
+        }
+
+
+class S3Server:
+    """moto in a child process (bench/s3_server.py) that counts the requests it serves."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.s3_server"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        endpoint = self._stdout.readline().strip()
+        if not endpoint.startswith("http"):
+            self.stop()
+            raise RuntimeError("the moto server did not start")
+        self.endpoint = endpoint
+        self.env = {**DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
+
+    @property
+    def _stdout(self) -> IO[str]:
+        assert self.proc.stdout is not None
+        return self.proc.stdout
+
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used (user + system), from /proc; 0 where /proc is missing."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def counts(self) -> Counter[str]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("counts\n")
+        self.proc.stdin.flush()
+        return Counter(json.loads(self._stdout.readline()) or {})
+
+    @contextmanager
+    def phase(self) -> Iterator[Usage]:
+        """Yields a Usage that holds, after the block, the requests served and the CPU used inside it."""
+        before, server_cpu, client_cpu = self.counts(), self.cpu_seconds(), client_cpu_seconds()
+        usage = Usage()
+        yield usage
+        usage.calls.update(self.counts() - before)
+        usage.server_cpu = self.cpu_seconds() - server_cpu
+        usage.client_cpu = client_cpu_seconds() - client_cpu
+
+    def create_bucket(self, name: str) -> None:
+        EmbeddedS3(port=int(self.endpoint.rsplit(":", 1)[1])).create_bucket(name)
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            self.proc.wait(timeout=15)
+
+
+@contextmanager
+def s3_server() -> Iterator[S3Server]:
+    server = S3Server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------- 1. the real checkpoint
+
+
+def run_spark(checkpoint: Path, first: int, count: int) -> float:
+    command = [sys.executable, "-m", "bench.spark_feed", "--checkpoint", str(checkpoint), "--input", str(INPUT_DIR)]
+    command += ["--first", str(first), "--count", str(count)]
+    started = time.monotonic()
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"spark_feed failed (exit {result.returncode}):\n{result.stderr.strip()[-3000:]}")
+    return time.monotonic() - started
+
+
+def checkpoint_recipe() -> dict[str, Any]:
+    """Everything the pristine checkpoint depends on; the file source's log holds absolute input paths."""
+    return {
+        "input_dir": str(INPUT_DIR),
+        "batches": BASE_BATCHES,
+        "rows_per_batch": spark_feed.ROWS_PER_BATCH,
+        "key_space": spark_feed.KEY_SPACE,
+        "spark_conf": spark_feed.SPARK_CONF,
+    }
+
+
+def reusable_checkpoint() -> bool:
+    try:
+        recipe = json.loads(BASE_RECIPE.read_text())
+    except (OSError, ValueError):
+        return False
+    return recipe == checkpoint_recipe() and last_commit(BASE_CHECKPOINT) == BASE_BATCHES - 1
+
+
+def ensure_checkpoint(results: Results) -> Path:
+    """The pristine checkpoint (built once, then reused), copied to a fresh working location."""
+    if reusable_checkpoint():
+        log(f"REUSING the checkpoint in {BASE_CHECKPOINT.relative_to(ROOT)} (delete it to rebuild)")
+        reused, build_s = True, 0.0
+    else:
+        log(f"building a RocksDB changelog checkpoint of {BASE_BATCHES} batches (2-3 minutes, once)")
+        building = BENCH_DIR / "rocksdb-checkpoint.building"
+        BASE_RECIPE.unlink(missing_ok=True)
+        for stale in (building, BASE_CHECKPOINT, INPUT_DIR):
+            shutil.rmtree(stale, ignore_errors=True)
+        build_s = run_spark(building, 0, BASE_BATCHES)
+        if last_commit(building) != BASE_BATCHES - 1:
+            raise RuntimeError(f"the query committed up to batch {last_commit(building)}, not {BASE_BATCHES - 1}")
+        building.rename(BASE_CHECKPOINT)  # checkpoints are relocatable; the inputs stay in INPUT_DIR
+        BASE_RECIPE.write_text(json.dumps(checkpoint_recipe(), indent=2))
+        reused = False
+        log(f"built in {build_s:.0f}s")
+    shutil.rmtree(WORK_DIR, ignore_errors=True)
+    work = WORK_DIR / "checkpoint"
+    shutil.copytree(BASE_CHECKPOINT, work)  # copy2 keeps mtimes
+    files, size = tree_stats(work)
+    state = [p for p in (work / "state").rglob("*") if p.is_file() and not p.name.startswith(".")]
+    kinds = Counter(p.suffix or p.name for p in state)
+    how = "REUSED from an earlier run" if reused else f"built in {build_s:.0f} s"
+    results.row(
+        "checkpoint",
+        "kind",
+        f"RocksDB + changelog, {spark_feed.SHUFFLE_PARTITIONS} partitions, batches 0..{last_commit(work)}, {how}",
+    )
+    results.row("checkpoint", "whole checkpoint", f"{files} files, {mb(size)} MB")
+    results.row("checkpoint", "state files", ", ".join(f"{n} {k}" for k, n in kinds.most_common()))
+    results.data["checkpoint"] = {
+        "path": str(work),
+        "reused": reused,
+        "build_s": round(build_s, 1),
+        "last_batch": last_commit(work),
+        "files": files,
+        "bytes": size,
+        "state_files_by_kind": dict(kinds),
+    }
+    return work
+
+
+# ---------------------------------------------------------------- 2. peers
+
+
+@dataclass
+class Sample:
+    seconds: float
+    usage: Usage
+
+
+def best(runs: list[Sample]) -> Sample:
+    return min(runs, key=lambda run: run.seconds)
+
+
+def peer_uploads(checkpoint: Path, server: S3Server, results: Results) -> float:
+    """Whole-checkpoint uploads by awscli and s5cmd (interleaved); returns awscli's best time."""
+    files, size = tree_stats(checkpoint)
+    runs: dict[str, list[Sample]] = {"aws": [], "s5cmd": []}
+    for rep in range(PEER_UPLOAD_REPEATS):
+        aws = [venv_tool("aws"), "--endpoint-url", server.endpoint, "s3", "sync", str(checkpoint)]
+        aws += [f"s3://{BUCKET}/peer-aws-{rep}/", "--only-show-errors", "--no-progress"]
+        s5 = [venv_tool("s5cmd"), "--endpoint-url", server.endpoint, "--log", "error", "cp"]
+        s5 += [f"{checkpoint}/*", f"s3://{BUCKET}/peer-s5-{rep}/"]
+        for name, prefix, command in (("aws", "peer-aws", aws), ("s5cmd", "peer-s5", s5)):
+            log(f"peer {name}: upload of the whole checkpoint ({rep + 1}/{PEER_UPLOAD_REPEATS})")
+            with server.phase() as usage:
+                seconds = run_tool(command, server.env, name)
+            runs[name].append(Sample(seconds, usage))
+            copied = sum(1 for _ in S3Storage(BUCKET, f"{prefix}-{rep}").list())
+            if copied != files:
+                raise RuntimeError(f"{name} copied {copied} objects of the checkpoint's {files} files")
+    for name, label in (("aws", "aws s3 sync"), ("s5cmd", "s5cmd cp")):
+        top = best(runs[name])
+        results.row(
+            "peers",
+            f"{label} (whole checkpoint)",
+            f"{top.seconds:.2f} s  ({samples([r.seconds for r in runs[name]])}; {files / top.seconds:.0f} files/s)",
+        )
+        results.row("peers", f"{name} cost", top.usage.describe(top.seconds, files))
+    results.data["peers"] = {
+        "files": files,
+        "bytes": size,
+        **{name: [{"seconds": round(r.seconds, 3), **r.usage.as_dict()} for r in rs] for name, rs in runs.items()},
+    }
+    return best(runs["aws"]).seconds
+
+
+# ---------------------------------------------------------------- 3./4. snapshots
+
+
+@dataclass
+class Snap:
+    seconds: float
+    manifest: Manifest
+    usage: Usage
+
+    def as_dict(self) -> dict[str, Any]:
+        m = self.manifest
+        return {
+            "id": m.id,
+            "batch_id": m.batch_id,
+            "seconds": round(self.seconds, 3),
+            "files": len(m.files),
+            "total_bytes": m.total_bytes,
+            "uploaded_files": m.uploaded_files,
+            "uploaded_bytes": m.uploaded_bytes,
+            "engine_timings": m.timings,
+            **self.usage.as_dict(),
+        }
+
+
+def take_snapshots(stores: list[SnapshotStore], checkpoint: Path, server: S3Server) -> list[Snap]:
+    """One snapshot of `checkpoint` into each store (independent samples of the same operation)."""
+    snaps = []
+    request = SnapshotRequest(job=JOB)
+    for store in stores:
+        with server.phase() as usage:
+            started = time.monotonic()
+            manifest = create_snapshot(store, open_storage(str(checkpoint)), request)
+            seconds = time.monotonic() - started
+        snaps.append(Snap(seconds, manifest, usage))
+    return snaps
+
+
+def engine_phases(timings: dict[str, float]) -> str:
+    """create.py's timings; what follows the copy is the HEAD check of reused blobs and the manifest."""
+    check = max(0.0, timings["total_s"] - timings["plan_s"] - timings["copy_s"])
+    return f"plan {timings['plan_s']:.2f} s, copy {timings['copy_s']:.2f} s, check + commit {check:.2f} s"
+
+
+def first_snapshot(
+    stores: list[SnapshotStore], checkpoint: Path, server: S3Server, aws_s: float, results: Results
+) -> Snap:
+    log(f"first snapshot ({len(stores)} samples, one store each)")
+    snaps = take_snapshots(stores, checkpoint, server)
+    top = min(snaps, key=lambda s: s.seconds)
+    m = top.manifest
+    files, size = tree_stats(checkpoint)
+    results.row("snapshot 1", "time", f"{top.seconds:.2f} s  ({samples([s.seconds for s in snaps])})")
+    results.row("snapshot 1", "engine phases (best)", engine_phases(m.timings))
+    results.row(
+        "snapshot 1",
+        f"needed at batch {m.batch_id}",
+        f"{len(m.files)} of {files} files, {mb(m.total_bytes)} of {mb(size)} MB",
+    )
+    results.row("snapshot 1", "uploaded", f"{m.uploaded_files} files, {mb(m.uploaded_bytes)} MB")
+    results.row("snapshot 1", "cost", top.usage.describe(top.seconds, len(m.files)))
+    results.targets.append(
+        Target(
+            "snapshot 1 time / aws s3 sync time",
+            top.seconds / aws_s,
+            FIRST_VS_AWS,
+            "x",
+            f"{top.seconds:.2f}s vs {aws_s:.2f}s",
+        )
+    )
+    results.data["snapshot1"] = {
+        "checkpoint_files": files,
+        "checkpoint_bytes": size,
+        "samples": [s.as_dict() for s in snaps],
+    }
+    return top
+
+
+def second_snapshot(
+    stores: list[SnapshotStore], checkpoint: Path, server: S3Server, first: Snap, results: Results
+) -> list[Manifest]:
+    """Returns the second snapshot's manifest in each store, in the order of `stores`."""
+    start = last_commit(checkpoint) + 1
+    log(f"running the query {MORE_BATCHES} more batches ({start}..{start + MORE_BATCHES - 1})")
+    spark_s = run_spark(checkpoint, start, MORE_BATCHES)
+    if last_commit(checkpoint) != start + MORE_BATCHES - 1:
+        raise RuntimeError(f"expected batch {start + MORE_BATCHES - 1} committed, found {last_commit(checkpoint)}")
+    log(f"the query ran in {spark_s:.0f}s; second snapshot ({len(stores)} samples)")
+    snaps = take_snapshots(stores, checkpoint, server)
+    top = min(snaps, key=lambda s: s.seconds)
+    m = top.manifest
+    known = {(f.path, f.sha256) for f in first.manifest.files}
+    new = [f for f in m.files if (f.path, f.sha256) not in known]
+    new_bytes = sum(f.size for f in new)
+    uploaded = max(s.manifest.uploaded_bytes for s in snaps)
+    results.row("snapshot 2", "time", f"{top.seconds:.2f} s  ({samples([s.seconds for s in snaps])})")
+    results.row("snapshot 2", "engine phases (best)", engine_phases(m.timings))
+    results.row("snapshot 2", f"needed at batch {m.batch_id}", f"{len(m.files)} files, {mb(m.total_bytes)} MB")
+    results.row("snapshot 2", "new since snapshot 1", f"{len(new)} files, {new_bytes} bytes")
+    results.row("snapshot 2", "uploaded", f"{m.uploaded_files} files, {uploaded} bytes")
+    results.row("snapshot 2", "cost", top.usage.describe(top.seconds, len(m.files)))
+    results.targets.append(
+        Target(
+            "snapshot 2 uploaded / new bytes",
+            uploaded / max(new_bytes, 1),
+            SECOND_UPLOAD_VS_NEW,
+            "x",
+            f"{uploaded} vs {new_bytes} bytes",
+        )
+    )
+    results.targets.append(
+        Target(
+            "snapshot 2 time / snapshot 1 time",
+            top.seconds / first.seconds,
+            SECOND_VS_FIRST,
+            "x",
+            f"{top.seconds:.2f}s vs {first.seconds:.2f}s",
+        )
+    )
+    results.data["snapshot2"] = {
+        "spark_s": round(spark_s, 1),
+        "new_files": len(new),
+        "new_bytes": new_bytes,
+        "samples": [s.as_dict() for s in snaps],
+    }
+    return [s.manifest for s in snaps]
+
+
+# ---------------------------------------------------------------- 5. restore
+
+
+def check_same_files(restored: Path, downloaded: Path, paths: list[str]) -> None:
+    """Both copies hold exactly the planned files, byte for byte: otherwise the timings compare nothing."""
+    for root in (restored, downloaded):
+        files, _ = tree_stats(root)
+        if files != len(paths):
+            raise RuntimeError(f"{root} holds {files} files, the restore plan {len(paths)}")
+    different = [p for p in paths if not filecmp.cmp(restored / p, downloaded / p, shallow=False)]
+    if different:
+        raise RuntimeError(f"{len(different)} restored files differ from the peer's download, e.g. {different[0]}")
+
+
+def restore_vs_s5cmd(
+    store: SnapshotStore, manifest: Manifest, checkpoint: Path, server: S3Server, results: Results
+) -> None:
+    log("bringing the s5cmd peer copy up to date with the 10 new batches (not timed)")
+    peer = f"s3://{BUCKET}/peer-s5-0"
+    sync = [
+        venv_tool("s5cmd"),
+        "--endpoint-url",
+        server.endpoint,
+        "--log",
+        "error",
+        "sync",
+        f"{checkpoint}/*",
+        f"{peer}/",
+    ]
+    run_tool(sync, server.env, "s5cmd sync")
+
+    engine: list[Sample] = []
+    plan_s: list[float] = []
+    peer_runs: list[Sample] = []
+    paths: list[str] = []
+    for rep in range(REPEATS):
+        log(f"restore of snapshot 2, then s5cmd download of the same files ({rep + 1}/{REPEATS})")
+        target = WORK_DIR / f"restore-engine-{rep}"
+        with server.phase() as usage:
+            started = time.monotonic()
+            plan = plan_restore(store, JOB, manifest.id, open_storage(str(target)))
+            planned = time.monotonic()
+            execute_restore(store, plan)
+            seconds = time.monotonic() - started
+        engine.append(Sample(seconds, usage))
+        plan_s.append(planned - started)
+        paths = [f.path for f in plan.files]
+
+        downloaded = WORK_DIR / f"restore-s5cmd-{rep}"
+        run_file = WORK_DIR / "s5cmd-restore.txt"
+        run_file.write_text("".join(f"cp {peer}/{path} {downloaded}/{path}\n" for path in paths))
+        command = [venv_tool("s5cmd"), "--endpoint-url", server.endpoint, "--log", "error", "run", str(run_file)]
+        with server.phase() as usage:
+            seconds = run_tool(command, server.env, "s5cmd run")
+        peer_runs.append(Sample(seconds, usage))
+        check_same_files(target, downloaded, paths)
+
+    ours, theirs = best(engine), best(peer_runs)
+    _, size = tree_stats(WORK_DIR / "restore-engine-0")
+    results.row(
+        "restore",
+        "engine (plan + execute)",
+        f"{ours.seconds:.2f} s  ({samples([r.seconds for r in engine])}; plan {min(plan_s):.2f} s; "
+        f"{len(paths)} files, {mb(size)} MB)",
+    )
+    results.row("restore", "engine cost", ours.usage.describe(ours.seconds, len(paths)))
+    results.row(
+        "restore",
+        "s5cmd run (same files)",
+        f"{theirs.seconds:.2f} s  ({samples([r.seconds for r in peer_runs])}; byte-identical result)",
+    )
+    results.row("restore", "s5cmd cost", theirs.usage.describe(theirs.seconds, len(paths)))
+    results.targets.append(
+        Target(
+            "restore time / s5cmd download time",
+            ours.seconds / theirs.seconds,
+            RESTORE_VS_S5CMD,
+            "x",
+            f"{ours.seconds:.2f}s vs {theirs.seconds:.2f}s",
+        )
+    )
+    results.data["restore"] = {
+        "files": len(paths),
+        "bytes": size,
+        "plan_s": plan_s,
+        "engine": [{"seconds": round(r.seconds, 3), **r.usage.as_dict()} for r in engine],
+        "s5cmd": [{"seconds": round(r.seconds, 3), **r.usage.as_dict()} for r in peer_runs],
+    }
+
+
+# ---------------------------------------------------------------- 6. memory of a 100k-file snapshot
+
+
+def write_synthetic_checkpoint(root: Path, files: int) -> None:
+    """A stateless-looking checkpoint: 3 committed batches and `files` small files under sources/0/.
+    The offsets hold a rate-source-like line (no logOffset), so checkpoint.py keeps every sources/ file."""
+    for directory in ("offsets", "commits", "sources/0"):
+        (root / directory).mkdir(parents=True, exist_ok=True)
+    (root / "metadata").write_text('{"id":"00000000-0000-4000-8000-000000000100"}')
+    for batch in range(3):
+        meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1_700_000_000_000 + batch, "conf": {}}
+        (root / f"offsets/{batch}").write_text(f"v1\n{json.dumps(meta)}\n{batch * 10}")
+        (root / f"commits/{batch}").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    sources = root / "sources/0"
+    for i in range(files):
+        (sources / f"part-{i:06d}.json").write_text(f'v1\n{{"path":"file:///data/in/part-{i:06d}.json","n":{i}}}\n')
+
+
+def run_measured(command: list[str], out_dir: Path) -> tuple[str, float]:
+    """Run a child; return its stdout and its own peak RSS in MB, read with wait4 so that it is not mixed
+    with other children of this process (the Spark JVM). Output goes to files: no pipe can fill up."""
+    out, err = out_dir / "probe.out", out_dir / "probe.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=stdout, stderr=stderr)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{command[2]} failed (exit {proc.returncode}):\n{err.read_text().strip()[-3000:]}")
+    return out.read_text(), usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
+
+
+def ensure_synthetic_checkpoint() -> tuple[Path, str]:
+    """The 100,000-file checkpoint, written once (deleting 100k files costs as much as writing them)."""
+    sources = SYNTHETIC_CHECKPOINT / "sources" / "0"
+    if sources.is_dir() and sum(1 for _ in os.scandir(sources)) == SYNTHETIC_FILES:
+        log(f"REUSING the synthetic checkpoint in {SYNTHETIC_CHECKPOINT.relative_to(ROOT)}")
+        return SYNTHETIC_CHECKPOINT, "reused"
+    log(f"writing a synthetic checkpoint of {SYNTHETIC_FILES} files (once)")
+    building = BENCH_DIR / "synthetic-checkpoint.building"
+    for stale in (building, SYNTHETIC_CHECKPOINT):
+        shutil.rmtree(stale, ignore_errors=True)
+    seconds, _ = timed(lambda: write_synthetic_checkpoint(building, SYNTHETIC_FILES))
+    building.rename(SYNTHETIC_CHECKPOINT)
+    return SYNTHETIC_CHECKPOINT, f"written in {seconds:.1f} s"
+
+
+def synthetic_memory(results: Results) -> None:
+    checkpoint, how = ensure_synthetic_checkpoint()
+    store = WORK_DIR / "synthetic-store"
+    log("snapshot of the 100,000-file checkpoint into a local store, in a child process (1-2 minutes)")
+    stdout, rusage_mb = run_measured(
+        [sys.executable, "-m", "bench.memory_probe", str(checkpoint), str(store)], WORK_DIR
+    )
+    log("removing the 100,000 blobs of that store")
+    shutil.rmtree(store)
+    probe = json.loads(stdout.strip().splitlines()[-1])
+    peak = max(probe["peak_rss_mb"], rusage_mb)
+    if probe["files"] < SYNTHETIC_FILES:
+        raise RuntimeError(f"the synthetic snapshot holds {probe['files']} files, expected >= {SYNTHETIC_FILES}")
+    results.row(
+        "100k files",
+        "snapshot to a local store",
+        f"{probe['seconds']:.1f} s, {probe['files']} files, {mb(probe['total_bytes'])} MB, "
+        f"{probe['files'] / probe['seconds']:.0f} files/s (checkpoint {how})",
+    )
+    results.row("100k files", "engine phases", engine_phases(probe["timings"]))
+    results.row(
+        "100k files",
+        "peak RSS",
+        f"{peak:.0f} MB (VmHWM {probe['peak_rss_mb']:.0f}, wait4 {rusage_mb:.0f}; "
+        f"before the snapshot {probe['baseline_rss_mb']:.0f})",
+    )
+    results.targets.append(
+        Target("100k-file snapshot peak RSS", peak, PEAK_RSS_MB, "MB", f"snapshot {probe['seconds']:.1f}s")
+    )
+    results.data["synthetic"] = {
+        **probe,
+        "checkpoint": how,
+        "rusage_maxrss_mb": round(rusage_mb, 1),
+        "peak_rss_mb": peak,
+    }
+
+
+# ---------------------------------------------------------------- report
+
+
+def report(results: Results) -> None:
+    width = max(len(metric) for _, metric, _ in results.rows) + 2
+    rule = "=" * 110
+    print(f"\n{rule}")
+    section = None
+    for sec, metric, value in results.rows:
+        if sec != section:
+            print(f"-- {sec}")
+            section = sec
+        print(f"   {metric:<{width}}{value}")
+    print("-- targets")
+    for target in results.targets:
+        status = "PASS" if target.passed else "MISS"
+        measured = f"{target.measured:8.2f} {target.unit:<3} (<= {target.limit:g})"
+        print(f"   {status}  {target.name:<38} {measured}  {target.detail}")
+    missed = [t.name for t in results.targets if not t.passed]
+    print(rule)
+    verdict = f"{len(results.targets) - len(missed)} of {len(results.targets)} targets met"
+    print(verdict + (f"; MISSED: {'; '.join(missed)}" if missed else ""))
+    document = {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        **results.data,
+        "targets": [t.as_dict() for t in results.targets],
+        "table": [{"section": sec, "metric": metric, "value": value} for sec, metric, value in results.rows],
+    }
+    BENCH_DIR.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(document, indent=2))
+    print(f"results written to {RESULTS.relative_to(ROOT)}")
+
+
+def main() -> None:
+    started = time.monotonic()
+    results = Results()
+    checkpoint = ensure_checkpoint(results)
+    with s3_server() as server:
+        os.environ.update(server.env)  # the engine's boto3 client reads AWS_ENDPOINT_URL and the credentials
+        server.create_bucket(BUCKET)
+        stores = [SnapshotStore(open_storage(f"s3://{BUCKET}/store-{i}")) for i in range(REPEATS)]
+        aws_s = peer_uploads(checkpoint, server, results)
+        first = first_snapshot(stores, checkpoint, server, aws_s, results)
+        second = second_snapshot(stores, checkpoint, server, first, results)
+        restore_vs_s5cmd(stores[0], second[0], checkpoint, server, results)
+    synthetic_memory(results)
+    results.data["wall_s"] = round(time.monotonic() - started, 1)
+    results.row("run", "wall time", f"{results.data['wall_s']:.0f} s")
+    report(results)
+
+
+if __name__ == "__main__":
+    main()

@@ -438,6 +438,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="|".join([*RESTORE_MODES, "ID"]),
         help="where the state comes from (default none)",
     )
+    deploy_cmd.add_argument(
+        "--partitions", type=int, help="state partitions; differing from the snapshot's rescales its state first"
+    )
     deploy_cmd.add_argument("--wait", type=float, default=180, help="seconds to wait for RUNNING (default 180)")
     deploy_cmd.set_defaults(func=cmd_deploy)
     status_cmd = commands.add_parser("status", parents=[jobs], help="deployments with state and heartbeat")

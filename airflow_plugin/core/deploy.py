@@ -24,6 +24,7 @@ from .jobs import JobSpec
 from .launcher import CommandBuilder, LaunchFailed, SubmitSpec, default_command, exit_code, launch, log_tail
 from .manifest import Kind, Manifest, Trigger
 from .progress import Progress
+from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, repartition
 from .restore import execute_restore, plan_restore
 from .storage import open_storage
 from .store import SnapshotStore
@@ -38,6 +39,7 @@ class DeployRequest:
     job: JobSpec
     version: str | None = None
     restore: str = "none"
+    partitions: int | None = None  # state partitions; differs from the snapshot's: rescale (repartition)
     wait_seconds: float = 180.0  # until the job reports RUNNING (Spark start-up on a busy machine)
     requested_by: str = ""
 
@@ -118,6 +120,10 @@ def deploy(
     if owners or target.exists():
         raise Refused(f"checkpoint location {checkpoint} is owned by deployment {owners or 'unknown'}; nothing done")
     plan = plan_restore(store, job.name, source.id, target) if source else None
+    rescale_to = None
+    if source and request.partitions and request.partitions != current_partitions(source):
+        check_rescalable(source, request.partitions)  # before anything is written
+        rescale_to = request.partitions
 
     deployment = Deployment(
         id=deployment_id,
@@ -128,9 +134,14 @@ def deploy(
         restored_batch_id=source.batch_id if source else None,
         spark_conf={**job.conf, **version.conf, **(plan.spark_conf if plan else {})},
     )
+    if request.partitions:
+        deployment.spark_conf[PARTITIONS_CONF] = str(request.partitions)
     deployments.put(deployment)  # claims the location before anything is written there
     if plan is not None:
         execute_restore(store, plan, progress=progress)
+    if plan is not None and rescale_to is not None:
+        batch = repartition(target, plan.spark_conf, rescale_to)
+        log.info("rescaled the state of %s to %d partitions (batch %d)", deployment.id, rescale_to, batch)
 
     spec = SubmitSpec(
         application=version.application,

@@ -21,7 +21,7 @@ from .manifest import FileEntry, Manifest, Status
 from .parallel import DEFAULT_CONCURRENCY, run_parallel
 from .progress import NullProgress, Progress
 from .sinks import sink_position
-from .storage import S3Storage, Storage, open_storage, sha256_file
+from .storage import Storage, open_storage, sha256_file, spark_uri
 from .store import SnapshotStore
 
 # transformWithState operator metadata v2 holds absolute schema file paths: state/<op>/_metadata/v2/<b>
@@ -56,13 +56,6 @@ class RestorePlan:
             "spark_conf": self.spark_conf,
             "warnings": self.warnings,
         }
-
-
-def spark_root(target: Storage) -> str:
-    """How Spark spells the target location inside its own files."""
-    if isinstance(target, S3Storage):
-        return f"s3a://{target.bucket}/{target.prefix}".rstrip("/")
-    return f"file:{target.uri}"
 
 
 def plan_restore(
@@ -128,7 +121,7 @@ def execute_restore(
 ) -> dict[str, Any]:
     progress = progress or NullProgress()
     target = plan.target
-    root = spark_root(target)
+    root = spark_uri(target)
     written: list[str] = []
 
     def restore_one(entry: FileEntry) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "copy_and_hash",
     "open_storage",
     "sha256_file",
+    "spark_uri",
 ]
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
@@ -51,3 +52,10 @@ def open_storage(uri: str, s3: S3Settings | None = None) -> Storage:
             check_key(prefix)
         return S3Storage(bucket, prefix, s3)
     raise InvalidInput(f"unsupported location {uri!r}: use a local path, file://, s3:// or s3a://")
+
+
+def spark_uri(storage: Storage) -> str:
+    """How Spark itself spells a location (Hadoop-qualified): `file:/abs/path` or `s3a://bucket/prefix`."""
+    if isinstance(storage, S3Storage):
+        return f"s3a://{storage.bucket}/{storage.prefix}".rstrip("/")
+    return f"file:{storage.uri}"

@@ -1,0 +1,40 @@
+"""Rescale, as its own Spark application: repartition the state of a STOPPED checkpoint with Spark's
+offline repartition (pyspark 4.2+, experimental). The engine runs it only on a freshly restored copy,
+never on a live or original checkpoint: a failed attempt can leave an uncommitted batch behind.
+
+    spark-submit repartition.py --checkpoint DIR --partitions N --out result.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--partitions", type=int, required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    spark = SparkSession.builder.appName("savepoints-repartition").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    result: dict[str, object] = {"partitions": args.partitions}
+    try:
+        spark._streamingCheckpointManager.repartition(args.checkpoint, args.partitions)
+        result["ok"] = True
+    except PySparkException as exc:
+        result.update(ok=False, error_class=exc.getCondition(), error=str(exc)[:2000])
+    except Exception as exc:  # a JVM error that pyspark does not map: report it, the engine decides
+        result.update(ok=False, error_class=type(exc).__name__, error=str(exc)[:2000])
+    finally:
+        spark.stop()
+    with open(args.out, "w") as handle:
+        json.dump(result, handle)
+
+
+if __name__ == "__main__":
+    main()

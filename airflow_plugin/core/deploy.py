@@ -21,7 +21,17 @@ from .create import SnapshotRequest, create_snapshot
 from .deployments import Deployment, Deployments, State, Status, new_deployment_id, observed_state
 from .errors import CheckpointError, NotFound, Refused
 from .jobs import JobSpec
-from .launcher import CommandBuilder, LaunchFailed, SubmitSpec, default_command, exit_code, launch, log_tail
+from .launcher import (
+    CommandBuilder,
+    LaunchFailed,
+    SubmitSpec,
+    alive,
+    default_command,
+    exit_code,
+    launch,
+    log_tail,
+    on_this_host,
+)
 from .manifest import Kind, Manifest, Trigger
 from .progress import Progress
 from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, repartition
@@ -104,13 +114,13 @@ def deploy(
     job = request.job
     version = job.version(request.version)
     deployments = Deployments(store.storage)
-    running = live_deployments(deployments, job)
-    if running:
-        deployment, state = running[-1]
-        raise Refused(
-            f"job {job.name} already has deployment {deployment.id} in state {state}: stop it first "
-            f"(`savepoints stop {job.name}`) or, if it is LOST and surely not running, `savepoints kill {job.name}`"
-        )
+    for deployment, state in live_deployments(deployments, job):
+        gone = on_this_host(deployment.launcher) and not alive(deployment.launcher)
+        if state.live or not gone:  # a LOST one elsewhere might still write the sink
+            raise Refused(
+                f"job {job.name} already has deployment {deployment.id} in state {state}: stop it first "
+                f"(`savepoints stop {job.name}`) or, if it is LOST and surely not running, `savepoints kill {job.name}`"
+            )
     source = _restore_source(store, deployments, job, request.restore, progress)
 
     deployment_id = new_deployment_id()

@@ -27,6 +27,7 @@ from .core.create import SnapshotRequest, create_snapshot
 from .core.deploy import RESTORE_MODES, DeployRequest, deploy
 from .core.errors import InvalidInput, SavepointsError
 from .core.jobs import JOBS_ENV, JobSpec, get_job, load_jobs
+from .core.launcher import default_command
 from .core.lifecycle import delete_snapshot, set_pinned
 from .core.manifest import Kind, Manifest, Trigger
 from .core.restore import execute_restore, plan_restore
@@ -292,7 +293,12 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         wait_seconds=args.wait,
         requested_by=os.environ.get("USER", ""),
     )
-    deployment = deploy(request, _job_store(args, job), progress=BarProgress())
+    builder = default_command
+    if args.spark_conn:  # the Spark provider's hook builds the command from an Airflow connection
+        from .hooks.spark_submit import hook_command_builder
+
+        builder = hook_command_builder(args.spark_conn)
+    deployment = deploy(request, _job_store(args, job), command_builder=builder, progress=BarProgress())
     data = {
         "job": job.name,
         "deployment": deployment.id,
@@ -442,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--partitions", type=int, help="state partitions; differing from the snapshot's rescales its state first"
     )
     deploy_cmd.add_argument("--wait", type=float, default=180, help="seconds to wait for RUNNING (default 180)")
+    deploy_cmd.add_argument(
+        "--spark-conn", metavar="CONN_ID", help="build spark-submit from this Airflow connection (the [airflow] extra)"
+    )
     deploy_cmd.set_defaults(func=cmd_deploy)
     status_cmd = commands.add_parser("status", parents=[jobs], help="deployments with state and heartbeat")
     status_cmd.add_argument("job", nargs="?")

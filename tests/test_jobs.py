@@ -135,3 +135,39 @@ def test_launcher_helpers() -> None:
     assert shown[2] == "spark.hadoop.fs.s3a.secret.key=***" and shown[4] == "a.b=c"
     log = "INFO Submitted application application_1700000000000_0042\n... driver-20261121060000-0001 ..."
     assert cluster_ids(log) == {"app_id": "application_1700000000000_0042", "driver_id": "driver-20261121060000-0001"}
+
+
+def test_a_job_that_does_not_stop_in_time_keeps_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The heartbeat of a job that ignores stop requests: stop times out, withdraws its request, and
+    neither the deployment nor its checkpoint is touched."""
+    import threading
+
+    jobs = str(write_jobs(tmp_path))
+    store = open_storage(str(tmp_path / "store"))
+    deployments = Deployments(store)
+    deployment = Deployment(
+        id="dp-20261121T000000000Z-0002", job="orders", version="v1", checkpoint=str(tmp_path / "ckpt")
+    )
+    deployments.put(deployment)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt/metadata").write_text("{}")
+    done = threading.Event()
+
+    def heartbeat() -> None:
+        while not done.is_set():
+            deployments.write_status("orders", deployment.id, Status(State.RUNNING, time.time(), last_batch_id=7))
+            done.wait(0.2)
+
+    beating = threading.Thread(target=heartbeat)
+    beating.start()
+    try:
+        code = main(["stop", "orders", "--jobs", jobs, "--savepoint", "--timeout", "1"])
+    finally:
+        done.set()
+        beating.join()
+    err = capsys.readouterr().err
+    assert code == 10 and "did not stop within 1s (state RUNNING, last batch 7)" in err
+    assert "the job keeps running and nothing was deleted" in err
+    assert deployments.requests("orders", deployment.id) == []  # the request was withdrawn
+    assert deployments.get("orders", deployment.id).retired_at is None
+    assert (tmp_path / "ckpt/metadata").exists() and not any(store.list("jobs/orders/snapshots/"))

@@ -119,10 +119,14 @@ def launch(spec: SubmitSpec, log_path: Path, build: CommandBuilder = default_com
         except OSError as exc:
             raise LaunchFailed(f"could not start {command[0]}: {exc}") from None
     _children[process.pid] = process
+    # The builder may take master and deploy mode from elsewhere (an Airflow connection): record the real ones.
+    master = _option(command, "--master") or spec.master
+    deploy_mode = _option(command, "--deploy-mode") or spec.deploy_mode
+    manager = "local" if master.startswith("local") else master.split(":", 1)[0]
     return {
-        "mode": "cluster" if spec.detached_by_cluster else spec.cluster_manager,
-        "master": spec.master,
-        "deploy_mode": spec.deploy_mode,
+        "mode": "cluster" if deploy_mode == "cluster" else manager,
+        "master": master,
+        "deploy_mode": deploy_mode,
         "host": socket.gethostname(),  # a pid means something only on this host
         "pid": process.pid,
         "started": _start_time(process.pid),
@@ -133,6 +137,10 @@ def launch(spec: SubmitSpec, log_path: Path, build: CommandBuilder = default_com
 
 def on_this_host(handle: dict[str, Any]) -> bool:
     return bool(handle.get("pid")) and handle.get("mode") != "cluster" and handle.get("host") == socket.gethostname()
+
+
+def _option(command: list[str], name: str) -> str | None:
+    return command[command.index(name) + 1] if name in command[:-1] else None
 
 
 def alive(handle: dict[str, Any]) -> bool:

@@ -1,0 +1,1 @@
+"""Hooks: how the Airflow layer talks to Spark and to the snapshot store."""

@@ -87,6 +87,11 @@ class Feeder:
         self.rounds += 1
 
 
+def wait_output_complete(output: Path, events: int) -> None:
+    """After the flush marker, the windows close in the no-data batch that follows its batch."""
+    wait_for(lambda: summarize(read_output(output)).events >= events, "the last windows to be emitted")
+
+
 def status_state(store: SnapshotStore, deployment: Deployment) -> State | None:
     status = Deployments(store.storage).status(deployment.job, deployment.id)
     return status.state if status else None
@@ -134,6 +139,7 @@ def test_upgrade_crash_and_restore_count_every_event_exactly_once(tmp_path: Path
     feed.round()
     feed.flush()
     wait_for(lambda: processed(v2b.checkpoint, feed.rounds), "the last deployment to process everything")
+    wait_output_complete(tmp_path / "output", feed.events)
     final = stop(job, store, savepoint=True)
 
     summary = summarize(read_output(tmp_path / "output"))

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -34,7 +35,7 @@ from airflow_plugin.core.storage import open_storage
 from devtools.embedded_s3 import EmbeddedS3
 from spark_jobs import generate
 from spark_jobs.jobs.windowed.output import committed_files, read_output, summarize
-from spark_jobs.runtime import Delivery, DeliveryRefused, SinkKind, SourceKind, StreamingJob, parse_args
+from spark_jobs.runtime import Delivery, DeliveryRefused, Runner, SinkKind, SourceKind, StreamingJob, parse_args
 from spark_jobs.runtime.control import ControlChannel
 from spark_jobs.runtime.delivery import check, plan
 from spark_jobs.runtime.failure import describe
@@ -153,6 +154,49 @@ def test_control_channel_hands_out_each_request_once(tmp_path: Path) -> None:
     request = channel.next_stop()
     assert request is not None and (request.id, request.drain) == ("rq-new", True)
     assert channel.next_stop() is None
+
+
+class _FakeSession:
+    """Just enough of a SparkSession for the paths that end before a query starts."""
+
+    sparkContext = SimpleNamespace(applicationId="local-fake")
+    streams = SimpleNamespace(addListener=lambda listener: None, removeListener=lambda listener: None)
+
+
+def _run_without_spark(tmp_path: Path, build: Callable[..., Any]) -> tuple[Status, int]:
+    """Runner.run on a fake session, exactly-once; the final status and the exit code."""
+    common = ["--store", str(tmp_path), "--job", "j", "--deployment", "d", "--checkpoint", str(tmp_path / "c")]
+    args, job_args = parse_args([*common, "--trigger-interval", "1 second", "--delivery", "exactly-once", "--flag"])
+    runner = Runner(build, args, job_args)
+    code = runner.run(lambda: _FakeSession())  # type: ignore[arg-type, return-value]
+    status = runner.deployments.status("j", "d")
+    assert status is not None
+    return status, code
+
+
+def test_failures_before_the_query_starts_end_failed_with_a_class_and_exit_code(tmp_path: Path) -> None:
+    def rejects_args(spark: Any, job_args: list[str]) -> StreamingJob:
+        assert job_args == ["--flag"]
+        raise SystemExit(2)
+
+    def breaks(spark: Any, job_args: list[str]) -> StreamingJob:
+        raise ValueError("no such column")
+
+    def console(spark: Any, job_args: list[str]) -> StreamingJob:
+        return _job(SinkKind.CONSOLE, SourceKind.RATE)
+
+    cases = [(rejects_args, "JOB_ARGUMENTS_REJECTED", 2), (breaks, "ValueError", 1)]
+    cases.append((console, "DELIVERY_GUARANTEE_NOT_MET", 3))
+    for index, (build, error_class, expected_code) in enumerate(cases):
+        status, code = _run_without_spark(tmp_path / str(index), build)
+        assert (status.state, status.error_class, code) == (State.FAILED, error_class, expected_code)
+        assert status.app_id == "local-fake" and status.pid == os.getpid()
+
+
+def test_a_stop_requested_before_the_start_is_honoured_without_starting(tmp_path: Path) -> None:
+    Deployments(open_storage(str(tmp_path))).request("j", "d", ControlRequest("rq-early", "stop"))
+    status, code = _run_without_spark(tmp_path, lambda spark, job_args: _job(SinkKind.FILE))  # writer never used
+    assert (status.state, status.handled_requests, code) == (State.STOPPED, ["rq-early"], 0)
 
 
 def test_generator_is_deterministic_and_atomic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,103 @@
+"""What the three versions of the windowed job share.
+
+Input: JSON events `{"user", "country", "event_time", "seq"}` in a directory (spark_jobs.generate writes
+them). Query: a one-minute tumbling event-time window per key with a one-minute watermark, counted, in
+APPEND mode into the FILE sink (JSON lines). Append mode emits each (key, window) exactly once, when the
+watermark passes the window's end; the file sink logs committed batch ids in `<output>/_spark_metadata`
+and skips a replayed batch: exactly-once end to end. So a final output that is complete (after the
+generator's flush marker) holds every event once: the sum of `events` equals the events fed and no
+(key, window) appears twice (output.py checks both).
+
+State: RocksDB with changelog checkpointing. The job sets both confs itself unless spark-submit passed
+them (`--conf` wins), because changelog checkpointing is not pinned in the checkpoint (SPARK_CHECKPOINTS.md
+section 1): every version must carry it, and the job code is the one place all versions share.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from spark_jobs.runtime import SinkKind, SourceKind, StreamingJob
+
+EVENT_SCHEMA = StructType(
+    [
+        StructField("user", StringType()),
+        StructField("country", StringType()),
+        StructField("event_time", TimestampType()),
+        StructField("seq", LongType()),
+    ]
+)
+WINDOW = "1 minute"
+WATERMARK_DELAY = "1 minute"
+
+JOB_CONF = {
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",  # window bounds in the output read as UTC
+}
+
+
+@dataclass(frozen=True)
+class JobArgs:
+    input: str
+    output: str
+    max_files_per_trigger: int | None
+
+
+def parse_job_args(argv: list[str]) -> JobArgs:
+    """`--input DIR --output DIR [--max-files-per-trigger N]` (the jobs file passes them)."""
+    parser = argparse.ArgumentParser(prog="windowed job", allow_abbrev=False)
+    parser.add_argument("--input", required=True, help="directory of JSON event files")
+    parser.add_argument("--output", required=True, help="file sink directory (JSON lines)")
+    parser.add_argument(
+        "--max-files-per-trigger", type=int, default=1, help="files per batch; 0 = all available (default 1)"
+    )
+    args = parser.parse_args(argv)
+    return JobArgs(args.input, args.output, args.max_files_per_trigger or None)
+
+
+def apply_job_conf(spark: SparkSession) -> None:
+    """Set the job's confs unless spark-submit set them (SQL confs: they apply to queries started later)."""
+    submitted = spark.sparkContext.getConf()
+    for key, value in JOB_CONF.items():
+        if not submitted.contains(key):
+            spark.conf.set(key, value)
+
+
+def events(spark: SparkSession, args: JobArgs) -> DataFrame:
+    """The event stream with its watermark."""
+    reader = spark.readStream.schema(EVENT_SCHEMA)
+    if args.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
+    return reader.json(args.input).withWatermark("event_time", WATERMARK_DELAY)
+
+
+def window_counts(stream: DataFrame, keys: list[str]) -> DataFrame:
+    """Events per (keys, one-minute window): the stateful operator. Its grouping keys are the state key."""
+    return stream.groupBy(F.window("event_time", WINDOW), *keys).agg(F.count(F.lit(1)).alias("events"))
+
+
+def output_columns(counts: DataFrame, keys: list[str], version: str, *extra: Column) -> DataFrame:
+    """Flatten the window and tag each row with the version that emitted it (after the aggregation:
+    changing these columns never touches state)."""
+    return counts.select(
+        *keys,
+        F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"),
+        "events",
+        F.lit(version).alias("version"),
+        *extra,
+    )
+
+
+def file_sink(result: DataFrame, args: JobArgs) -> StreamingJob:
+    """Append mode into the file sink: exactly-once, declared so for the runtime."""
+    writer = result.writeStream.format("json").outputMode("append").option("path", args.output)
+    return StreamingJob(writer, sink=SinkKind.FILE, source=SourceKind.FILE)

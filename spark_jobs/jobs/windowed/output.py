@@ -1,0 +1,90 @@
+"""Reading the windowed job's final output without Spark, for tests and checks.
+
+Only files the file sink COMMITTED count: a batch that failed or was killed may have left part files
+in the directory that its log never listed, and a replayed batch writes new part files while the log
+keeps the first. So the reader follows `<output>/_spark_metadata` (what Spark's own reader does): the
+newest `<n>.compact` file (every 10th batch, holding all entries up to it) plus the plain batch files
+after it; entries are `add` or `delete` of absolute file URIs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+_LOG_FILE = re.compile(r"^(\d+)(\.compact)?$")
+
+
+def _log_files(output: Path) -> list[Path]:
+    """The sink log files to read, in batch order: the newest compact file and the batches after it."""
+    log_dir = output / "_spark_metadata"
+    if not log_dir.is_dir():
+        return []
+    entries = sorted(
+        ((int(m.group(1)), bool(m.group(2)), path) for path in log_dir.iterdir() if (m := _LOG_FILE.match(path.name))),
+        key=lambda e: e[0],
+    )
+    compacts = [batch for batch, compact, _ in entries if compact]
+    start = max(compacts) if compacts else -1
+    return [path for batch, compact, path in entries if batch > start or (batch == start and compact)]
+
+
+def committed_files(output: Path) -> list[Path]:
+    """The part files the sink committed, as local paths (a relocated output is matched by file name)."""
+    files: dict[str, None] = {}
+    for log_file in _log_files(output):
+        lines = log_file.read_text().splitlines()
+        for line in lines[1:]:  # line 1 is the log version, "v1"
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            if entry.get("action", "add") == "delete":
+                files.pop(entry["path"], None)
+            else:
+                files[entry["path"]] = None
+    return [_local(uri, output) for uri in files]
+
+
+def _local(uri: str, output: Path) -> Path:
+    path = Path(unquote(urlparse(uri).path))
+    return path if path.exists() else output / path.name
+
+
+def read_output(output: Path) -> list[dict[str, Any]]:
+    """Every committed output row, as dicts: user, [country,] window_start, window_end, events, version,
+    [events_per_second]."""
+    rows: list[dict[str, Any]] = []
+    for part in committed_files(output):
+        rows.extend(json.loads(line) for line in part.read_text().splitlines() if line.strip())
+    return rows
+
+
+def row_key(row: dict[str, Any]) -> tuple[object, ...]:
+    """(user, country or None, window start): what must not appear twice."""
+    return row.get("user"), row.get("country"), row["window_start"]
+
+
+@dataclass(frozen=True)
+class Summary:
+    rows: int
+    events: int  # the sum of the counts
+    duplicates: list[tuple[object, ...]]  # keys that appear more than once
+    versions: dict[str, int]  # rows per emitting version
+
+
+def summarize(rows: Iterable[dict[str, Any]]) -> Summary:
+    """What an exactly-once check compares: events == events fed and no duplicates."""
+    rows = list(rows)
+    keys = Counter(row_key(row) for row in rows)
+    return Summary(
+        rows=len(rows),
+        events=sum(int(row["events"]) for row in rows),
+        duplicates=sorted((k for k, n in keys.items() if n > 1), key=str),
+        versions=dict(Counter(str(row.get("version")) for row in rows)),
+    )

@@ -1,0 +1,40 @@
+"""The job runtime: runs a streaming query inside the Spark driver under management (DESIGN.md, "The
+job runtime and its control channel"). An application file is just:
+
+    from spark_jobs.runtime import SinkKind, SourceKind, StreamingJob, run
+
+    def build(spark, job_args):          # build the query, do not start it
+        ...
+        return StreamingJob(df.writeStream.format("json").option("path", out), SinkKind.FILE, SourceKind.FILE)
+
+    if __name__ == "__main__":
+        run(build)
+
+Modules, one job each: args (command line), delivery (guarantees -> settings), status (status.json:
+board, listener, heartbeat), control (control channel, stop at a batch boundary), failure (error class),
+runner (the lifecycle).
+"""
+
+from .args import RuntimeArgs, Trigger, parse_args, parse_trigger
+from .delivery import Delivery, DeliveryRefused, SinkKind, SourceKind, StreamingJob
+from .runner import EXIT_FAILED, EXIT_REFUSED, EXIT_STOPPED, EXIT_USAGE, Build, Runner, main, run
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_REFUSED",
+    "EXIT_STOPPED",
+    "EXIT_USAGE",
+    "Build",
+    "Delivery",
+    "DeliveryRefused",
+    "Runner",
+    "RuntimeArgs",
+    "SinkKind",
+    "SourceKind",
+    "StreamingJob",
+    "Trigger",
+    "main",
+    "parse_args",
+    "parse_trigger",
+    "run",
+]

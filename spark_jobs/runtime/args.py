@@ -1,0 +1,110 @@
+"""The command line every managed job accepts. The launcher (engine) passes the common options; anything
+it does not know goes to the job's own `build` function, unchanged and in order.
+
+    <app.py> --store URI --job NAME --deployment ID --checkpoint LOCATION
+             --trigger-interval "2 seconds" | available-now
+             --delivery at-most-once | at-least-once | exactly-once
+             [--heartbeat-interval SECONDS] [--poll-interval SECONDS]
+             <job-specific args>
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+
+from .delivery import Delivery
+
+AVAILABLE_NOW = "available-now"
+_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {
+    **dict.fromkeys(("ms", "millisecond", "milliseconds"), 0.001),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1.0),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60.0),
+    **dict.fromkeys(("h", "hour", "hours"), 3600.0),
+}
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """A processing-time interval (the checkpoint interval) or available-now (process what is there, end)."""
+
+    spec: str  # as given, e.g. "2 seconds"
+    seconds: float | None  # None for available-now
+
+    @property
+    def available_now(self) -> bool:
+        return self.seconds is None
+
+    def spark_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for DataStreamWriter.trigger."""
+        if self.available_now:
+            return {"availableNow": True}
+        return {"processingTime": f"{round(self.seconds * 1000)} milliseconds"}
+
+
+def parse_trigger(text: str) -> Trigger:
+    """'2 seconds', '500 ms', '1 minute' or 'available-now' (also 'availableNow')."""
+    if text.strip().lower() in (AVAILABLE_NOW, "availablenow", "available_now"):
+        return Trigger(AVAILABLE_NOW, None)
+    match = _INTERVAL.match(text)
+    if not match or match.group(2).lower() not in _UNIT_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"bad trigger interval {text!r}: use e.g. '2 seconds', '500 milliseconds', '1 minute' or available-now"
+        )
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"trigger interval {text!r} must be positive")
+    return Trigger(text.strip(), seconds)
+
+
+@dataclass(frozen=True)
+class RuntimeArgs:
+    store: str
+    job: str
+    deployment: str
+    checkpoint: str
+    trigger: Trigger
+    delivery: Delivery
+    heartbeat_interval: float  # seconds between status writes when nothing else happens (<= 5)
+    poll_interval: float  # seconds between looks at the control channel
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be positive")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    # allow_abbrev=False: a job's own --in must not be taken for our --interval-something
+    parser = argparse.ArgumentParser(prog="<application>", allow_abbrev=False, add_help=False)
+    parser.add_argument("--store", required=True, help="snapshot store URI (local path or s3://bucket/prefix)")
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--deployment", required=True)
+    parser.add_argument("--checkpoint", required=True, help="this deployment's own checkpoint location")
+    parser.add_argument("--trigger-interval", required=True, type=parse_trigger)
+    parser.add_argument("--delivery", required=True, type=Delivery, choices=list(Delivery))
+    parser.add_argument("--heartbeat-interval", type=_positive, default=2.0)
+    parser.add_argument("--poll-interval", type=_positive, default=1.0)
+    return parser
+
+
+def parse_args(argv: list[str]) -> tuple[RuntimeArgs, list[str]]:
+    """The runtime's options and the rest (the job's), in their original order."""
+    known, rest = _parser().parse_known_args(argv)
+    if known.heartbeat_interval > 5:
+        _parser().error("--heartbeat-interval must be at most 5 seconds (the status must stay fresh)")
+    runtime = RuntimeArgs(
+        store=known.store,
+        job=known.job,
+        deployment=known.deployment,
+        checkpoint=known.checkpoint,
+        trigger=known.trigger_interval,
+        delivery=known.delivery,
+        heartbeat_interval=known.heartbeat_interval,
+        poll_interval=known.poll_interval,
+    )
+    return runtime, rest

@@ -1,0 +1,77 @@
+"""The control channel: requests the engine writes to `control/<id>.json` in the store, polled by the
+driver. And the graceful stop they ask for: at a batch boundary (SPARK_CHECKPOINTS.md section 8), so the
+checkpoint ends with C = L and a stop-with-savepoint copies a quiescent batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from airflow_plugin.core.deployments import ControlRequest, Deployments
+from airflow_plugin.core.errors import SavepointsError
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+BOUNDARY_POLL = 0.01  # seconds: a trigger that ends is seen within this
+
+
+class ControlChannel:
+    """Pending requests of one deployment; each id is handed out once (ids handled by an earlier run of
+    the same deployment are passed in and skipped)."""
+
+    def __init__(self, deployments: Deployments, job: str, deployment_id: str, handled: Iterable[str] = ()) -> None:
+        self._deployments = deployments
+        self._job = job
+        self._deployment_id = deployment_id
+        self._seen: set[str] = set(handled)
+
+    def next_stop(self) -> ControlRequest | None:
+        """The oldest stop request not handed out before, or None. Unknown actions are logged and skipped
+        (a newer engine may know more actions than this runtime); a store hiccup reads as 'nothing'."""
+        try:
+            requests = self._deployments.requests(self._job, self._deployment_id)
+        except (SavepointsError, OSError) as exc:
+            log.warning("could not read control requests (will retry): %s", exc)
+            return None
+        for request in requests:
+            if request.id in self._seen:
+                continue
+            self._seen.add(request.id)
+            if request.action == "stop":
+                return request
+            log.warning("ignoring control request %s with unknown action %r", request.id, request.action)
+        return None
+
+
+def stop_at_batch_boundary(query: StreamingQuery, wait_limit: float, batch_done: threading.Event) -> str:
+    """Stop `query` between two batches, so that the checkpoint ends with C = L.
+
+    Stops as soon as no trigger runs, or as soon as a batch commits (`batch_done`, set by the progress
+    listener): a query that runs behind starts its next trigger at once and leaves no idle gap to find,
+    and right after a commit the next batch has barely begun. After `wait_limit` seconds it stops anyway.
+    Stopping inside a batch is safe, only slower to resume: Spark interrupts batch L, leaving C = L-1,
+    and a restart re-runs L from its logged offsets (SPARK_CHECKPOINTS.md sections 3 and 8).
+    Returns where the stop was issued, for the log (the race with the next trigger cannot be closed)."""
+    deadline = time.monotonic() + wait_limit
+    batch_done.clear()
+    where = "after the query ended"
+    while query.isActive:
+        if not query.status["isTriggerActive"]:
+            where = "between batches"
+            break
+        if batch_done.is_set():
+            where = "right after a commit"
+            break
+        if time.monotonic() >= deadline:
+            where = f"inside a batch (no boundary within {wait_limit:.1f} s)"
+            break
+        time.sleep(BOUNDARY_POLL)  # polling a JVM flag: Spark has no event for "trigger ended"
+    query.stop()
+    return where

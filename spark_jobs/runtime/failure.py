@@ -1,0 +1,59 @@
+"""What went wrong, as the engine shows it: Spark's error class (condition) and a message.
+
+A failed streaming query surfaces as STREAM_FAILED wrapping the real cause, e.g.
+`[STREAM_FAILED] Query [...] terminated with exception: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] ...`.
+The wrapper's class says nothing, so the innermost named class is the one reported.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+WRAPPERS = frozenset({"STREAM_FAILED"})
+MESSAGE_LIMIT = 4000  # characters of the message kept in status.json
+_CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
+_JVM_STACK = "\n\nJVM stacktrace:"
+_QUERY_DUMP = "\n=== Streaming Query ==="  # STREAM_FAILED appends the query's offsets and whole plan
+_WRAPPED = "terminated with exception: "
+
+
+@dataclass(frozen=True)
+class Failure:
+    error_class: str | None
+    message: str
+
+
+def _conditions(exc: BaseException) -> list[str]:
+    """Conditions along the chain: pyspark's getCondition() where it has one, then every `[CLASS]` the
+    messages name, outermost first (pyspark keeps the JVM cause chain in the message text)."""
+    found: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        get_condition = getattr(current, "getCondition", None)
+        if callable(get_condition):
+            condition = get_condition()
+            if condition:
+                found.append(str(condition))
+        found.extend(_CONDITION.findall(_first_part(str(current))))
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def _first_part(text: str) -> str:
+    """The message without pyspark's appended JVM stack trace and the query dump (plans, offsets): the
+    log has those; the status gets what a person reads first."""
+    return text.split(_JVM_STACK, 1)[0].split(_QUERY_DUMP, 1)[0]
+
+
+def describe(exc: BaseException) -> Failure:
+    """The first error class that is not a wrapper (the cause STREAM_FAILED names) and the cause's message."""
+    conditions = _conditions(exc)
+    named = [c for c in conditions if c not in WRAPPERS]
+    error_class = (named or conditions or [type(exc).__name__])[0]
+    message = _first_part(str(exc)).strip()
+    if _WRAPPED in message:
+        message = message.split(_WRAPPED, 1)[1]
+    return Failure(error_class, (message or type(exc).__name__)[:MESSAGE_LIMIT])

@@ -1,0 +1,186 @@
+"""Runs one job's query under management, from session to exit code:
+
+    STARTING --first trigger done--> RUNNING --stop request--> STOPPING --> STOPPED   (exit 0)
+    a failure / the job's arguments rejected / a guarantee it cannot give    FAILED    (exit 1 / 2 / 3)
+
+`run(build)` is what an application file calls. `Runner` does the work and takes the session from a
+factory, so that STARTING is in the store before the (slow) session exists; the benchmark hands it an
+existing session to compare against the bare query in one JVM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn
+
+from airflow_plugin.core.deployments import ControlRequest, Deployments, State, Status
+from airflow_plugin.core.storage import open_storage
+
+from .args import RuntimeArgs, Trigger, parse_args
+from .control import ControlChannel, stop_at_batch_boundary
+from .delivery import DeliveryPlan, DeliveryRefused, StreamingJob, plan
+from .failure import Failure, describe
+from .status import Heartbeat, ProgressListener, StatusBoard
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+log = logging.getLogger(__name__)
+
+Build = Callable[["SparkSession", list[str]], "StreamingJob | DataStreamWriter"]
+
+EXIT_STOPPED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+JOB_ARGUMENTS_REJECTED = "JOB_ARGUMENTS_REJECTED"
+DRAIN = Trigger("available-now", None)
+MIN_BOUNDARY_WAIT = 1.0  # seconds: the least time given a running batch to finish before a stop interrupts it
+DRAIN_BOUNDARY_WAIT = 5.0  # the same for an available-now (drain) run, which has no interval
+
+
+class Runner:
+    """One managed run. `run()` writes STARTING first, then asks for the session; it returns the exit
+    code and never raises for a failure of the job: that becomes FAILED in the status."""
+
+    spark: SparkSession
+
+    def __init__(self, build: Build, args: RuntimeArgs, job_args: list[str]) -> None:
+        self.build = build
+        self.args = args
+        self.job_args = job_args
+        self.deployments = Deployments(open_storage(args.store))
+        previous = self.deployments.status(args.job, args.deployment)
+        handled = previous.handled_requests if previous else []
+        self.board = StatusBoard(
+            self.deployments,
+            args.job,
+            args.deployment,
+            Status(State.STARTING, time.time(), pid=os.getpid(), handled_requests=list(handled)),
+        )
+        self.control = ControlChannel(self.deployments, args.job, args.deployment, handled)
+        self.listener = ProgressListener(self.board)
+
+    def run(self, session: Callable[[], SparkSession]) -> int:
+        self.board.update()  # STARTING, before the session: creating one takes seconds
+        heartbeat = Heartbeat(self.board, self.args.heartbeat_interval).start()
+        listening = False
+        try:
+            self.spark = session()
+            self.board.update(app_id=self.spark.sparkContext.applicationId)
+            self.spark.streams.addListener(self.listener)
+            listening = True
+            return self._run()
+        except DeliveryRefused as exc:
+            log.error("%s", exc)
+            self.board.finish(State.FAILED, error_class=DeliveryRefused.error_class, error_message=str(exc))
+            return EXIT_REFUSED
+        except SystemExit as exc:  # the job's own argument parser rejected its arguments (argparse exits)
+            message = f"the job rejected its arguments {self.job_args} (exit {exc.code}): see the driver log"
+            self.board.finish(State.FAILED, error_class=JOB_ARGUMENTS_REJECTED, error_message=message)
+            return EXIT_USAGE
+        except Exception as exc:  # any failure of the job ends as FAILED with its class, not as a traceback
+            failure = describe(exc)
+            log.error("query failed: [%s] %s", failure.error_class, failure.message)
+            self._fail(failure)
+            return EXIT_FAILED
+        finally:
+            heartbeat.stop()
+            if listening:
+                self.spark.streams.removeListener(self.listener)
+
+    def _run(self) -> int:
+        job = self._build()
+        delivery = plan(self.args.delivery, job, self.args.checkpoint)
+        for warning in delivery.warnings:
+            log.warning("%s", warning)
+        request = self.control.next_stop()  # a stop that came while the session started
+        if request is None:
+            query = self._start(job, delivery, self.args.trigger)
+            request = self._supervise(query)
+        else:
+            self.board.acknowledge(request.id, State.STOPPING)
+        if request is not None and request.drain:
+            log.info("draining: processing what is available, then stopping (request %s)", request.id)
+            self._supervise(self._start(self._build(), delivery, DRAIN))
+        self.board.finish(State.STOPPED)
+        log.info("stopped%s", f" on request {request.id}" if request else " (the query ended by itself)")
+        return EXIT_STOPPED
+
+    def _build(self) -> StreamingJob:
+        built = self.build(self.spark, list(self.job_args))
+        return built if isinstance(built, StreamingJob) else StreamingJob(built)
+
+    def _start(self, job: StreamingJob, delivery: DeliveryPlan, trigger: Trigger) -> StreamingQuery:
+        writer = (
+            job.writer.queryName(job.name or self.args.job)
+            .option("checkpointLocation", delivery.checkpoint)
+            .trigger(**trigger.spark_kwargs())
+        )
+        query = writer.start()
+        self.listener.follow(str(query.id))
+        self.board.update(query_id=str(query.id), run_id=str(query.runId))
+        log.info("query %s run %s started, trigger %s, %s", query.id, query.runId, trigger.spec, delivery.delivery)
+        return query
+
+    def _supervise(self, query: StreamingQuery) -> ControlRequest | None:
+        """Wait for the query to end by itself (available-now; raises on failure) or for a stop request,
+        which is honoured at a batch boundary. Returns the honoured request."""
+        while not query.awaitTermination(self.args.poll_interval):
+            self._note_running(query)
+            request = self.control.next_stop()
+            if request is not None:
+                self.board.acknowledge(request.id, State.STOPPING)
+                where = stop_at_batch_boundary(query, self._boundary_wait(), self.listener.batch_done)
+                log.info("stop request %s honoured (%s)", request.id, where)
+                query.awaitTermination()  # raises if the query had failed before the stop
+                return request
+        return None
+
+    def _note_running(self, query: StreamingQuery) -> None:
+        """RUNNING once the first trigger is done. The listener says so on the first progress or idle
+        event; this covers a first trigger without data before its idle event. `status` is one cheap
+        JVM call (`lastProgress` would cost dozens of py4j round trips)."""
+        if self.board.current.state is State.STARTING and str(query.status["message"]).startswith("Waiting"):
+            self.board.promote(State.STARTING, State.RUNNING)
+
+    def _boundary_wait(self) -> float:
+        """One trigger interval: a query on schedule finishes its batch within it, so the stop stays
+        within interval + poll + a moment; one that runs behind gets interrupted after it."""
+        if self.args.trigger.seconds is None:
+            return DRAIN_BOUNDARY_WAIT
+        return max(MIN_BOUNDARY_WAIT, self.args.trigger.seconds)
+
+    def _fail(self, failure: Failure) -> None:
+        self.board.finish(State.FAILED, error_class=failure.error_class, error_message=failure.message)
+
+
+def _session(args: RuntimeArgs) -> SparkSession:
+    """The session spark-submit configured (master, --conf), named after the deployment."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.appName(f"{args.job}/{args.deployment}").getOrCreate()
+
+
+def main(build: Build, argv: list[str] | None = None) -> int:
+    """Parse the command line, create the session, run the job under management; the exit code."""
+    args, job_args = parse_args(sys.argv[1:] if argv is None else argv)
+    runner = Runner(build, args, job_args)
+    try:
+        return runner.run(lambda: _session(args))
+    finally:
+        if hasattr(runner, "spark"):
+            runner.spark.stop()
+
+
+def run(build: Build, argv: list[str] | None = None) -> NoReturn:
+    """Entry point of an application file: `if __name__ == "__main__": run(build)`."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per listener callback otherwise
+    sys.exit(main(build, argv))

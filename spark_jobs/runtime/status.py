@@ -1,0 +1,230 @@
+"""status.json: the one thing the engine reads about a running job. The board holds the current Status
+and writes it whole (the store replaces objects atomically) after every change: on each committed batch
+(from a StreamingQueryListener), on each state change, and from a heartbeat thread at least every few
+seconds so that liveness is a fresh `updated_at`. Writes are serialised under one lock, so a stale
+heartbeat can never overwrite a newer state, and nothing overwrites a terminal one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from airflow_plugin.core.deployments import Deployments, State, Status
+from airflow_plugin.core.errors import SavepointsError
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.listener import (
+        QueryIdleEvent,
+        QueryProgressEvent,
+        QueryStartedEvent,
+        QueryTerminatedEvent,
+    )
+
+log = logging.getLogger(__name__)
+
+TERMINAL = frozenset({State.STOPPED, State.FAILED})
+FINAL_WRITE_ATTEMPTS = 5  # a lost STOPPED/FAILED leaves the engine waiting for a heartbeat timeout
+
+
+def _finite(value: Any) -> float | None:
+    """Spark reports NaN/Infinity rates for empty batches; JSON readers other than Python's reject them."""
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+class StatusBoard:
+    """The current Status of one deployment and the only writer of its status.json."""
+
+    def __init__(self, deployments: Deployments, job: str, deployment_id: str, initial: Status) -> None:
+        self._deployments = deployments
+        self._job = job
+        self._deployment_id = deployment_id
+        self._status = initial
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> Status:
+        with self._lock:
+            return replace(self._status, handled_requests=list(self._status.handled_requests))
+
+    @property
+    def terminal(self) -> bool:
+        with self._lock:
+            return self._status.state in TERMINAL
+
+    def update(self, **fields: Any) -> bool:
+        """Change fields and write; ignored (False) once the status is terminal."""
+        with self._lock:
+            if self._status.state in TERMINAL:
+                return False
+            self._status = replace(self._status, **fields, updated_at=time.time())
+            self._write()
+            return True
+
+    def promote(self, from_state: State, to_state: State) -> bool:
+        """Change the state only if it is still `from_state` (STARTING -> RUNNING happens once)."""
+        with self._lock:
+            if self._status.state is not from_state:
+                return False
+            self._status = replace(self._status, state=to_state, updated_at=time.time())
+            self._write()
+            return True
+
+    def acknowledge(self, request_id: str, state: State) -> None:
+        """Record a control request as honoured (the engine matches on its id) and enter `state`."""
+        with self._lock:
+            if self._status.state in TERMINAL:
+                return
+            handled = [*self._status.handled_requests, request_id]
+            self._status = replace(self._status, state=state, handled_requests=handled, updated_at=time.time())
+            self._write()
+
+    def finish(self, state: State, **fields: Any) -> None:
+        """Write the terminal state, retrying: the engine waits for exactly this write."""
+        if state not in TERMINAL:
+            raise ValueError(f"{state} is not a final state")
+        with self._lock:
+            if self._status.state in TERMINAL:
+                return
+            self._status = replace(self._status, state=state, **fields, updated_at=time.time())
+            for attempt in range(1, FINAL_WRITE_ATTEMPTS + 1):
+                if self._write():
+                    return
+                time.sleep(min(2.0, 0.2 * 2**attempt))  # backoff between retries of a failed store write
+            log.error("could not write the final state %s to the store", state)
+
+    def beat(self) -> None:
+        """Refresh `updated_at` (liveness) unless terminal."""
+        self.update()
+
+    def _write(self) -> bool:
+        """Write under the lock held by the caller; a store hiccup must not kill the job, only be logged."""
+        try:
+            self._deployments.write_status(self._job, self._deployment_id, self._status)
+            return True
+        except (SavepointsError, OSError) as exc:
+            log.warning("status write to the store failed (will retry with the next update): %s", exc)
+            return False
+
+
+class ProgressListener(StreamingQueryListener):
+    """Feeds the board from Spark's listener bus. A progress event for batch N means commits/N is durable
+    (SPARK_CHECKPOINTS.md section 8), so last_batch_id is always a committed batch. Events of other
+    queries in the same session (a benchmark's bare runs) are ignored by query id.
+
+    Registered with the public `spark.streams.addListener`, but the JVM side gets a lighter adapter than
+    pyspark's own (see `_jlistener`): pyspark converts every progress event field by field, about a
+    hundred py4j round trips and ~40 ms of Python CPU per batch (plus as much in the JVM), which the
+    benchmark measured as the runtime's largest cost. This one reads the progress as ONE JSON string."""
+
+    def __init__(self, board: StatusBoard) -> None:
+        self._board = board
+        self._query_id: str | None = None
+        self._jvm_listener: Any = None
+        self.batch_done = threading.Event()  # set on every committed batch: the stop logic waits for it
+
+    def follow(self, query_id: str) -> None:
+        self._query_id = query_id
+
+    def _ours(self, query_id: object) -> bool:
+        return self._query_id is None or str(query_id) == self._query_id
+
+    def progress(self, progress: dict[str, Any]) -> None:
+        """A committed batch, as Spark's progress JSON."""
+        if not self._ours(progress.get("id")):
+            return
+        self.batch_done.set()
+        self._board.update(
+            last_batch_id=progress.get("batchId"),
+            input_rows_per_second=_finite(progress.get("inputRowsPerSecond")),
+            processed_rows_per_second=_finite(progress.get("processedRowsPerSecond")),
+            batch_duration_ms=progress.get("batchDuration"),
+            watermark=(progress.get("eventTime") or {}).get("watermark"),
+        )
+        self._board.promote(State.STARTING, State.RUNNING)
+
+    def idle(self, query_id: str) -> None:
+        """A trigger found no data: the query is up and waiting."""
+        if self._ours(query_id):
+            self._board.promote(State.STARTING, State.RUNNING)
+
+    # the StreamingQueryListener interface, for callers that hand in pyspark's event objects
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        """Nothing to do: the runner records ids when start() returns."""
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        self.progress(json.loads(event.progress.json))
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        self.idle(str(event.id))
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        """Nothing to do: the runner sees the end through awaitTermination and writes the final state."""
+
+    @property
+    def _jlistener(self) -> Any:
+        """The JVM-side listener pyspark's addListener registers: Spark's own wrapper class around our
+        light adapter instead of pyspark's converting one."""
+        if self._jvm_listener is None:
+            from pyspark import SparkContext
+
+            jvm: Any = SparkContext._jvm
+            self._jvm_listener = jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))
+        return self._jvm_listener
+
+
+class _JsonEvents:
+    """Implements the JVM interface PythonStreamingQueryListener through py4j (as pyspark's own adapter
+    does), passing progress on as parsed JSON."""
+
+    def __init__(self, listener: ProgressListener) -> None:
+        self._listener = listener
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        """Not needed (see ProgressListener.onQueryStarted)."""
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        self._listener.progress(json.loads(jevent.progress().json()))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        self._listener.idle(jevent.id().toString())
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        """Not needed (see ProgressListener.onQueryTerminated)."""
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+class Heartbeat:
+    """A daemon thread that rewrites the status every `interval` seconds until stopped."""
+
+    def __init__(self, board: StatusBoard, interval: float) -> None:
+        self._board = board
+        self._interval = interval
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="savepoints-heartbeat", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._interval):
+            if self._board.terminal:
+                return
+            self._board.beat()

@@ -4,7 +4,7 @@
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup demo test lint format bench
+.PHONY: setup demo test lint format bench bench-runtime
 
 setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -27,3 +27,6 @@ format:
 
 bench: setup
 	$(UV) run --frozen python -m bench.snapshot_bench
+
+bench-runtime: setup
+	$(UV) run --frozen python -m bench.runtime_bench

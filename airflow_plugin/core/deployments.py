@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -147,15 +148,18 @@ class Deployments:
         key = deployment_prefix(job, deployment_id) + f"control/{check_name(request.id, 'request id')}.json"
         self.storage.write(key, json.dumps(asdict(request)).encode())
 
-    def requests(self, job: str, deployment_id: str) -> list[ControlRequest]:
+    def requests(self, job: str, deployment_id: str, skip: Collection[str] = ()) -> list[ControlRequest]:
+        """Control requests, oldest first; ids in `skip` (already handled) are not even read."""
         prefix = deployment_prefix(job, deployment_id) + "control/"
         found = []
         for info in self.storage.list(prefix):
-            if info.key.endswith(".json"):
-                try:
-                    found.append(ControlRequest(**json.loads(self.storage.read(info.key))))
-                except (FileNotFoundError, ValueError, TypeError):
-                    continue  # half-visible or foreign file: ignore, the engine writes whole objects
+            request_id = info.key[len(prefix) :].removesuffix(".json")
+            if not info.key.endswith(".json") or request_id in skip:
+                continue
+            try:
+                found.append(ControlRequest(**json.loads(self.storage.read(info.key))))
+            except (FileNotFoundError, ValueError, TypeError):
+                continue  # half-visible or foreign file: ignore, the engine writes whole objects
         return sorted(found, key=lambda r: r.requested_at)
 
 

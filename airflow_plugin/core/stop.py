@@ -61,6 +61,11 @@ def stop(
 ) -> StopResult:
     """Ask the running deployment to stop at a batch boundary and wait for STOPPED. If it does not stop in
     time the request is withdrawn, the job keeps running, and nothing is deleted."""
+    if savepoint and job.delivery == "at-most-once":
+        raise Refused(
+            f"job {job.name} runs at-most-once: its runtime keeps no resumable checkpoint, so there is nothing to "
+            "savepoint; stop it without --savepoint"
+        )
     deployments = Deployments(store.storage)
     deployment = running_deployment(deployments, job)
     timeout = timeout if timeout is not None else job.trigger_seconds + 60

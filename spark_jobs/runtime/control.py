@@ -36,7 +36,7 @@ class ControlChannel:
         """The oldest stop request not handed out before, or None. Unknown actions are logged and skipped
         (a newer engine may know more actions than this runtime); a store hiccup reads as 'nothing'."""
         try:
-            requests = self._deployments.requests(self._job, self._deployment_id)
+            requests = self._deployments.requests(self._job, self._deployment_id, skip=self._seen)
         except (SavepointsError, OSError) as exc:
             log.warning("could not read control requests (will retry): %s", exc)
             return None

@@ -171,3 +171,21 @@ def test_a_job_that_does_not_stop_in_time_keeps_running(tmp_path: Path, capsys: 
     assert deployments.requests("orders", deployment.id) == []  # the request was withdrawn
     assert deployments.get("orders", deployment.id).retired_at is None
     assert (tmp_path / "ckpt/metadata").exists() and not any(store.list("jobs/orders/snapshots/"))
+
+
+def test_a_checkpoint_location_another_deployment_owns_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_plugin.core import deploy as deploy_module
+
+    jobs = str(write_jobs(tmp_path))
+    owned = tmp_path / "checkpoints/orders/dp-20261121T000000000Z-0003"
+    owned.mkdir(parents=True)
+    (owned / "metadata").write_text('{"id": "q"}')
+    deployments = Deployments(open_storage(str(tmp_path / "store")))
+    deployments.put(Deployment(id="dp-20261121T000000000Z-0003", job="orders", version="v1", checkpoint=str(owned)))
+    deployments.write_status("orders", "dp-20261121T000000000Z-0003", Status(State.STOPPED, time.time()))
+    monkeypatch.setattr(deploy_module, "new_deployment_id", lambda: "dp-20261121T000000000Z-0003")
+    assert main(["deploy", "orders", "--jobs", jobs]) == 4
+    assert "owned by deployment dp-20261121T000000000Z-0003: every deployment needs its own" in capsys.readouterr().err
+    assert (owned / "metadata").read_text() == '{"id": "q"}'

@@ -75,3 +75,20 @@ def test_hdfs_state_cannot_be_rescaled(spark, tmp_path: Path) -> None:
     manifest = create_snapshot(store, open_storage(ckpt), SnapshotRequest(job="counts"))
     with pytest.raises(Refused, match="HDFSBackedStateStoreProvider provider, which Spark's offline repartition"):
         check_rescalable(manifest, 6)
+
+
+def test_a_snapshot_that_ends_inside_a_batch_is_not_rescaled(spark, tmp_path: Path) -> None:
+    kind = KINDS["rocksdb_changelog"]
+    store = SnapshotStore(open_storage(str(tmp_path / "store")))
+    ckpt, inputs = tmp_path / "ckpt", str(tmp_path / "in")
+    query = kind.start(spark, str(ckpt), inputs, str(tmp_path / "out"))
+    try:
+        run_rounds(query, kind, inputs, range(2))
+    finally:
+        query.stop()
+    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+    (ckpt / f"offsets/{last + 1}").write_bytes((ckpt / f"offsets/{last}").read_bytes())  # a batch in flight
+    manifest = create_snapshot(store, open_storage(str(ckpt)), SnapshotRequest(job="counts"))
+    assert manifest.pending_batch_id == last + 1
+    with pytest.raises(Refused, match="Spark repartitions only at a batch boundary"):
+        check_rescalable(manifest, 6)

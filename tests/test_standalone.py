@@ -57,7 +57,8 @@ versions.v1 = {{ application = "{apps}/v1.py" }}
         wait_for(lambda: processed(first.checkpoint, feed.rounds), "the first deployment to process 2 rounds")
         savepoint = stop(job, store, savepoint=True).snapshot
 
-        second = deploy(DeployRequest(job, "v1", restore=savepoint.id), store)
+        second = deploy(DeployRequest(job, "v1", restore="latest-savepoint"), store)
+        assert second.restored_from == savepoint.id
         feed.round()
         feed.flush()
         wait_for(lambda: processed(second.checkpoint, feed.rounds), "the restored deployment to catch up")

@@ -128,7 +128,8 @@ def deploy(
     target = open_storage(checkpoint)
     owners = [d.id for d in deployments.list(job.name) if d.checkpoint.rstrip("/") == checkpoint]
     if owners or target.exists():
-        raise Refused(f"checkpoint location {checkpoint} is owned by deployment {owners or 'unknown'}; nothing done")
+        owner = f"owned by deployment {', '.join(owners)}" if owners else "not empty"
+        raise Refused(f"checkpoint location {checkpoint} is {owner}: every deployment needs its own; nothing done")
     plan = plan_restore(store, job.name, source.id, target) if source else None
     rescale_to = None
     if source and request.partitions and request.partitions != current_partitions(source):

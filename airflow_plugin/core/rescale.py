@@ -27,6 +27,12 @@ def check_rescalable(manifest: Manifest, partitions: int) -> None:
     """Refuse before anything happens when Spark cannot repartition this state."""
     if partitions < 1:
         raise Refused(f"cannot rescale to {partitions} partitions: give a positive number")
+    if manifest.pending_batch_id is not None:
+        raise Refused(
+            f"snapshot {manifest.id} of job {manifest.job} ends inside batch {manifest.pending_batch_id} (offsets "
+            "logged, no commit): Spark repartitions only at a batch boundary. Deploy from it without "
+            "--partitions, stop that deployment cleanly with --savepoint, and rescale from the new savepoint"
+        )
     provider = manifest.spark_conf.get(PROVIDER_CONF, "")
     if manifest.operators and "RocksDB" not in provider:
         name = provider.rsplit(".", 1)[-1] or "the default"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -31,12 +30,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_plugin.core.deployments import ControlRequest, Deployments, State, Status, new_request_id
 from airflow_plugin.core.storage import open_storage
+from bench.report import Results, Target, log, report
 from devtools.spark import local_spark
 from spark_jobs import generate
 from spark_jobs.jobs.windowed import v1
@@ -68,36 +68,6 @@ STATUS_POLL = 0.02
 
 OVERHEAD_LIMIT = 0.03
 STOP_SLACK_LIMIT = 2.0
-
-
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-@dataclass
-class Target:
-    name: str
-    measured: float
-    limit: float
-    unit: str
-    detail: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.measured <= self.limit
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "result": "PASS" if self.passed else "MISS"}
-
-
-@dataclass
-class Results:
-    rows: list[tuple[str, str, str]] = field(default_factory=list)
-    targets: list[Target] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def row(self, section: str, metric: str, value: str) -> None:
-        self.rows.append((section, metric, value))
 
 
 # ---------------------------------------------------------------- input
@@ -379,31 +349,6 @@ def stop_latency(spark: SparkSession, results: Results) -> None:
 # ---------------------------------------------------------------- report
 
 
-def report(results: Results) -> None:
-    width = max(len(metric) for _, metric, _ in results.rows)
-    section = None
-    for current, metric, value in results.rows:
-        if current != section:
-            print(f"\n{current}")
-            section = current
-        print(f"  {metric:<{width}}  {value}")
-    print("\ntargets")
-    for target in results.targets:
-        verdict = "PASS" if target.passed else "MISS"
-        print(f"  {verdict}  {target.name}: {target.measured:.2f} {target.unit} (limit {target.limit:.2f})")
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
-                "targets": [t.as_dict() for t in results.targets],
-                "data": results.data,
-            },
-            indent=1,
-        )
-    )
-    print(f"\nwritten to {RESULTS.relative_to(ROOT)}")
-
-
 def main() -> int:
     shutil.rmtree(WORK_DIR, ignore_errors=True)
     WORK_DIR.mkdir(parents=True)
@@ -415,7 +360,7 @@ def main() -> int:
         stop_latency(spark, results)
     finally:
         spark.stop()
-    report(results)
+    report(results, RESULTS)
     return 0
 
 

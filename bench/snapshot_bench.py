@@ -23,7 +23,6 @@ from __future__ import annotations
 import filecmp
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -32,7 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,6 +41,7 @@ from airflow_plugin.core.restore import execute_restore, plan_restore
 from airflow_plugin.core.storage import S3Storage, open_storage
 from airflow_plugin.core.store import SnapshotStore
 from bench import spark_feed
+from bench.report import Results, Target, log, report
 from devtools.embedded_s3 import DUMMY_CREDENTIALS, EmbeddedS3
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,38 +71,8 @@ PEAK_RSS_MB = 300.0
 MB = 1024 * 1024
 
 
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
 def mb(n: int) -> str:
     return f"{n / MB:.1f}"
-
-
-@dataclass
-class Target:
-    name: str
-    measured: float
-    limit: float
-    unit: str
-    detail: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.measured <= self.limit
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "result": "PASS" if self.passed else "MISS"}
-
-
-@dataclass
-class Results:
-    rows: list[tuple[str, str, str]] = field(default_factory=list)  # section, metric, value
-    targets: list[Target] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def row(self, section: str, metric: str, value: str) -> None:
-        self.rows.append((section, metric, value))
 
 
 # ---------------------------------------------------------------- helpers
@@ -673,36 +643,6 @@ def synthetic_memory(results: Results) -> None:
 # ---------------------------------------------------------------- report
 
 
-def report(results: Results) -> None:
-    width = max(len(metric) for _, metric, _ in results.rows) + 2
-    rule = "=" * 110
-    print(f"\n{rule}")
-    section = None
-    for sec, metric, value in results.rows:
-        if sec != section:
-            print(f"-- {sec}")
-            section = sec
-        print(f"   {metric:<{width}}{value}")
-    print("-- targets")
-    for target in results.targets:
-        status = "PASS" if target.passed else "MISS"
-        measured = f"{target.measured:8.2f} {target.unit:<3} (<= {target.limit:g})"
-        print(f"   {status}  {target.name:<38} {measured}  {target.detail}")
-    missed = [t.name for t in results.targets if not t.passed]
-    print(rule)
-    verdict = f"{len(results.targets) - len(missed)} of {len(results.targets)} targets met"
-    print(verdict + (f"; MISSED: {'; '.join(missed)}" if missed else ""))
-    document = {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-        **results.data,
-        "targets": [t.as_dict() for t in results.targets],
-        "table": [{"section": sec, "metric": metric, "value": value} for sec, metric, value in results.rows],
-    }
-    BENCH_DIR.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(document, indent=2))
-    print(f"results written to {RESULTS.relative_to(ROOT)}")
-
-
 def main() -> None:
     started = time.monotonic()
     results = Results()
@@ -718,7 +658,7 @@ def main() -> None:
     synthetic_memory(results)
     results.data["wall_s"] = round(time.monotonic() - started, 1)
     results.row("run", "wall time", f"{results.data['wall_s']:.0f} s")
-    report(results)
+    report(results, RESULTS)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Rescale from a snapshot: repartition the state of a restored copy with Spark's offline repartition
-(its own Spark application), never the original; HDFS-backed state is refused before anything happens."""
+(its own Spark application), never the original; HDFS-backed state and snapshots that end inside a
+batch are refused before anything happens."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from synthetic import tree
 
 from airflow_plugin.core.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.errors import Refused
+from airflow_plugin.core.manifest import Manifest
 from airflow_plugin.core.rescale import check_rescalable, current_partitions, repartition
 from airflow_plugin.core.restore import execute_restore, plan_restore
 from airflow_plugin.core.storage import open_storage
@@ -19,28 +21,39 @@ from airflow_plugin.core.store import SnapshotStore
 pytestmark = pytest.mark.spark
 
 
-def test_counts_after_rescaling_from_3_to_6_partitions_are_exactly_those_without(spark, tmp_path: Path) -> None:
-    kind = KINDS["rocksdb_changelog"]
-    store = SnapshotStore(open_storage(str(tmp_path / "store")))
-    ckpt, inputs = str(tmp_path / "ckpt"), str(tmp_path / "in")
-    query = kind.start(spark, ckpt, inputs, str(tmp_path / "out"))
+def run_and_snapshot(spark, tmp_path: Path, kind_name: str, rounds: int, in_flight: bool = False):
+    """Run a query of `kind_name` for `rounds` rounds, stop it, snapshot it; `in_flight` fakes a batch
+    whose offsets are logged without a commit. Returns (store, manifest)."""
+    kind = KINDS[kind_name]
+    ckpt = tmp_path / "ckpt"
+    query = kind.start(spark, str(ckpt), str(tmp_path / "in"), str(tmp_path / "out"))
     try:
-        run_rounds(query, kind, inputs, range(3))
+        run_rounds(query, kind, str(tmp_path / "in"), range(rounds))
     finally:
         query.stop()
-    manifest = create_snapshot(store, open_storage(ckpt), SnapshotRequest(job="counts"))
+    if in_flight:
+        last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+        (ckpt / f"offsets/{last + 1}").write_bytes((ckpt / f"offsets/{last}").read_bytes())
+    store = SnapshotStore(open_storage(str(tmp_path / "store")))
+    manifest: Manifest = create_snapshot(store, open_storage(str(ckpt)), SnapshotRequest(job="counts"))
+    return store, manifest
+
+
+def test_counts_after_rescaling_from_3_to_6_partitions_are_exactly_those_without(spark, tmp_path: Path) -> None:
+    kind = KINDS["rocksdb_changelog"]
+    store, manifest = run_and_snapshot(spark, tmp_path, "rocksdb_changelog", rounds=3)
     assert current_partitions(manifest) == 3
     check_rescalable(manifest, 6)
-    original = tree(Path(ckpt))
+    original = tree(tmp_path / "ckpt")
 
     restored = open_storage(str(tmp_path / "rescaled"))
     plan = plan_restore(store, "counts", manifest.id, restored)
     execute_restore(store, plan)
     assert repartition(restored, plan.spark_conf, 6) == manifest.batch_id + 1
-    assert tree(Path(ckpt)) == original  # the original checkpoint was never touched
+    assert tree(tmp_path / "ckpt") == original  # the original checkpoint was never touched
 
     # the restored query continues with 6 state partitions; its output matches a run that never rescaled
-    resumed_output = tmp_path / "out-rescaled"
+    inputs, resumed_output = str(tmp_path / "in"), tmp_path / "out-rescaled"
     resumed = kind.start(spark, str(tmp_path / "rescaled"), inputs, str(resumed_output))
     try:
         run_rounds(resumed, kind, inputs, range(3, 5))
@@ -52,43 +65,23 @@ def test_counts_after_rescaling_from_3_to_6_partitions_are_exactly_those_without
         reference.processAllAvailable()
     finally:
         reference.stop()
-    merged = tmp_path / "merged"
+    merged = tmp_path / "merged"  # batches up to the snapshot from the original run, the rest after rescaling
+    merged.mkdir()
     for source in (tmp_path / "out", resumed_output):
         for batch in source.glob("batch_id=*"):
             if source == resumed_output or int(batch.name.split("=")[1]) <= manifest.batch_id:
-                batch.rename(merged / batch.name) if merged.exists() else (
-                    merged.mkdir(),
-                    batch.rename(merged / batch.name),
-                )
+                batch.rename(merged / batch.name)
     assert kind.final_output(spark, str(merged)) == kind.final_output(spark, str(tmp_path / "ref-out"))
 
 
 def test_hdfs_state_cannot_be_rescaled(spark, tmp_path: Path) -> None:
-    kind = KINDS["hdfs"]
-    store = SnapshotStore(open_storage(str(tmp_path / "store")))
-    ckpt, inputs = str(tmp_path / "ckpt"), str(tmp_path / "in")
-    query = kind.start(spark, ckpt, inputs, str(tmp_path / "out"))
-    try:
-        run_rounds(query, kind, inputs, range(2))
-    finally:
-        query.stop()
-    manifest = create_snapshot(store, open_storage(ckpt), SnapshotRequest(job="counts"))
+    _, manifest = run_and_snapshot(spark, tmp_path, "hdfs", rounds=2)
     with pytest.raises(Refused, match="HDFSBackedStateStoreProvider provider, which Spark's offline repartition"):
         check_rescalable(manifest, 6)
 
 
 def test_a_snapshot_that_ends_inside_a_batch_is_not_rescaled(spark, tmp_path: Path) -> None:
-    kind = KINDS["rocksdb_changelog"]
-    store = SnapshotStore(open_storage(str(tmp_path / "store")))
-    ckpt, inputs = tmp_path / "ckpt", str(tmp_path / "in")
-    query = kind.start(spark, str(ckpt), inputs, str(tmp_path / "out"))
-    try:
-        run_rounds(query, kind, inputs, range(2))
-    finally:
-        query.stop()
-    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
-    (ckpt / f"offsets/{last + 1}").write_bytes((ckpt / f"offsets/{last}").read_bytes())  # a batch in flight
-    manifest = create_snapshot(store, open_storage(str(ckpt)), SnapshotRequest(job="counts"))
-    assert manifest.pending_batch_id == last + 1
+    _, manifest = run_and_snapshot(spark, tmp_path, "rocksdb_changelog", rounds=2, in_flight=True)
+    assert manifest.pending_batch_id == manifest.batch_id + 1
     with pytest.raises(Refused, match="Spark repartitions only at a batch boundary"):
         check_rescalable(manifest, 6)

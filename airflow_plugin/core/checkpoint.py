@@ -146,9 +146,10 @@ def read_restart_point(storage: Storage) -> RestartPoint:
     """Decide N and the exact files that restart the query at N. Raises CheckpointError for anything that
     is not a usable checkpoint, and CheckpointChanged when a needed file is already gone."""
     where = storage.uri
-    commit_files = list(storage.list("commits/"))
+    commit_files = list(storage.list("commits/"))  # first: N is decided from what is committed
     commits = _batches(commit_files, "commits")
-    if storage.stat("metadata") is None:
+    meta_info = storage.stat("metadata")
+    if meta_info is None:
         if not storage.exists():
             raise NotFound(f"checkpoint location {where} does not exist or is empty: check the path")
         raise CheckpointError(
@@ -166,71 +167,26 @@ def read_restart_point(storage: Storage) -> RestartPoint:
     pending = n + 1 if (n + 1) in offsets and (n + 1) not in commits else None
     earlier = [b for b in offsets if b < n]
     previous = max(earlier) if earlier else None  # N-1, or the one before a gap (async progress tracking)
-
-    meta_info = storage.stat("metadata")
-    assert meta_info is not None
     try:
         query_id = json.loads(storage.read("metadata")).get("id", "")
     except (ValueError, AttributeError):
         raise CheckpointError(f"{where}/metadata is not Spark checkpoint metadata JSON") from None
 
     offset_meta, source_lines = _offsets(storage.read(offsets[n].key), f"{where}/{offsets[n].key}")
-    bound_lines = source_lines
+    last_kept_lines = source_lines
     if pending is not None:
-        _, bound_lines = _offsets(storage.read(offsets[pending].key), f"{where}/{offsets[pending].key}")
+        _, last_kept_lines = _offsets(storage.read(offsets[pending].key), f"{where}/{offsets[pending].key}")
     format_version, commit = _commit(storage.read(commits[n].key), f"{where}/{commits[n].key}")
 
-    selected: list[ObjectInfo] = [meta_info, commits[n], offsets[n]]
-    if previous is not None:
-        selected.append(offsets[previous])
-    if pending is not None:
-        selected.append(offsets[pending])
-
-    # sources/<i>/: a file source's log is bounded by its logOffset in the last kept offsets file.
-    for info in storage.list("sources/"):
-        parts = info.key.split("/")
-        if len(parts) < 3 or is_transient(parts[-1]):
-            continue
-        index = int(parts[1]) if parts[1].isdigit() else -1
-        bound = _log_offset(bound_lines[index]) if 0 <= index < len(bound_lines) else None
-        match = _SOURCE_LOG.match(parts[-1])
-        if bound is not None and match and len(parts) == 3 and int(match.group(1)) > bound:
-            continue
-        selected.append(info)
-
-    # state/: per store directory, the files that rebuild version N+1.
+    selected = [meta_info, commits[n], offsets[n]]
+    selected += [offsets[b] for b in (previous, pending) if b is not None]
+    selected += _source_logs(storage, last_kept_lines)
     state = [i for i in storage.list("state/") if not is_transient(i.key.rsplit("/", 1)[-1])]
-    stores: dict[str, StateStoreDir] = {}
-    by_store: dict[str, dict[str, ObjectInfo]] = defaultdict(dict)
-    for info in state:
-        store = _store_of(info.key)
-        if store is not None:
-            stores.setdefault(store.prefix, store)
-            by_store[store.prefix][info.key[len(store.prefix) :]] = info
+    state_files, uses_changelog = _state_files(storage, state, n + 1, commit.get("stateUniqueIds") or {})
     metadata = [info for info in state if _is_state_metadata(info.key)]
-    unique_ids = commit.get("stateUniqueIds") or {}
-    uses_changelog = False
-    for prefix, store in sorted(stores.items()):
-        listing = by_store[prefix]
-        unique_id = _unique_id(unique_ids, store, stores)
-        names = files_for_version(
-            {name: info.size for name, info in listing.items()},
-            n + 1,
-            lambda name, prefix=prefix: storage.read(prefix + name),
-            unique_id,
-        )
-        uses_changelog = uses_changelog or any(name.endswith(".changelog") for name in listing)
-        selected.extend(listing[name] for name in names)
-    metadata_bound = pending if pending is not None else n
-    for info in metadata:
-        parts = info.key.split("/")
-        # operator metadata v2 is per batch: a file written after N describes a plan we do not restore
-        if parts[2:4] == ["_metadata", "v2"] and _BATCH.match(parts[-1]) and int(parts[-1]) > metadata_bound:
-            continue
-        selected.append(info)
-
+    selected += state_files + _operator_metadata(metadata, pending if pending is not None else n)
     selected = _with_companion_checksums(selected, [*state, *offset_files, *commit_files])
-    spark_conf = {str(k): str(v) for k, v in (offset_meta.get("conf") or {}).items()}
+
     restore_conf = {}
     if format_version >= 2:
         restore_conf[FORMAT_VERSION_CONF] = str(format_version)
@@ -245,10 +201,65 @@ def read_restart_point(storage: Storage) -> RestartPoint:
         watermark_ms=offset_meta.get("batchWatermarkMs"),
         batch_timestamp_ms=offset_meta.get("batchTimestampMs"),
         source_offsets=source_lines,
-        spark_conf=spark_conf,
+        spark_conf={str(k): str(v) for k, v in (offset_meta.get("conf") or {}).items()},
         restore_conf=restore_conf,
         operators=_operator_info(storage, metadata),
     )
+
+
+def _source_logs(storage: Storage, last_kept_lines: list[str]) -> list[ObjectInfo]:
+    """All of `sources/<i>/`, except that a file source's log stops at the logOffset of the last kept
+    offsets file: an entry beyond it would make Spark skip files it never processed."""
+    selected = []
+    for info in storage.list("sources/"):
+        parts = info.key.split("/")
+        if len(parts) < 3 or is_transient(parts[-1]):
+            continue
+        index = int(parts[1]) if parts[1].isdigit() else -1
+        bound = _log_offset(last_kept_lines[index]) if 0 <= index < len(last_kept_lines) else None
+        match = _SOURCE_LOG.match(parts[-1])
+        if bound is not None and match and len(parts) == 3 and int(match.group(1)) > bound:
+            continue
+        selected.append(info)
+    return selected
+
+
+def _state_files(
+    storage: Storage, state: list[ObjectInfo], version: int, unique_ids: dict[str, Any]
+) -> tuple[list[ObjectInfo], bool]:
+    """Per store directory, the files that rebuild `version`; and whether changelog checkpointing is on."""
+    stores: dict[str, StateStoreDir] = {}
+    by_store: dict[str, dict[str, ObjectInfo]] = defaultdict(dict)
+    for info in state:
+        store = _store_of(info.key)
+        if store is not None:
+            stores.setdefault(store.prefix, store)
+            by_store[store.prefix][info.key[len(store.prefix) :]] = info
+    selected: list[ObjectInfo] = []
+    uses_changelog = False
+    for prefix, store in sorted(stores.items()):
+        listing = by_store[prefix]
+        names = files_for_version(
+            {name: info.size for name, info in listing.items()},
+            version,
+            lambda name, prefix=prefix: storage.read(prefix + name),
+            _unique_id(unique_ids, store, stores),
+        )
+        uses_changelog = uses_changelog or any(name.endswith(".changelog") for name in listing)
+        selected.extend(listing[name] for name in names)
+    return selected, uses_changelog
+
+
+def _operator_metadata(metadata: list[ObjectInfo], last_batch: int) -> list[ObjectInfo]:
+    """Operator metadata and schemas; operator metadata v2 is per batch, and a file written after the
+    last kept batch describes a plan that is not restored."""
+    kept = []
+    for info in metadata:
+        parts = info.key.split("/")
+        if parts[2:4] == ["_metadata", "v2"] and _BATCH.match(parts[-1]) and int(parts[-1]) > last_batch:
+            continue
+        kept.append(info)
+    return kept
 
 
 def _unique_id(unique_ids: dict[str, Any], store: StateStoreDir, stores: dict[str, StateStoreDir]) -> str | None:

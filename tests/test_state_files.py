@@ -320,11 +320,14 @@ def store_dirs(checkpoint: Path) -> list[Path]:
 
 
 def listing(store: Path) -> dict[str, int]:
-    return {
-        p.relative_to(store).as_posix(): p.stat().st_size
-        for p in store.rglob("*")
-        if p.is_file() and not p.name.startswith(".") and "_metadata" not in p.parts
-    }
+    sizes = {}
+    for p in store.rglob("*"):
+        if p.is_file() and not p.name.startswith(".") and "_metadata" not in p.parts:
+            try:
+                sizes[p.relative_to(store).as_posix()] = p.stat().st_size
+            except FileNotFoundError:  # state maintenance deleted it since the directory was read
+                continue
+    return sizes
 
 
 def snapshotted_and_cleaned(checkpoint: Path) -> Callable[[], bool]:
@@ -332,17 +335,24 @@ def snapshotted_and_cleaned(checkpoint: Path) -> Callable[[], bool]:
     The next commit then needs a delta or changelog on top of a base that is not the newest file."""
 
     def check() -> bool:
-        stores = store_dirs(checkpoint)
-        for store in stores:
-            names = [n for n in listing(store) if "/" not in n]
-            versions = {int(m[1]) for n in names if (m := VERSION_OF.match(n))}
-            newest = max(versions, default=0)
-            bases = {int(m[1]) for n in names if (m := VERSION_OF.match(n)) and n.endswith((".snapshot", ".zip"))}
-            if newest not in bases or 1 in versions:
-                return False
-        return bool(stores)
+        try:
+            return _snapshotted_and_cleaned(checkpoint)
+        except FileNotFoundError:  # maintenance runs concurrently with this look: look again
+            return False
 
     return check
+
+
+def _snapshotted_and_cleaned(checkpoint: Path) -> bool:
+    stores = store_dirs(checkpoint)
+    for store in stores:
+        names = [n for n in listing(store) if "/" not in n]
+        versions = {int(m[1]) for n in names if (m := VERSION_OF.match(n))}
+        newest = max(versions, default=0)
+        bases = {int(m[1]) for n in names if (m := VERSION_OF.match(n)) and n.endswith((".snapshot", ".zip"))}
+        if newest not in bases or 1 in versions:
+            return False
+    return bool(stores)
 
 
 def unique_id(commit: Mapping[str, Any], checkpoint: Path, store: Path) -> str | None:

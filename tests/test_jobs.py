@@ -189,3 +189,39 @@ def test_a_checkpoint_location_another_deployment_owns_is_refused(
     assert main(["deploy", "orders", "--jobs", jobs]) == 4
     assert "owned by deployment dp-20261121T000000000Z-0003: every deployment needs its own" in capsys.readouterr().err
     assert (owned / "metadata").read_text() == '{"id": "q"}'
+
+
+STUBBORN_JOB = """
+import argparse, time
+from airflow_plugin.core.deployments import Deployments, State, Status
+from airflow_plugin.core.storage import open_storage
+p = argparse.ArgumentParser()
+for name in ("--store", "--job", "--deployment", "--checkpoint", "--trigger-interval", "--delivery"):
+    p.add_argument(name)
+args, _ = p.parse_known_args()
+deployments = Deployments(open_storage(args.store))
+while True:  # a heartbeat, and never a look at the control channel
+    deployments.write_status(args.job, args.deployment, Status(State.RUNNING, time.time(), last_batch_id=1))
+    time.sleep(0.2)
+"""
+
+
+@pytest.mark.slow
+def test_kill_force_stops_a_job_that_ignores_stop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through a real spark-submit process: stop times out, kill takes down its whole process group."""
+    app = tmp_path / "stubborn.py"
+    app.write_text(STUBBORN_JOB)
+    jobs = str(write_jobs(tmp_path, application=str(app)))
+    assert main(["deploy", "orders", "--jobs", jobs, "--json"]) == 0
+    deployment = json.loads(capsys.readouterr().out)["deployment"]
+    assert main(["stop", "orders", "--jobs", jobs, "--timeout", "2"]) == 10
+    capsys.readouterr()
+    record = Deployments(open_storage(str(tmp_path / "store"))).get("orders", deployment)
+    from airflow_plugin.core.launcher import alive
+
+    assert alive(record.launcher)
+    assert main(["kill", "orders", "--jobs", jobs]) == 0
+    assert not alive(record.launcher)
+    assert main(["status", "orders", "--jobs", jobs, "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert row["state"] == "FAILED" and row["error"].startswith("KILLED")

@@ -25,12 +25,14 @@ from rich.text import Text
 
 from .core.create import SnapshotRequest, create_snapshot
 from .core.deploy import RESTORE_MODES, DeployRequest, deploy
-from .core.errors import InvalidInput, SavepointsError
-from .core.jobs import JOBS_ENV, JobSpec, get_job, load_jobs
+from .core.errors import InvalidInput, NotFound, SavepointsError
+from .core.jobs import JOBS_ENV, JobSpec, get_job, jobs_file, load_jobs
 from .core.launcher import default_command
 from .core.lifecycle import delete_snapshot, set_pinned
 from .core.manifest import Kind, Manifest, Trigger
+from .core.prune import prune, retain_checkpoints
 from .core.restore import execute_restore, plan_restore
+from .core.retention import Plan, RetentionPolicy, parse_policy
 from .core.stop import job_status, kill, stop
 from .core.storage import open_storage
 from .core.store import SnapshotStore
@@ -375,6 +377,118 @@ def cmd_kill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The retention flags as a retention table (same keys and validation as jobs.toml)."""
+    raw: dict[str, Any] = {}
+    for kind in ("checkpoint", "savepoint"):
+        limits = {
+            key: value
+            for key, value in (
+                ("keep_last", getattr(args, f"{kind}_keep_last")),
+                ("max_age", getattr(args, f"{kind}_max_age")),
+            )
+            if value is not None
+        }
+        if limits:
+            raw[kind] = limits
+    for key in ("failed_grace", "abandoned_after", "on_cancellation", "retired_retention", "blob_grace"):
+        if getattr(args, key) is not None:
+            raw[key] = getattr(args, key)
+    return raw
+
+
+def _retention(args: argparse.Namespace) -> tuple[RetentionPolicy, dict[str, RetentionPolicy], dict[str, JobSpec]]:
+    """Defaults <- the job's `retention` in the jobs file (when there is one) <- flags (flags win)."""
+    flags = _policy_flags(args)
+    default = parse_policy(flags, "retention flags")
+    try:
+        jobs = load_jobs(args.jobs)
+    except NotFound:
+        if args.jobs or os.environ.get(JOBS_ENV):
+            raise
+        jobs = {}
+    per_job = {
+        name: parse_policy(
+            flags, "retention flags", parse_policy(spec.retention, f"{jobs_file(args.jobs)} [jobs.{name}] retention")
+        )
+        for name, spec in jobs.items()
+    }
+    return default, per_job, jobs
+
+
+def _plan_table(plan: Plan) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("action", "job", "target", "reason"):
+        table.add_column(column, no_wrap=column != "reason")
+    for row in plan.rows():
+        table.add_row(*row)
+    return table
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    policy, per_job, jobs = _retention(args)
+    uri = args.store or os.environ.get(STORE_ENV) or (jobs[args.job].store if args.job in jobs else None)
+    if not uri:
+        raise InvalidInput(f"no snapshot store: pass --store URI, set {STORE_ENV}, or declare the job in the jobs file")
+    timeout = jobs[args.job].heartbeat_timeout if args.job in jobs else 30.0
+    plan, result = prune(
+        SnapshotStore(open_storage(uri)),
+        policy,
+        job=args.job,
+        job_policies=per_job,
+        dry_run=args.dry_run,
+        heartbeat_timeout=timeout,
+        concurrency=args.concurrency,
+    )
+    data = {"dry_run": args.dry_run, "plan": plan.to_dict(), "result": result.to_dict() if result else None}
+
+    def human() -> None:
+        out.print(_plan_table(plan) if plan.rows() else "nothing to delete")
+        for note in plan.notes:
+            out.print(f"note: {note}")
+        if result is None:
+            out.print("dry run: nothing was deleted")
+        else:
+            out.print(
+                f"deleted {result.snapshots} snapshots, {result.checkpoints} retired checkpoint locations "
+                f"and {result.blobs} stored files ({result.deferred_blobs} left for the next run)"
+            )
+
+    _emit(args, data, human)
+    return 0
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    job: JobSpec | None = None
+    try:
+        job = get_job(args.job, args.jobs)
+    except NotFound:
+        if args.jobs or os.environ.get(JOBS_ENV) or jobs_file(args.jobs).exists():
+            raise
+    uri = args.store or os.environ.get(STORE_ENV) or (job.store if job else None)
+    if not uri:
+        raise InvalidInput(f"no snapshot store: pass --store URI, set {STORE_ENV}, or declare the job in the jobs file")
+    outcomes = retain_checkpoints(
+        SnapshotStore(open_storage(uri)),
+        args.job,
+        requested_by=os.environ.get("USER", ""),
+        heartbeat_timeout=job.heartbeat_timeout if job else 30.0,
+        concurrency=args.concurrency,
+    )
+
+    def human() -> None:
+        if not outcomes:
+            out.print(f"job {args.job} has no RUNNING deployment: nothing to checkpoint")
+        for o in outcomes:
+            if o.skipped:
+                out.print(f"deployment {o.deployment}: skipped ({o.skipped})")
+            else:
+                out.print(f"deployment {o.deployment}: checkpoint [bold]{o.snapshot}[/] at batch {o.batch_id}")
+
+    _emit(args, [o.to_dict() for o in outcomes], human)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", help=f"snapshot store URI: s3://bucket/prefix or a path (default ${STORE_ENV})")
@@ -464,6 +578,25 @@ def build_parser() -> argparse.ArgumentParser:
     kill_cmd = commands.add_parser("kill", parents=[jobs], help="force-kill a deployment that will not stop")
     kill_cmd.add_argument("job")
     kill_cmd.set_defaults(func=cmd_kill)
+    prune_cmd = commands.add_parser("prune", parents=[jobs], help="apply retention: delete old snapshots and leftovers")
+    prune_cmd.add_argument("--job", help="only this job's snapshots and deployments (blobs are store-wide)")
+    prune_cmd.add_argument("--dry-run", action="store_true", help="print the plan, delete nothing")
+    for kind in ("checkpoint", "savepoint"):
+        prune_cmd.add_argument(f"--{kind}-keep-last", type=int, metavar="N", help=f"keep the newest N {kind}s")
+        prune_cmd.add_argument(f"--{kind}-max-age", metavar="AGE", help=f"delete {kind}s older than AGE (e.g. 2d)")
+    prune_cmd.add_argument("--failed-grace", metavar="AGE", help="keep FAILED snapshots this long (default 1d)")
+    prune_cmd.add_argument("--abandoned-after", metavar="AGE", help="IN_PROGRESS this old crashed (default 6h)")
+    prune_cmd.add_argument(
+        "--on-cancellation", choices=["retain", "delete"], help="retired deployments' live checkpoints"
+    )
+    prune_cmd.add_argument("--retired-retention", metavar="AGE", help="retain-on-cancellation period (default 7d)")
+    prune_cmd.add_argument("--blob-grace", metavar="AGE", help="leave unreferenced contents this long (default 1h)")
+    prune_cmd.set_defaults(func=cmd_prune)
+    checkpoint_cmd = commands.add_parser(
+        "checkpoint", parents=[jobs], help="retained checkpoints: snapshot every running deployment of a job"
+    )
+    checkpoint_cmd.add_argument("--job", required=True)
+    checkpoint_cmd.set_defaults(func=cmd_checkpoint)
     return parser
 
 

@@ -6,10 +6,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .errors import Refused
-from .manifest import Manifest, Status
+from .manifest import Manifest, in_flight
 from .store import SnapshotStore
-
-IN_FLIGHT_SECONDS = 6 * 3600  # an IN_PROGRESS snapshot older than this was abandoned (crash), not running
 
 
 def set_pinned(store: SnapshotStore, job: str, snapshot_id: str, pinned: bool) -> Manifest:
@@ -17,11 +15,6 @@ def set_pinned(store: SnapshotStore, job: str, snapshot_id: str, pinned: bool) -
     manifest.pinned = pinned
     store.put(manifest)
     return manifest
-
-
-def _in_flight(manifest: Manifest, now: datetime) -> bool:
-    created = datetime.fromisoformat(manifest.created_at.replace("Z", "+00:00"))
-    return manifest.status is Status.IN_PROGRESS and (now - created).total_seconds() < IN_FLIGHT_SECONDS
 
 
 def delete_snapshot(store: SnapshotStore, job: str, snapshot_id: str, *, force: bool = False) -> dict[str, Any]:
@@ -42,14 +35,14 @@ def delete_snapshot(store: SnapshotStore, job: str, snapshot_id: str, *, force: 
     still_used = {entry.sha256 for other in remaining for entry in other.files}
     orphans = sorted({entry.blob for entry in manifest.files if entry.sha256 not in still_used})
     now = datetime.now(UTC)
-    in_flight = [m.id for m in remaining if _in_flight(m, now)]
-    if in_flight:
+    flying = [m.id for m in remaining if in_flight(m, now)]
+    if flying:
         return {
             "snapshot": manifest.id,
             "job": job,
             "deleted_blobs": 0,
             "deferred_blobs": len(orphans),
-            "deferred_because": f"snapshots in flight: {', '.join(in_flight)}",
+            "deferred_because": f"snapshots in flight: {', '.join(flying)}",
         }
     store.storage.delete(orphans)
     return {"snapshot": manifest.id, "job": job, "deleted_blobs": len(orphans), "deferred_blobs": 0}

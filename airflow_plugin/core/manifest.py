@@ -53,6 +53,17 @@ def new_snapshot_id(kind: Kind, now: datetime | None = None) -> str:
     return f"{prefix}-{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{secrets.token_hex(2)}"
 
 
+IN_FLIGHT_SECONDS = 6 * 3600  # an IN_PROGRESS snapshot older than this was abandoned (a crash), not running
+
+
+def in_flight(manifest: Manifest, now: datetime, abandoned_after_s: float = IN_FLIGHT_SECONDS) -> bool:
+    """The one in-flight rule: IN_PROGRESS and younger than the abandonment threshold. A create writes its
+    IN_PROGRESS manifest before it reads what the store holds, so while one is in flight no deletion may
+    remove contents it could be about to reuse."""
+    created = datetime.fromisoformat(manifest.created_at.replace("Z", "+00:00"))
+    return manifest.status is Status.IN_PROGRESS and (now - created).total_seconds() < abandoned_after_s
+
+
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

@@ -1,0 +1,246 @@
+"""Retention, the acting half: observe the store into plain data, execute a plan from retention.py, and
+take retained checkpoints of running deployments.
+
+Crash safety of `execute`: manifests go first (a snapshot disappears as a whole the moment its manifest
+does), then retired checkpoint locations, then blobs. A blob is deleted only after every manifest that
+referenced it is gone, so a prune killed at any point leaves every COMPLETED snapshot whole; what it did
+not finish is unreferenced and old, so the next run's plan contains it again. Every delete is idempotent.
+
+Racing a create: right before each batch of blob deletions the manifests are listed again; a snapshot in
+flight (or a new reference) that appeared since the plan was made stops the blob deletion, and the blobs
+are left for the next run."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .checkpoint import read_restart_point
+from .create import SnapshotRequest, create_snapshot
+from .deployments import DEFAULT_HEARTBEAT_TIMEOUT, Deployments, State, observed_state
+from .errors import CheckpointError
+from .manifest import Kind, Manifest, Status, Trigger, check_name, in_flight
+from .parallel import DEFAULT_CONCURRENCY, run_parallel
+from .retention import Observed, ObservedDeployment, Plan, RetentionPolicy
+from .retention import plan as make_plan
+from .storage import S3Storage, Storage, open_storage
+from .store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+BLOB_CHUNK = 8000  # blobs deleted between two in-flight checks: 8 parallel DeleteObjects requests of 1000
+
+
+# ---------------------------------------------------------------- observe
+
+
+def _deployments(
+    store: SnapshotStore, job: str, timeout: float, open_location: Callable[[str], Storage]
+) -> list[ObservedDeployment]:
+    records = Deployments(store.storage)
+    observed = []
+    for d in records.list(job):
+        state = observed_state(d, records.status(job, d.id), timeout)
+        present = bool(d.retired_at) and state.value in ("STOPPED", "FAILED") and open_location(d.checkpoint).exists()
+        observed.append(ObservedDeployment(job, d.id, str(state), d.checkpoint, d.restored_from, d.retired_at, present))
+    return observed
+
+
+def observe(
+    store: SnapshotStore,
+    job: str | None = None,
+    *,
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+    open_location: Callable[[str], Storage] = open_storage,
+) -> Observed:
+    """Read the store: manifests of ALL jobs (blob references are store-wide), deployments with their
+    observed state, and the blob listing. `job` limits what the plan may touch, not what is read.
+    Deployments are read for every job because a deployment may be restored from another job's snapshot."""
+    if job is not None:
+        check_name(job, "job name")
+    manifests = tuple(store.list())
+    deployments = tuple(d for name in store.jobs() for d in _deployments(store, name, heartbeat_timeout, open_location))
+    blobs = tuple(store.storage.list("blobs/"))
+    return Observed(manifests, deployments, blobs, frozenset({job}) if job else None)
+
+
+# ---------------------------------------------------------------- act
+
+
+@dataclass
+class PruneResult:
+    snapshots: int = 0
+    checkpoints: int = 0
+    checkpoint_objects: int = 0
+    blobs: int = 0
+    deferred_blobs: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "deleted_snapshots": self.snapshots,
+            "deleted_checkpoints": self.checkpoints,
+            "deleted_checkpoint_objects": self.checkpoint_objects,
+            "deleted_blobs": self.blobs,
+            "deferred_blobs": self.deferred_blobs,
+            "notes": self.notes,
+        }
+
+
+def _chunks(keys: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(keys), size):
+        yield keys[start : start + size]
+
+
+def _delete(storage: Storage, keys: list[str], concurrency: int) -> int:
+    """Batched, parallel deletes: S3 batches itself (1000 keys per request, 8 in parallel); a local
+    directory gets `concurrency` threads over slices."""
+    if not keys:
+        return 0
+    if isinstance(storage, S3Storage):
+        return storage.delete(keys)
+    return sum(run_parallel(storage.delete, list(_chunks(keys, 256)), concurrency=concurrency))
+
+
+def _blocked(store: SnapshotStore, keys: list[str], policy: RetentionPolicy) -> tuple[str | None, set[str]]:
+    """Look again right before deleting blobs: a snapshot in flight stops everything; a blob referenced by
+    a manifest that appeared since the plan was made is spared."""
+    manifests = store.list()
+    now = datetime.now(UTC)
+    flying = [m.id for m in manifests if in_flight(m, now, policy.abandoned_after_s)]
+    if flying:
+        return f"snapshots in flight: {', '.join(flying)}", set()
+    wanted = set(keys)
+    return None, {e.blob for m in manifests for e in m.files if e.blob in wanted}
+
+
+def _delete_blobs(
+    store: SnapshotStore, keys: list[str], policy: RetentionPolicy, result: PruneResult, concurrency: int
+) -> None:
+    for number, chunk in enumerate(_chunks(keys, BLOB_CHUNK)):
+        reason, referenced = _blocked(store, chunk, policy)
+        if reason:
+            result.deferred_blobs += len(keys) - number * BLOB_CHUNK
+            result.notes.append(f"blob deletion stopped, left for the next run: {reason}")
+            return
+        todo = [k for k in chunk if k not in referenced]
+        result.deferred_blobs += len(chunk) - len(todo)
+        result.blobs += _delete(store.storage, todo, concurrency)
+
+
+def execute(
+    store: SnapshotStore,
+    plan: Plan,
+    policy: RetentionPolicy | None = None,
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    open_location: Callable[[str], Storage] = open_storage,
+) -> PruneResult:
+    """Carry out `plan`: manifests, then retired checkpoint locations, then blobs (see the module doc).
+    Idempotent: objects already gone are fine, so a rerun of the same plan, or the next plan, finishes."""
+    policy = policy or RetentionPolicy()
+    result = PruneResult(notes=list(plan.notes))
+    manifest_keys = [key for action in plan.snapshots for key in action.keys]
+    _delete(store.storage, manifest_keys, concurrency)
+    result.snapshots = len(manifest_keys)
+    for action in plan.checkpoints:
+        location = open_location(action.location or "")
+        result.checkpoint_objects += _delete(location, [info.key for info in location.list()], concurrency)
+        result.checkpoints += 1
+    _delete_blobs(store, plan.blob_keys, policy, result, concurrency)
+    log.info("prune: %s", result.to_dict())
+    return result
+
+
+def prune(
+    store: SnapshotStore,
+    policy: RetentionPolicy | None = None,
+    *,
+    job: str | None = None,
+    job_policies: Mapping[str, RetentionPolicy] | None = None,
+    dry_run: bool = False,
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    open_location: Callable[[str], Storage] = open_storage,
+) -> tuple[Plan, PruneResult | None]:
+    """Observe, plan, and (unless `dry_run`) execute. The one call for DAGs and the CLI."""
+    policy = policy or RetentionPolicy()
+    observed = observe(store, job, heartbeat_timeout=heartbeat_timeout, open_location=open_location)
+    decided = make_plan(observed, policy, datetime.now(UTC), job_policies=job_policies)
+    if dry_run:
+        return decided, None
+    return decided, execute(store, decided, policy, concurrency=concurrency, open_location=open_location)
+
+
+# ---------------------------------------------------------------- retained checkpoints
+
+
+@dataclass
+class CheckpointOutcome:
+    deployment: str
+    snapshot: str | None = None
+    batch_id: int | None = None
+    skipped: str | None = None  # why nothing was taken
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment,
+            "snapshot": self.snapshot,
+            "batch_id": self.batch_id,
+            "skipped": self.skipped,
+        }
+
+
+def _already_taken(manifests: list[Manifest], deployment: str, batch_id: int) -> str | None:
+    for m in manifests:
+        if m.deployment == deployment and m.status is Status.COMPLETED and m.batch_id == batch_id:
+            return m.id
+    return None
+
+
+def retain_checkpoints(
+    store: SnapshotStore,
+    job: str,
+    *,
+    requested_by: str = "",
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    open_location: Callable[[str], Storage] = open_storage,
+) -> list[CheckpointOutcome]:
+    """Snapshot every RUNNING deployment of `job` as kind checkpoint, trigger PERIODIC (Flink's retained,
+    externalized checkpoints), skipping one whose last committed batch is already snapshotted. Any kind of
+    existing snapshot of that deployment at that batch counts: a savepoint holds the same state."""
+    check_name(job, "job name")
+    records = Deployments(store.storage)
+    manifests = store.list(job)
+    outcomes = []
+    for d in records.list(job):
+        state = observed_state(d, records.status(job, d.id), heartbeat_timeout)
+        if state is not State.RUNNING:
+            continue
+        location = open_location(d.checkpoint)
+        try:
+            batch_id = read_restart_point(location).batch_id
+        except CheckpointError as exc:
+            outcomes.append(CheckpointOutcome(d.id, skipped=f"no usable checkpoint yet: {exc}"))
+            continue
+        taken = _already_taken(manifests, d.id, batch_id)
+        if taken:
+            outcomes.append(
+                CheckpointOutcome(d.id, taken, batch_id, f"batch {batch_id} is already in snapshot {taken}")
+            )
+            continue
+        request = SnapshotRequest(
+            job=job,
+            kind=Kind.CHECKPOINT,
+            trigger=Trigger.PERIODIC,
+            requested_by=requested_by,
+            deployment=d.id,
+            job_version=d.version,
+        )
+        manifest = create_snapshot(store, location, request, concurrency=concurrency, open_location=open_location)
+        outcomes.append(CheckpointOutcome(d.id, manifest.id, manifest.batch_id))
+    return outcomes

@@ -4,7 +4,7 @@
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup demo test lint format bench bench-runtime
+.PHONY: setup demo test lint format bench bench-runtime bench-delete
 
 setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -30,3 +30,6 @@ bench: setup
 
 bench-runtime: setup
 	$(UV) run --frozen python -m bench.runtime_bench
+
+bench-delete: setup
+	$(UV) run --frozen python -m bench.delete_bench

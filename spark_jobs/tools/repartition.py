@@ -8,10 +8,23 @@ never on a live or original checkpoint: a failed attempt can leave an uncommitte
 from __future__ import annotations
 
 import argparse
-import json
 
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
+
+from spark_jobs.tools.app import run_tool
+
+
+def repartition(spark: SparkSession, checkpoint: str, partitions: int) -> dict[str, object]:
+    result: dict[str, object] = {"partitions": partitions}
+    try:
+        spark._streamingCheckpointManager.repartition(checkpoint, partitions)
+        result["ok"] = True
+    except PySparkException as exc:
+        result.update(ok=False, error_class=exc.getCondition(), error=str(exc)[:2000])
+    except Exception as exc:  # a JVM error that pyspark does not map: report it, the engine decides
+        result.update(ok=False, error_class=type(exc).__name__, error=str(exc)[:2000])
+    return result
 
 
 def main() -> None:
@@ -20,20 +33,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    spark = SparkSession.builder.appName("savepoints-repartition").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    result: dict[str, object] = {"partitions": args.partitions}
-    try:
-        spark._streamingCheckpointManager.repartition(args.checkpoint, args.partitions)
-        result["ok"] = True
-    except PySparkException as exc:
-        result.update(ok=False, error_class=exc.getCondition(), error=str(exc)[:2000])
-    except Exception as exc:  # a JVM error that pyspark does not map: report it, the engine decides
-        result.update(ok=False, error_class=type(exc).__name__, error=str(exc)[:2000])
-    finally:
-        spark.stop()
-    with open(args.out, "w") as handle:
-        json.dump(result, handle)
+    run_tool("savepoints-repartition", args.out, lambda spark: repartition(spark, args.checkpoint, args.partitions))
 
 
 if __name__ == "__main__":

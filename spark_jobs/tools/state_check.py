@@ -13,6 +13,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_jobs.tools.app import run_tool
+
 
 def _state_reads(metadata_row: Any) -> list[tuple[str, dict[str, str]]]:
     """(label, reader options) for each state instance of one operator/store row of `state-metadata`."""
@@ -81,14 +83,7 @@ def main() -> None:
     parser.add_argument("--original")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    spark = SparkSession.builder.appName("savepoints-state-check").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        result = check(spark, args.checkpoint, args.batch, args.original)
-    finally:
-        spark.stop()
-    with open(args.out, "w") as handle:
-        json.dump(result, handle)
+    run_tool("savepoints-state-check", args.out, lambda spark: check(spark, args.checkpoint, args.batch, args.original))
 
 
 if __name__ == "__main__":

@@ -142,7 +142,11 @@ def _snapshot_table(manifests: Sequence[Manifest]) -> Table:
 
 def _emit(args: argparse.Namespace, data: Any, human: Callable[[], None]) -> None:
     if args.json:
-        out.print_json(json.dumps(data, default=str)) if out.is_terminal else print(json.dumps(data, default=str))
+        text = json.dumps(data, default=str)
+        if out.is_terminal:
+            out.print_json(text)
+        else:
+            print(text)
     else:
         human()
 
@@ -438,7 +442,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
         job_policies=per_job,
         dry_run=args.dry_run,
         heartbeat_timeout=timeout,
-        concurrency=args.concurrency,
     )
     data = {"dry_run": args.dry_run, "plan": plan.to_dict(), "result": result.to_dict() if result else None}
 

@@ -14,6 +14,13 @@ R = TypeVar("R")
 DEFAULT_CONCURRENCY = 16
 
 
+def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of at most `size` items (the last may be shorter)."""
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
 def run_parallel(fn: Callable[[T], R], items: Iterable[T], *, concurrency: int = DEFAULT_CONCURRENCY) -> Iterator[R]:
     """Apply `fn` to every item with at most `concurrency` threads and at most 4x that many pending
     futures (so a 100,000-file checkpoint does not create 100,000 futures at once). Results are yielded

@@ -13,8 +13,8 @@ are left for the next run."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,10 +23,10 @@ from .create import SnapshotRequest, create_snapshot
 from .deployments import DEFAULT_HEARTBEAT_TIMEOUT, Deployments, State, observed_state
 from .errors import CheckpointError
 from .manifest import Kind, Manifest, Status, Trigger, check_name, in_flight
-from .parallel import DEFAULT_CONCURRENCY, run_parallel
+from .parallel import DEFAULT_CONCURRENCY, chunked
 from .retention import Observed, ObservedDeployment, Plan, RetentionPolicy
 from .retention import plan as make_plan
-from .storage import S3Storage, Storage, open_storage
+from .storage import Storage, open_storage
 from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -90,21 +90,6 @@ class PruneResult:
         }
 
 
-def _chunks(keys: list[str], size: int) -> Iterator[list[str]]:
-    for start in range(0, len(keys), size):
-        yield keys[start : start + size]
-
-
-def _delete(storage: Storage, keys: list[str], concurrency: int) -> int:
-    """Batched, parallel deletes: S3 batches itself (1000 keys per request, 8 in parallel); a local
-    directory gets `concurrency` threads over slices."""
-    if not keys:
-        return 0
-    if isinstance(storage, S3Storage):
-        return storage.delete(keys)
-    return sum(run_parallel(storage.delete, list(_chunks(keys, 256)), concurrency=concurrency))
-
-
 def _blocked(store: SnapshotStore, keys: list[str], policy: RetentionPolicy) -> tuple[str | None, set[str]]:
     """Look again right before deleting blobs: a snapshot in flight stops everything; a blob referenced by
     a manifest that appeared since the plan was made is spared."""
@@ -117,10 +102,8 @@ def _blocked(store: SnapshotStore, keys: list[str], policy: RetentionPolicy) -> 
     return None, {e.blob for m in manifests for e in m.files if e.blob in wanted}
 
 
-def _delete_blobs(
-    store: SnapshotStore, keys: list[str], policy: RetentionPolicy, result: PruneResult, concurrency: int
-) -> None:
-    for number, chunk in enumerate(_chunks(keys, BLOB_CHUNK)):
+def _delete_blobs(store: SnapshotStore, keys: list[str], policy: RetentionPolicy, result: PruneResult) -> None:
+    for number, chunk in enumerate(chunked(keys, BLOB_CHUNK)):
         reason, referenced = _blocked(store, chunk, policy)
         if reason:
             result.deferred_blobs += len(keys) - number * BLOB_CHUNK
@@ -128,7 +111,7 @@ def _delete_blobs(
             return
         todo = [k for k in chunk if k not in referenced]
         result.deferred_blobs += len(chunk) - len(todo)
-        result.blobs += _delete(store.storage, todo, concurrency)
+        result.blobs += store.storage.delete(todo)
 
 
 def execute(
@@ -136,7 +119,6 @@ def execute(
     plan: Plan,
     policy: RetentionPolicy | None = None,
     *,
-    concurrency: int = DEFAULT_CONCURRENCY,
     open_location: Callable[[str], Storage] = open_storage,
 ) -> PruneResult:
     """Carry out `plan`: manifests, then retired checkpoint locations, then blobs (see the module doc).
@@ -144,13 +126,13 @@ def execute(
     policy = policy or RetentionPolicy()
     result = PruneResult(notes=list(plan.notes))
     manifest_keys = [key for action in plan.snapshots for key in action.keys]
-    _delete(store.storage, manifest_keys, concurrency)
+    store.storage.delete(manifest_keys)
     result.snapshots = len(manifest_keys)
     for action in plan.checkpoints:
         location = open_location(action.location or "")
-        result.checkpoint_objects += _delete(location, [info.key for info in location.list()], concurrency)
+        result.checkpoint_objects += location.delete([info.key for info in location.list()])
         result.checkpoints += 1
-    _delete_blobs(store, plan.blob_keys, policy, result, concurrency)
+    _delete_blobs(store, plan.blob_keys, policy, result)
     log.info("prune: %s", result.to_dict())
     return result
 
@@ -163,7 +145,6 @@ def prune(
     job_policies: Mapping[str, RetentionPolicy] | None = None,
     dry_run: bool = False,
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
-    concurrency: int = DEFAULT_CONCURRENCY,
     open_location: Callable[[str], Storage] = open_storage,
 ) -> tuple[Plan, PruneResult | None]:
     """Observe, plan, and (unless `dry_run`) execute. The one call for DAGs and the CLI."""
@@ -172,7 +153,7 @@ def prune(
     decided = make_plan(observed, policy, datetime.now(UTC), job_policies=job_policies)
     if dry_run:
         return decided, None
-    return decided, execute(store, decided, policy, concurrency=concurrency, open_location=open_location)
+    return decided, execute(store, decided, policy, open_location=open_location)
 
 
 # ---------------------------------------------------------------- retained checkpoints
@@ -186,12 +167,7 @@ class CheckpointOutcome:
     skipped: str | None = None  # why nothing was taken
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "deployment": self.deployment,
-            "snapshot": self.snapshot,
-            "batch_id": self.batch_id,
-            "skipped": self.skipped,
-        }
+        return asdict(self)
 
 
 def _already_taken(manifests: list[Manifest], deployment: str, batch_id: int) -> str | None:

@@ -53,6 +53,7 @@ class RestorePlan:
             "files": len(self.files),
             "bytes": self.total_bytes,
             "rewrites": self.rewrites,
+            "dropped": self.dropped,
             "spark_conf": self.spark_conf,
             "warnings": self.warnings,
         }

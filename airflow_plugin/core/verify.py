@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +37,7 @@ class VerifyReport:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "snapshot": self.snapshot,
-            "job": self.job,
-            "batch_id": self.batch_id,
-            "ok": self.ok,
-            "files": self.files,
-            "bytes": self.bytes,
-            "problems": self.problems,
-            "deep": self.deep,
-            "seconds": self.seconds,
-        }
+        return {**asdict(self), "ok": self.ok}
 
 
 def verify_snapshot(

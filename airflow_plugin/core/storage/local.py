@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from ..parallel import chunked, run_parallel
 from .base import ObjectInfo, Storage, check_key
 
 
@@ -82,11 +83,12 @@ class LocalStorage(Storage):
         shutil.copyfile(self._path(key), path)
 
     def delete(self, keys: Iterable[str]) -> int:
-        count = 0
-        for key in keys:
-            self._path(key).unlink(missing_ok=True)
-            count += 1
-        return count
+        def delete_chunk(chunk: list[str]) -> int:
+            for key in chunk:
+                self._path(key).unlink(missing_ok=True)
+            return len(chunk)
+
+        return sum(run_parallel(delete_chunk, chunked(keys, 256), concurrency=8))
 
     def child(self, prefix: str) -> LocalStorage:
         return LocalStorage(self._path(prefix.strip("/")))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NotFound, StoreUnavailable
-from ..parallel import run_parallel
+from ..parallel import chunked, run_parallel
 from .base import CHUNK, ObjectInfo, Storage
 
 DELETE_BATCH = 1000  # the S3 DeleteObjects limit
@@ -160,15 +160,7 @@ class S3Storage(Storage):
             self.client.download_file(self.bucket, self._key(key), str(path), Config=self._transfer_config())
 
     def delete(self, keys: Iterable[str]) -> int:
-        batches: list[list[str]] = []
-        batch: list[str] = []
-        for key in keys:
-            batch.append(self._key(key))
-            if len(batch) == DELETE_BATCH:
-                batches.append(batch)
-                batch = []
-        if batch:
-            batches.append(batch)
+        batches = list(chunked(map(self._key, keys), DELETE_BATCH))
 
         def delete_batch(keys: list[str]) -> int:
             with self._errors("delete from"):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from devtools import airflow_env
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.java import REQUIRED, java_major
 from devtools.spark import local_spark
@@ -17,6 +20,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 SHUFFLE_PARTITIONS = 3
+# Airflow reads its configuration when first imported: a private AIRFLOW_HOME for this test session.
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="savepoints-airflow-"))
+airflow_env.configure(AIRFLOW_HOME)
 
 
 def _require_java() -> None:
@@ -73,3 +79,10 @@ def s3_store(s3_server: EmbeddedS3) -> str:
     bucket = f"test-{uuid.uuid4().hex[:12]}"
     s3_server.create_bucket(bucket)
     return f"s3://{bucket}/snapshots"
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """The migrated sqlite metadata DB that `dag.test()` needs."""
+    airflow_env.migrate(AIRFLOW_HOME)
+    return AIRFLOW_HOME

@@ -5,11 +5,9 @@ ids keep increasing across deployments, and v3 (state-incompatible) fails with S
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,75 +19,14 @@ from airflow_plugin.core.launcher import LaunchFailed, alive
 from airflow_plugin.core.stop import stop
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.store import SnapshotStore
-from spark_jobs.generate import write_flush, write_round
+from devtools.windowed import Feeder, batches, output_complete, processed, wait_for, write_jobs_file
 from spark_jobs.jobs.windowed.output import read_output, summarize
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[1]
-EVENTS_PER_ROUND = 300
-
-
-def jobs_file(tmp_path: Path, store: str) -> Path:
-    apps = REPO / "spark_jobs/jobs/windowed"
-    path = tmp_path / "jobs.toml"
-    path.write_text(
-        f"""
-[defaults]
-store = "{store}"
-checkpoint_root = "checkpoints"
-log_dir = "logs"
-heartbeat_timeout = 30
-
-[jobs.windowed]
-trigger_interval = "1 second"
-args = ["--input", "input", "--output", "output"]
-conf = {{ "spark.sql.shuffle.partitions" = "3", "spark.ui.enabled" = "false", "spark.driver.host" = "127.0.0.1" }}
-versions.v1 = {{ application = "{apps}/v1.py" }}
-versions.v2 = {{ application = "{apps}/v2.py" }}
-versions.v3 = {{ application = "{apps}/v3.py" }}
-"""
-    )
-    return path
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
-def batches(checkpoint: str, log: str) -> list[int]:
-    directory = Path(checkpoint) / log
-    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
-
-
-def processed(checkpoint: str, files_fed: int) -> bool:
-    """The latest committed batch has read the `files_fed`-th input file (file source logOffset)."""
-    commits = batches(checkpoint, "commits")
-    if not commits:
-        return False
-    lines = (Path(checkpoint) / "offsets" / str(commits[-1])).read_text().splitlines()
-    return json.loads(lines[2]).get("logOffset", -1) >= files_fed - 1
-
-
-class Feeder:
-    def __init__(self, input_dir: Path) -> None:
-        self.input_dir, self.rounds, self.events = input_dir, 0, 0
-        input_dir.mkdir(parents=True, exist_ok=True)
-
-    def round(self) -> None:
-        self.events += write_round(self.input_dir, self.rounds, EVENTS_PER_ROUND).events
-        self.rounds += 1
-
-    def flush(self) -> None:
-        write_flush(self.input_dir, self.rounds)
-        self.rounds += 1
 
 
 def wait_output_complete(output: Path, events: int) -> None:
-    """After the flush marker, the windows close in the no-data batch that follows its batch."""
-    wait_for(lambda: summarize(read_output(output)).events >= events, "the last windows to be emitted")
+    wait_for(lambda: output_complete(output, events), "the last windows to be emitted")
 
 
 def status_state(store: SnapshotStore, deployment: Deployment) -> State | None:
@@ -98,7 +35,7 @@ def status_state(store: SnapshotStore, deployment: Deployment) -> State | None:
 
 
 def test_upgrade_crash_and_restore_count_every_event_exactly_once(tmp_path: Path, s3_store: str) -> None:
-    job: JobSpec = get_job("windowed", str(jobs_file(tmp_path, s3_store)))
+    job: JobSpec = get_job("windowed", str(write_jobs_file(tmp_path, s3_store)))
     store = SnapshotStore(open_storage(job.store))
     feed = Feeder(tmp_path / "input")
 

@@ -20,7 +20,7 @@ from .checkpoint import read_restart_point
 from .create import SnapshotRequest, create_snapshot
 from .deployments import Deployment, Deployments, State, Status, new_deployment_id, observed_state
 from .errors import CheckpointError, NotFound, Refused
-from .jobs import JobSpec
+from .jobs import JobSpec, VersionSpec
 from .launcher import (
     CommandBuilder,
     LaunchFailed,
@@ -154,7 +154,24 @@ def deploy(
         batch = repartition(target, plan.spark_conf, rescale_to)
         log.info("rescaled the state of %s to %d partitions (batch %d)", deployment.id, rescale_to, batch)
 
-    spec = SubmitSpec(
+    spec = submit_spec(job, version, deployment_id, checkpoint, deployment.spark_conf)
+    log_path = Path(job.log_dir) / job.name / f"{deployment_id}.log"
+    deployment.launcher = launch(spec, log_path, command_builder)
+    deployments.put(deployment)
+    _wait_until_started(deployments, deployment, request.wait_seconds)
+    return deployment
+
+
+def submit_spec(
+    job: JobSpec,
+    version: VersionSpec,
+    deployment_id: str,
+    checkpoint: str,
+    conf: dict[str, str],
+    runtime_args: tuple[str, ...] = (),
+) -> SubmitSpec:
+    """The spark-submit of a job version under the runtime (spark_jobs/runtime/args.py)."""
+    return SubmitSpec(
         application=version.application,
         app_args=[
             "--store",
@@ -169,19 +186,15 @@ def deploy(
             job.trigger_interval,
             "--delivery",
             job.delivery,
+            *runtime_args,
             *job.args,
             *version.args,
         ],
         master=job.spark_master,
         deploy_mode=job.deploy_mode,
         name=f"{job.name}-{version.name}-{deployment_id}",
-        conf=deployment.spark_conf,
+        conf=conf,
     )
-    log_path = Path(job.log_dir) / job.name / f"{deployment_id}.log"
-    deployment.launcher = launch(spec, log_path, command_builder)
-    deployments.put(deployment)
-    _wait_until_started(deployments, deployment, request.wait_seconds)
-    return deployment
 
 
 def _wait_until_started(deployments: Deployments, deployment: Deployment, wait_seconds: float) -> None:

@@ -73,6 +73,7 @@ class Status:
     batch_duration_ms: int | None = None
     watermark: str | None = None
     app_id: str | None = None
+    ui_url: str | None = None  # the driver's Spark UI, when enabled
     pid: int | None = None
     error_class: str | None = None
     error_message: str | None = None

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SavepointsError
+from .storage import current_s3_settings
 
 DETACH_CONF = {  # cluster managers' own "do not wait for the application" switches
     "yarn": {"spark.yarn.submit.waitAppCompletion": "false"},
@@ -104,7 +105,14 @@ def launch(spec: SubmitSpec, log_path: Path, build: CommandBuilder = default_com
     """Start spark-submit detached; return the handle to store in the deployment record."""
     command = build(spec)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **spec.env}
+    settings = current_s3_settings()  # the driver reaches the store the way this process does
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        **(settings.child_env() if settings else {}),
+        **spec.env,
+    }
     with log_path.open("ab") as log:
         try:
             process = subprocess.Popen(

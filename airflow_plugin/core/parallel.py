@@ -3,6 +3,7 @@ a thread pool inside, never more than a window of futures in memory)."""
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -32,7 +33,11 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T], *, concurrency: int =
     it = iter(items)
     window = concurrency * 4
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="savepoints") as pool:
-        pending: set[Future[R]] = {pool.submit(fn, item) for item in itertools.islice(it, window)}
+        # Each task runs in a copy of the caller's context (e.g. the S3 settings of an Airflow connection).
+        def submit(item: T) -> Future[R]:
+            return pool.submit(contextvars.copy_context().run, fn, item)
+
+        pending: set[Future[R]] = {submit(item) for item in itertools.islice(it, window)}
         while pending:
             done, pending = wait(pending, return_when=FIRST_EXCEPTION)
             for future in done:
@@ -42,4 +47,4 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T], *, concurrency: int =
                     wait(pending)
                     raise future.exception()  # type: ignore[misc]
                 yield future.result()
-            pending |= {pool.submit(fn, item) for item in itertools.islice(it, window - len(pending))}
+            pending |= {submit(item) for item in itertools.islice(it, window - len(pending))}

@@ -37,7 +37,7 @@ class StopResult:
         }
 
 
-def running_deployment(deployments: Deployments, job: JobSpec) -> Deployment:
+def running_deployment(deployments: Deployments, job: JobSpec, consequence: str = "nothing to stop") -> Deployment:
     live = [(d, s) for d, s in live_deployments(deployments, job) if s.live]
     if not live:
         latest = deployments.list(job.name)[-1:] or [None]
@@ -45,7 +45,7 @@ def running_deployment(deployments: Deployments, job: JobSpec) -> Deployment:
         if latest[0] is not None:
             state = observed_state(latest[0], deployments.status(job.name, latest[0].id), job.heartbeat_timeout)
             detail = f" (its latest deployment {latest[0].id} is {state})"
-        raise Refused(f"job {job.name} has no running deployment{detail}: nothing to stop")
+        raise Refused(f"job {job.name} has no running deployment{detail}: {consequence}")
     return live[-1][0]
 
 
@@ -57,6 +57,8 @@ def stop(
     drain: bool = False,
     timeout: float | None = None,
     requested_by: str = "",
+    labels: dict[str, str] | None = None,
+    pin: bool = False,
     progress: Progress | None = None,
 ) -> StopResult:
     """Ask the running deployment to stop at a batch boundary and wait for STOPPED. If it does not stop in
@@ -100,6 +102,8 @@ def stop(
                 requested_by=requested_by,
                 deployment=deployment.id,
                 job_version=deployment.version,
+                labels=dict(labels or {}),
+                pinned=pin,
             ),
             progress=progress,
         )

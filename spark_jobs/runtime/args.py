@@ -5,6 +5,7 @@ it does not know goes to the job's own `build` function, unchanged and in order.
              --trigger-interval "2 seconds" | available-now
              --delivery at-most-once | at-least-once | exactly-once
              [--heartbeat-interval SECONDS] [--poll-interval SECONDS]
+             [--preflight SCHEMA_PROBE_LOCATION]
              <job-specific args>
 """
 
@@ -69,6 +70,9 @@ class RuntimeArgs:
     delivery: Delivery
     heartbeat_interval: float  # seconds between status writes when nothing else happens (<= 5)
     poll_interval: float  # seconds between looks at the control channel
+    # Pre-flight of an upgrade (core/preflight.py): re-plan the pending batch once on --checkpoint, then on
+    # this copy whose stored state schemas were removed (Spark writes the new version's), into a noop sink.
+    preflight_probe: str | None = None
 
 
 def _positive(text: str) -> float:
@@ -89,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--delivery", required=True, type=Delivery, choices=list(Delivery))
     parser.add_argument("--heartbeat-interval", type=_positive, default=2.0)
     parser.add_argument("--poll-interval", type=_positive, default=1.0)
+    parser.add_argument("--preflight", dest="preflight_probe", default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -106,5 +111,6 @@ def parse_args(argv: list[str]) -> tuple[RuntimeArgs, list[str]]:
         delivery=known.delivery,
         heartbeat_interval=known.heartbeat_interval,
         poll_interval=known.poll_interval,
+        preflight_probe=known.preflight_probe,
     )
     return runtime, rest

@@ -72,7 +72,8 @@ class Runner:
         listening = False
         try:
             self.spark = session()
-            self.board.update(app_id=self.spark.sparkContext.applicationId)
+            context = self.spark.sparkContext
+            self.board.update(app_id=context.applicationId, ui_url=context.uiWebUrl)
             self.spark.streams.addListener(self.listener)
             listening = True
             return self._run()
@@ -95,6 +96,8 @@ class Runner:
                 self.spark.streams.removeListener(self.listener)
 
     def _run(self) -> int:
+        if self.args.preflight_probe is not None:
+            return self._preflight(self.args.preflight_probe)
         job = self._build()
         delivery = plan(self.args.delivery, job, self.args.checkpoint)
         for warning in delivery.warnings:
@@ -110,6 +113,19 @@ class Runner:
             self._supervise(self._start(self._build(), delivery, DRAIN))
         self.board.finish(State.STOPPED)
         log.info("stopped%s", f" on request {request.id}" if request else " (the query ended by itself)")
+        return EXIT_STOPPED
+
+    def _preflight(self, probe: str) -> int:
+        """Make Spark plan and run the pending batch of each copy once (its commit was removed), writing
+        to the noop sink: Spark's own state compatibility checks run on that first planned batch."""
+        self.board.promote(State.STARTING, State.RUNNING)
+        for location in (self.args.checkpoint, probe):
+            writer = self._build().writer.format("noop").option("checkpointLocation", location)
+            query = writer.trigger(once=True).start()
+            self.listener.follow(str(query.id))
+            log.info("pre-flight: re-planning the pending batch on %s", location)
+            query.awaitTermination()  # raises the incompatibility, if any
+        self.board.finish(State.STOPPED)
         return EXIT_STOPPED
 
     def _build(self) -> StreamingJob:

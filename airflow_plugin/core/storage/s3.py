@@ -6,6 +6,7 @@ s3transfer (multipart above a threshold, retries per part); botocore retries thr
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -31,6 +32,35 @@ class S3Settings:
     multipart_threshold: int = 16 * 1024 * 1024
     multipart_chunksize: int = 16 * 1024 * 1024
     max_attempts: int = 10
+
+    def child_env(self) -> dict[str, str]:
+        """The environment that gives a child process (a Spark driver) the same S3 access."""
+        names = {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_DEFAULT_REGION": self.region_name,
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+            "AWS_SESSION_TOKEN": self.session_token,
+        }
+        return {name: value for name, value in names.items() if value}
+
+
+# The settings S3 locations opened in this context use when none are given: the Airflow layer sets them
+# from a connection around each task, so every location the engine opens (store, checkpoints) shares them.
+_current: contextvars.ContextVar[S3Settings | None] = contextvars.ContextVar("s3_settings", default=None)
+
+
+@contextmanager
+def using_s3_settings(settings: S3Settings | None) -> Iterator[None]:
+    token = _current.set(settings)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def current_s3_settings() -> S3Settings | None:
+    return _current.get()
 
 
 _clients: dict[S3Settings, Any] = {}
@@ -98,7 +128,7 @@ class S3Storage(Storage):
     def __init__(self, bucket: str, prefix: str = "", settings: S3Settings | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.settings = settings or S3Settings()
+        self.settings = settings or _current.get() or S3Settings()
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
 
     @property

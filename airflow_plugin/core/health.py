@@ -1,0 +1,83 @@
+"""Is a deployment healthy? A pure verdict from what the store shows (the Flink operator's job-status
+observation): a fresh heartbeat, K batches committed since it started or was restored, no error. The
+health gate of an upgrade and the Airflow sensor/trigger share this one rule."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+from .deployments import Deployment, Deployments, State, Status, observed_state
+from .jobs import JobSpec
+from .store import SnapshotStore
+
+
+class Verdict(StrEnum):
+    HEALTHY = "HEALTHY"
+    WAITING = "WAITING"  # not yet: starting, or fewer than K new batches so far
+    UNHEALTHY = "UNHEALTHY"  # failed, stopped, lost: waiting longer will not help
+
+
+@dataclass(frozen=True)
+class Health:
+    verdict: Verdict
+    reason: str
+    job: str
+    deployment: str
+    version: str
+    state: str
+    last_batch_id: int | None
+    target_batch_id: int
+    heartbeat_age_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "verdict": str(self.verdict)}
+
+
+def target_batch(deployment: Deployment, min_batches: int) -> int:
+    """The batch id whose commit proves `min_batches` new batches: counted from the restored batch (a
+    restored query resumes at N+1), or from -1 for a fresh start."""
+    start = deployment.restored_batch_id if deployment.restored_batch_id is not None else -1
+    return start + max(1, min_batches)
+
+
+def assess(
+    deployment: Deployment,
+    status: Status | None,
+    *,
+    min_batches: int,
+    heartbeat_timeout: float,
+    now: float | None = None,
+) -> Health:
+    now = time.time() if now is None else now
+    state = observed_state(deployment, status, heartbeat_timeout)
+    target = target_batch(deployment, min_batches)
+    last = status.last_batch_id if status else None
+    age = round(now - status.updated_at, 1) if status else None
+
+    def verdict(v: Verdict, reason: str) -> Health:
+        return Health(v, reason, deployment.job, deployment.id, deployment.version, str(state), last, target, age)
+
+    if state is State.FAILED:
+        error = "no error recorded"
+        if status and status.error_class:
+            error = f"{status.error_class}: {status.error_message}"
+        return verdict(Verdict.UNHEALTHY, f"deployment {deployment.id} FAILED ({error})")
+    if state is State.LOST:
+        return verdict(Verdict.UNHEALTHY, f"deployment {deployment.id} is LOST (no heartbeat, or its process is gone)")
+    if state in (State.STOPPING, State.STOPPED):
+        return verdict(Verdict.UNHEALTHY, f"deployment {deployment.id} is {state}, not running")
+    if state is State.RUNNING and last is not None and last >= target:
+        return verdict(Verdict.HEALTHY, f"batch {last} committed (needed {target}), heartbeat {age}s old")
+    so_far = f"last batch {last}" if last is not None else "no batch yet"
+    return verdict(Verdict.WAITING, f"deployment {deployment.id} is {state}, {so_far}, waiting for batch {target}")
+
+
+def check_health(store: SnapshotStore, job: JobSpec, deployment_id: str, *, min_batches: int) -> Health:
+    """Observe one deployment and assess it."""
+    deployments = Deployments(store.storage)
+    deployment = deployments.get(job.name, deployment_id)
+    status = deployments.status(job.name, deployment_id)
+    return assess(deployment, status, min_batches=min_batches, heartbeat_timeout=job.heartbeat_timeout)

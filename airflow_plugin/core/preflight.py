@@ -1,0 +1,221 @@
+"""Pre-flight of an upgrade: will the new version of a job run on this snapshot's state?
+
+Spark checks state compatibility only on the first batch it PLANS after a restart (SPARK_CHECKPOINTS.md
+section 6), and its check ignores field names: grouping by `country` instead of `user` (both strings)
+passes and silently reads the old state under the new key. So, against throwaway copies, in a separate
+Spark application of the new version with a `noop` sink:
+
+    spark-check    the snapshot restored, `commits/N` removed: Spark re-plans batch N with the stored
+                   state schemas and fails on an incompatible key, value or operator
+    schema-probe   the same, with the stored state schemas removed: Spark writes the new version's
+                   schemas, whose field names are compared with the snapshot's
+
+Nothing of the running deployment is touched; the copies are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .deploy import submit_spec
+from .deployments import Deployments, State, deployment_prefix
+from .errors import Refused
+from .jobs import JobSpec
+from .launcher import CommandBuilder, default_command, exit_code, force_kill, launch, log_tail
+from .manifest import Manifest
+from .progress import Progress
+from .restore import execute_restore, plan_restore
+from .storage import Storage, open_storage
+from .store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 600.0
+# Stored state schemas (formats v1/v2: key and value schema as JSON); one per state store.
+_SCHEMA_FILE = re.compile(r"^state/.+/_metadata/schema$")
+_STRUCT = '{"type":"struct"'
+
+
+class UpgradeBlocked(Refused):
+    """The pre-flight found that the new version cannot take over this state."""
+
+
+def schema_field_names(data: bytes) -> list[list[str]]:
+    """The field names (nested ones dotted) of each struct schema in a stored schema file: key schema,
+    then value schema. The file frames its JSON documents with binary lengths; the JSON is found as is."""
+    text = data.decode("utf-8", errors="replace")
+    decoder = json.JSONDecoder()
+    schemas = []
+    start = text.find(_STRUCT)
+    while start != -1:
+        try:
+            schema, end = decoder.raw_decode(text, start)
+        except ValueError:
+            end = start + len(_STRUCT)
+        else:
+            schemas.append(_names(schema))
+        start = text.find(_STRUCT, end)
+    return schemas
+
+
+def _names(struct: dict[str, Any], prefix: str = "") -> list[str]:
+    names = []
+    for item in struct.get("fields", []):
+        name = f"{prefix}{item.get('name')}"
+        names.append(name)
+        kind = item.get("type")
+        if isinstance(kind, dict) and kind.get("type") == "struct":
+            names += _names(kind, f"{name}.")
+    return names
+
+
+@dataclass(frozen=True)
+class SchemaRename:
+    schema_file: str  # relative to the checkpoint, e.g. state/0/0/_metadata/schema
+    stored: list[list[str]]  # [key fields, value fields] in the snapshot
+    new: list[list[str]]  # the same as the new version writes them
+
+    def describe(self) -> str:
+        parts = []
+        for what, old, new in zip(("key", "value"), self.stored, self.new, strict=False):
+            if old != new:
+                parts.append(f"{what} ({', '.join(old)}) -> ({', '.join(new)})")
+        return f"{self.schema_file}: {'; '.join(parts)}"
+
+
+@dataclass
+class PreflightReport:
+    job: str
+    version: str
+    snapshot: str
+    batch_id: int | None
+    passed: bool = False
+    reason: str = ""
+    error_class: str | None = None
+    renames: list[SchemaRename] = field(default_factory=list)
+    renames_allowed: bool = False
+    schemas_compared: int = 0
+    seconds: float = 0.0
+    log: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "renames": [r.describe() for r in self.renames]}
+
+    def raise_if_blocked(self) -> None:
+        if not self.passed:
+            raise UpgradeBlocked(
+                f"upgrade of job {self.job} to version {self.version} is blocked by the pre-flight on snapshot "
+                f"{self.snapshot} (batch {self.batch_id}): {self.reason}. The running deployment was not touched"
+            )
+
+
+def _stored_schemas(location: Storage) -> dict[str, bytes]:
+    return {info.key: location.read(info.key) for info in location.list("state/") if _SCHEMA_FILE.match(info.key)}
+
+
+def _prepare(store: SnapshotStore, manifest: Manifest, location: Storage, *, drop_schemas: bool) -> dict[str, bytes]:
+    """Restore the snapshot into a scratch location and remove `commits/N` so that batch N is re-planned;
+    for the schema probe also remove the stored schemas. Returns the stored schemas."""
+    plan = plan_restore(store, manifest.job, manifest.id, location, allow_sink_ahead=True)  # noop sink
+    execute_restore(store, plan)
+    location.delete([f"commits/{manifest.batch_id}", f"commits/.{manifest.batch_id}.crc"])
+    schemas = _stored_schemas(location)
+    if drop_schemas:
+        location.delete([*schemas, *(k.rsplit("/", 1)[0] + "/.schema.crc" for k in schemas)])
+    return schemas
+
+
+def _wait_for_exit(
+    deployments: Deployments, job: JobSpec, run_id: str, handle: dict[str, Any], timeout: float
+) -> State:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = deployments.status(job.name, run_id)
+        if status is not None and status.state in (State.STOPPED, State.FAILED):
+            return status.state
+        if exit_code(handle) is not None:
+            status = deployments.status(job.name, run_id)
+            return status.state if status is not None and status.state is State.STOPPED else State.FAILED
+        time.sleep(0.25)
+    force_kill(handle)
+    raise Refused(
+        f"pre-flight of job {job.name} did not finish within {timeout:.0f}s (log {handle.get('log')}); it was "
+        "killed. The running deployment was not touched"
+    )
+
+
+def preflight(
+    job: JobSpec,
+    store: SnapshotStore,
+    snapshot_id: str,
+    version: str,
+    *,
+    allow_renames: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+    command_builder: CommandBuilder = default_command,
+    progress: Progress | None = None,
+) -> PreflightReport:
+    """Run the pre-flight and return its report (`raise_if_blocked()` turns a block into an error)."""
+    spec_version = job.version(version)
+    manifest = store.get(job.name, snapshot_id)
+    report = PreflightReport(job.name, spec_version.name, manifest.id, manifest.batch_id, renames_allowed=allow_renames)
+    started = time.monotonic()
+    run_id = f"pf-{manifest.id.split('-', 1)[1]}-{secrets.token_hex(2)}"
+    root = f"{job.checkpoint_root.rstrip('/')}/{job.name}/_preflight/{run_id}"
+    check_uri, probe_uri = f"{root}/spark-check", f"{root}/schema-probe"
+    spark_check, probe = open_storage(check_uri), open_storage(probe_uri)
+    deployments = Deployments(store.storage)
+    try:
+        stored = _prepare(store, manifest, spark_check, drop_schemas=False)
+        _prepare(store, manifest, probe, drop_schemas=True)
+        conf = {**job.conf, **spec_version.conf, **manifest.spark_conf, **manifest.restore_conf}
+        spec = submit_spec(job, spec_version, run_id, check_uri, conf, ("--preflight", probe_uri))
+        spec = replace(spec, name=f"{job.name}-{spec_version.name}-preflight")
+        log_path = Path(job.log_dir) / job.name / f"{run_id}.log"
+        report.log = str(log_path)
+        log.info("pre-flight of %s %s on snapshot %s (batch %s)", job.name, version, manifest.id, manifest.batch_id)
+        handle = launch(spec, log_path, command_builder)
+        state = _wait_for_exit(deployments, job, run_id, handle, timeout)
+        status = deployments.status(job.name, run_id)
+        if state is not State.STOPPED:
+            report.error_class = (status.error_class if status else None) or "PREFLIGHT_FAILED"
+            detail = (status.error_message if status else None) or log_tail(handle)
+            report.reason = f"Spark refused the state: [{report.error_class}] {detail.strip().splitlines()[0]}"
+            return report
+        _compare_schemas(report, stored, _stored_schemas(probe))
+        if report.renames and not allow_renames:
+            report.reason = (
+                "the new version's state schema renames fields that Spark's own check ignores (the old state "
+                f"would be read under the new names): {'; '.join(r.describe() for r in report.renames)}. If the "
+                "state really means the same, allow renames explicitly (allow_renames / --allow-renames)"
+            )
+            return report
+        report.passed = True
+        report.reason = f"batch {manifest.batch_id} re-planned and run by version {spec_version.name}; " + (
+            f"{report.schemas_compared} state schema(s) compared"
+            + (f", renames allowed: {len(report.renames)}" if report.renames else ", field names unchanged")
+        )
+        return report
+    finally:
+        report.seconds = round(time.monotonic() - started, 3)
+        for location in (spark_check, probe):
+            location.delete([info.key for info in location.list("")])
+        store.storage.delete([info.key for info in store.storage.list(deployment_prefix(job.name, run_id))])
+
+
+def _compare_schemas(report: PreflightReport, stored: dict[str, bytes], new: dict[str, bytes]) -> None:
+    for key, data in sorted(stored.items()):
+        if key not in new:
+            log.warning("pre-flight: the new version wrote no schema %s; its names were not compared", key)
+            continue
+        report.schemas_compared += 1
+        old_names, new_names = schema_field_names(data), schema_field_names(new[key])
+        if old_names != new_names:
+            report.renames.append(SchemaRename(key, old_names, new_names))

@@ -1,0 +1,87 @@
+"""Rollback of a failed upgrade: the old version back from the savepoint the upgrade cut over from.
+
+Observe (the job's live deployments, the savepoint), decide (is the old deployment still running, so
+there is nothing to undo? is a failed new deployment still live and must be stopped first?), act (stop or
+kill it, then deploy the savepoint's version from the savepoint). The savepoint is the state at the old
+version's last batch, so no event is lost; if the new version committed sink output beyond it, the
+restore refuses rather than skip those batches (see restore.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from .deploy import DeployRequest, deploy, live_deployments
+from .deployments import Deployment, Deployments
+from .errors import Refused, SavepointsError, TimedOut
+from .jobs import JobSpec
+from .launcher import CommandBuilder, default_command
+from .progress import Progress
+from .stop import kill, stop
+from .store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RollbackResult:
+    action: str  # "none" (the old deployment still runs) or "redeployed"
+    reason: str
+    deployment: Deployment
+    replaced: list[str]  # deployments stopped or killed first
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "reason": self.reason,
+            "job": self.deployment.job,
+            "deployment": self.deployment.id,
+            "version": self.deployment.version,
+            "restored_from": self.deployment.restored_from,
+            "replaced": self.replaced,
+        }
+
+
+def rollback(
+    job: JobSpec,
+    store: SnapshotStore,
+    snapshot_id: str,
+    *,
+    requested_by: str = "",
+    stop_timeout: float | None = None,
+    command_builder: CommandBuilder = default_command,
+    progress: Progress | None = None,
+) -> RollbackResult:
+    savepoint = store.get(job.name, snapshot_id)
+    if not savepoint.job_version:
+        raise Refused(
+            f"snapshot {savepoint.id} of job {job.name} does not record the version it was taken from: "
+            f"deploy the old version by hand (`savepoints deploy {job.name} --version OLD --restore {savepoint.id}`)"
+        )
+    deployments = Deployments(store.storage)
+    replaced = []
+    for deployment, state in live_deployments(deployments, job):
+        if deployment.id == savepoint.deployment and state.live:
+            reason = f"deployment {deployment.id} ({deployment.version}) that the savepoint came from still runs"
+            log.info("rollback of %s: nothing to do, %s", job.name, reason)
+            return RollbackResult("none", reason, deployment, [])
+        log.warning("rollback of %s: replacing %s (%s, %s)", job.name, deployment.id, deployment.version, state)
+        try:
+            if not state.live:
+                raise TimedOut(f"deployment {deployment.id} is {state}")
+            stop(job, store, timeout=stop_timeout, requested_by=requested_by)
+        except SavepointsError as exc:  # would not stop, failed or got lost while stopping: make sure it is gone
+            log.warning("rollback of %s: %s; force-killing it", job.name, exc)
+            with contextlib.suppress(Refused):  # already gone
+                kill(job, store)
+        replaced.append(deployment.id)
+    restored = deploy(
+        DeployRequest(job, savepoint.job_version, restore=savepoint.id, requested_by=requested_by),
+        store,
+        command_builder=command_builder,
+        progress=progress,
+    )
+    reason = f"version {savepoint.job_version} redeployed from savepoint {savepoint.id} (batch {savepoint.batch_id})"
+    return RollbackResult("redeployed", reason, restored, replaced)

@@ -1,0 +1,49 @@
+"""Retention for one job: retained checkpoints of its running deployments, then prune and garbage
+collection by the job's policy from the jobs file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import Context
+
+from ..core.jobs import JobSpec, jobs_file
+from ..core.prune import prune, retain_checkpoints
+from ..core.retention import parse_policy
+from ..core.store import SnapshotStore
+from .base import SavepointsBaseOperator
+
+
+class RetentionOperator(SavepointsBaseOperator):
+    """`checkpoints`: first snapshot every running deployment as a retained checkpoint (kind checkpoint,
+    trigger PERIODIC). Then plan deletions by the job's policy and, unless `dry_run`, carry them out.
+    Returns the plan (every deletion with its reason) and what was deleted."""
+
+    template_fields: Sequence[str] = ("job", "dry_run")
+
+    def __init__(self, *, checkpoints: bool = True, dry_run: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.checkpoints = checkpoints
+        self.dry_run = dry_run
+
+    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
+        policy = parse_policy(job.retention, f"{jobs_file(self.jobs_file)} [jobs.{job.name}] retention")
+        dry_run = str(self.dry_run).lower() in ("true", "1", "yes")
+        taken = []
+        if self.checkpoints and not dry_run:
+            requested_by = f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}"
+            outcomes = retain_checkpoints(
+                store, job.name, requested_by=requested_by, heartbeat_timeout=job.heartbeat_timeout
+            )
+            taken = [o.to_dict() for o in outcomes]
+        plan, result = prune(store, policy, job=job.name, dry_run=dry_run, heartbeat_timeout=job.heartbeat_timeout)
+        for row in plan.rows():
+            self.log.info("%s", " | ".join(row))
+        return {
+            "job": job.name,
+            "checkpoints": taken,
+            "dry_run": dry_run,
+            "plan": plan.to_dict(),
+            "result": result.to_dict() if result else None,
+        }

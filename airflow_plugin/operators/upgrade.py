@@ -1,0 +1,86 @@
+"""The two upgrade-specific steps: the pre-flight of a new version against a snapshot, and the rollback
+to the old version from the savepoint the upgrade cut over from."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowSkipException
+
+from ..core.jobs import JobSpec
+from ..core.preflight import DEFAULT_TIMEOUT, preflight
+from ..core.store import SnapshotStore
+from ..core.upgrade import rollback
+from ..links import SnapshotLink, SparkUILink
+from .base import SavepointsBaseOperator
+from .deployments import deployment_xcom
+
+
+class PreflightCheckOperator(SavepointsBaseOperator):
+    """Will `version` run on this snapshot's state? Runs the new version as a separate Spark application
+    against throwaway copies (batch N re-planned, noop sink) and compares state schema field names.
+    Fails the task, touching nothing that runs, if the upgrade is blocked."""
+
+    template_fields: Sequence[str] = ("job", "version", "snapshot_id", "allow_renames")
+    operator_extra_links = (SnapshotLink(),)
+
+    def __init__(
+        self,
+        *,
+        version: str,
+        snapshot_id: str = "latest",
+        allow_renames: bool | str = False,
+        timeout_seconds: float = DEFAULT_TIMEOUT,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.version = version
+        self.snapshot_id = snapshot_id
+        self.allow_renames = allow_renames
+        self.timeout_seconds = timeout_seconds
+
+    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
+        report = preflight(
+            job,
+            store,
+            self.snapshot_id,
+            self.version,
+            allow_renames=str(self.allow_renames).lower() in ("true", "1", "yes"),
+            timeout=self.timeout_seconds,
+            command_builder=self.hook.command_builder,
+        )
+        self.log.info("pre-flight of %s %s: %s", job.name, self.version, report.reason)
+        report.raise_if_blocked()
+        return {**report.to_dict(), "id": report.snapshot}
+
+
+class RollbackOperator(SavepointsBaseOperator):
+    """Put the version a savepoint was taken from back into service from that savepoint, after stopping
+    (or killing) whatever replaced it; does nothing if the savepoint's own deployment still runs."""
+
+    template_fields: Sequence[str] = ("job", "snapshot_id")
+    operator_extra_links = (SparkUILink(),)
+
+    def __init__(self, *, snapshot_id: str, stop_timeout_seconds: float | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.snapshot_id = snapshot_id
+        self.stop_timeout_seconds = stop_timeout_seconds
+
+    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
+        if not self.snapshot_id:
+            raise AirflowSkipException(
+                f"no savepoint to roll back to: the old deployment of {job.name} was not stopped"
+            )
+        result = rollback(
+            job,
+            store,
+            self.snapshot_id,
+            requested_by=f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}",
+            stop_timeout=self.stop_timeout_seconds,
+            command_builder=self.hook.command_builder,
+            progress=self.progress,
+        )
+        self.log.warning("rollback of %s: %s", job.name, result.reason)
+        return {**deployment_xcom(store, result.deployment), **result.to_dict()}

@@ -1,0 +1,86 @@
+"""DeploymentHealthSensor: the health gate. Succeeds when the deployment has a fresh heartbeat and has
+committed `min_batches` batches since it started or was restored; fails at once (no waiting out the
+timeout) when it failed, stopped or got lost. Deferrable: waits in the triggerer, freeing the worker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowFailException
+
+from ..core.health import Health, Verdict, check_health
+from ..hooks.savepoints import SavepointsHook
+from ..triggers.health import DeploymentHealthTrigger
+
+
+class DeploymentHealthSensor(BaseSensorOperator):
+    template_fields: Sequence[str] = ("job", "deployment_id", "min_batches")
+    ui_color = "#e8f6ea"
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        deployment_id: str,
+        min_batches: int | str = 3,
+        aws_conn_id: str | None = SavepointsHook.default_conn_name,
+        jobs_file: str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poke_interval: float = 5.0,
+        timeout: float = 600.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(poke_interval=poke_interval, timeout=timeout, **kwargs)
+        self.job = job
+        self.deployment_id = deployment_id
+        self.min_batches = min_batches
+        self.aws_conn_id = aws_conn_id
+        self.jobs_file = jobs_file
+        self.deferrable = deferrable
+
+    @cached_property
+    def hook(self) -> SavepointsHook:
+        return SavepointsHook(aws_conn_id=self.aws_conn_id, spark_conn_id=None, jobs_file=self.jobs_file)
+
+    def _health(self) -> Health:
+        with self.hook.engine():
+            job = self.hook.job(self.job)
+            return check_health(self.hook.store(job), job, self.deployment_id, min_batches=int(self.min_batches))
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        health = self._health()
+        self.log.info("%s", health.reason)
+        if health.verdict is Verdict.UNHEALTHY:
+            raise AirflowFailException(f"job {self.job} is unhealthy: {health.reason}")
+        return PokeReturnValue(is_done=health.verdict is Verdict.HEALTHY, xcom_value=health.to_dict())
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        first = self.poke(context)  # check once; defer only if not healthy yet
+        if first.is_done:
+            return first.xcom_value
+        self.defer(
+            trigger=DeploymentHealthTrigger(
+                job=self.job,
+                deployment_id=self.deployment_id,
+                min_batches=int(self.min_batches),
+                deadline=time.time() + float(self.timeout),
+                poll_interval=float(self.poke_interval),
+                aws_conn_id=self.aws_conn_id,
+                jobs_file=self.jobs_file,
+            ),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        if not event or event.get("status") != "healthy":
+            message = (event or {}).get("message", "no event from the trigger")
+            raise AirflowFailException(f"job {self.job} deployment {self.deployment_id} is not healthy: {message}")
+        self.log.info("%s", event["message"])
+        return event["health"]

@@ -1,0 +1,45 @@
+"""Deploy a version of a job (fresh, from the latest state, the latest savepoint or a snapshot id) and wait
+until it is healthy."""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG, Param
+
+from airflow_plugin.dag_params import JOBS_FILE, declared_jobs, job_param, restore_param, version_param
+from airflow_plugin.operators.deployments import DeployJobOperator
+from airflow_plugin.sensors.health import DeploymentHealthSensor
+
+JOBS = declared_jobs()
+
+with DAG(
+    dag_id="savepoints_deploy",
+    description=__doc__.splitlines()[0],
+    schedule=None,
+    catchup=False,
+    tags=["savepoints"],
+    params={
+        "job": job_param(JOBS),
+        "version": version_param(JOBS),
+        "restore": restore_param(),
+        "min_batches": Param(2, type="integer", minimum=1, title="Healthy after this many new batches"),
+    },
+    doc_md=__doc__,
+):
+    deploy = DeployJobOperator(
+        task_id="deploy",
+        job="{{ params.job }}",
+        version="{{ params.version }}",
+        restore="{{ params.restore }}",
+        jobs_file=JOBS_FILE,
+    )
+    healthy = DeploymentHealthSensor(
+        task_id="healthy",
+        job="{{ params.job }}",
+        deployment_id="{{ ti.xcom_pull(task_ids='deploy')['deployment'] }}",
+        min_batches="{{ params.min_batches }}",
+        jobs_file=JOBS_FILE,
+        deferrable=True,
+        poke_interval=2,
+        timeout=600,
+    )
+    deploy >> healthy

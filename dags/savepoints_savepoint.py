@@ -1,0 +1,42 @@
+"""Take a savepoint of a running job now, optionally stopping it (stop-with-savepoint). Trigger it from
+the Airflow UI ("Trigger DAG" shows the form) or from the savepoints page."""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG, Param
+
+from airflow_plugin.dag_params import JOBS_FILE, declared_jobs, job_param
+from airflow_plugin.operators.snapshots import SavepointOperator
+
+JOBS = declared_jobs()
+
+with DAG(
+    dag_id="savepoints_savepoint",
+    description=__doc__.splitlines()[0],
+    schedule=None,
+    catchup=False,
+    tags=["savepoints"],
+    params={
+        "job": job_param(JOBS),
+        "stop": Param(False, type="boolean", title="Stop the job afterwards (stop-with-savepoint)"),
+        "pin": Param(False, type="boolean", title="Pin (retention never deletes it)"),
+        "label": Param(
+            "",
+            type="string",
+            title="Label",
+            description="optional key=value stored with the savepoint, e.g. reason=before-migration",
+            pattern=r"^$|^[A-Za-z0-9_.\-]+=.*$",
+        ),
+    },
+    render_template_as_native_obj=True,  # stop and pin stay booleans, labels a dict
+    doc_md=__doc__,
+):
+    SavepointOperator(
+        task_id="savepoint",
+        job="{{ params.job }}",
+        stop="{{ params.stop }}",
+        pin="{{ params.pin }}",
+        labels="{{ dict([params.label.split('=', 1)]) if params.label else {} }}",
+        trigger="MANUAL",
+        jobs_file=JOBS_FILE,
+    )

@@ -1,0 +1,102 @@
+"""Upgrade a running job to another version without losing a record, or roll back:
+
+    savepoint (live) -> pre-flight of the new version on a throwaway copy -> [approval] ->
+    stop-with-savepoint of the old version -> deploy the new version from that savepoint -> health gate
+    -> on failure: rollback, the old version redeployed from the same savepoint
+
+A blocked pre-flight fails the run before anything is stopped: the old version keeps running."""
+
+from __future__ import annotations
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk import DAG, Param, TriggerRule, task
+
+from airflow_plugin.dag_params import JOBS_FILE, declared_jobs, job_param, version_param
+from airflow_plugin.operators.deployments import DeployJobOperator, StopJobOperator
+from airflow_plugin.operators.snapshots import SavepointOperator
+from airflow_plugin.operators.upgrade import PreflightCheckOperator, RollbackOperator
+from airflow_plugin.sensors.health import DeploymentHealthSensor
+
+JOBS = declared_jobs()
+STOP_SAVEPOINT = "{{ (ti.xcom_pull(task_ids='stop_old') or {}).get('snapshot', {}).get('id', '') }}"
+
+with DAG(
+    dag_id="savepoints_upgrade",
+    description="Restore-and-redeploy: upgrade a running job to another version, with pre-flight and rollback",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    tags=["savepoints"],
+    params={
+        "job": job_param(JOBS),
+        "version": version_param(JOBS, "New version"),
+        "allow_renames": Param(
+            False, type="boolean", title="Allow state field renames (Spark does not check names: be sure)"
+        ),
+        "require_approval": Param(False, type="boolean", title="Wait for a human approval before the cutover"),
+        "min_batches": Param(3, type="integer", minimum=1, title="Healthy after this many new batches"),
+    },
+    doc_md=__doc__,
+):
+    savepoint = SavepointOperator(
+        task_id="savepoint",
+        job="{{ params.job }}",
+        trigger="UPGRADE",
+        labels={"upgrade_to": "{{ params.version }}"},
+        jobs_file=JOBS_FILE,
+    )
+    preflight = PreflightCheckOperator(
+        task_id="preflight",
+        job="{{ params.job }}",
+        version="{{ params.version }}",
+        snapshot_id="{{ ti.xcom_pull(task_ids='savepoint')['id'] }}",
+        allow_renames="{{ params.allow_renames }}",
+        jobs_file=JOBS_FILE,
+    )
+
+    @task.branch
+    def approval_needed(params: dict) -> str:
+        return "approve" if params["require_approval"] else "stop_old"
+
+    approve = ApprovalOperator(
+        task_id="approve",
+        subject="Upgrade {{ params.job }} to {{ params.version }}?",
+        body="Pre-flight passed: {{ ti.xcom_pull(task_ids='preflight')['reason'] }}",
+    )
+    stop_old = StopJobOperator(
+        task_id="stop_old",
+        job="{{ params.job }}",
+        savepoint=True,
+        labels={"upgrade_to": "{{ params.version }}"},
+        jobs_file=JOBS_FILE,
+        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+    )
+    deploy_new = DeployJobOperator(
+        task_id="deploy_new",
+        job="{{ params.job }}",
+        version="{{ params.version }}",
+        restore=STOP_SAVEPOINT,
+        jobs_file=JOBS_FILE,
+    )
+    health_gate = DeploymentHealthSensor(
+        task_id="health_gate",
+        job="{{ params.job }}",
+        deployment_id="{{ ti.xcom_pull(task_ids='deploy_new')['deployment'] }}",
+        min_batches="{{ params.min_batches }}",
+        jobs_file=JOBS_FILE,
+        deferrable=True,
+        poke_interval=2,
+        timeout=300,
+    )
+    rollback = RollbackOperator(
+        task_id="rollback",
+        job="{{ params.job }}",
+        snapshot_id=STOP_SAVEPOINT,
+        jobs_file=JOBS_FILE,
+        trigger_rule=TriggerRule.ONE_FAILED,
+    )
+
+    branch = approval_needed()
+    savepoint >> preflight >> branch >> [approve, stop_old]
+    approve >> stop_old >> deploy_new >> health_gate
+    [deploy_new, health_gate] >> rollback

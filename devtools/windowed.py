@@ -1,0 +1,88 @@
+"""Driving the example windowed job from outside, for the demo, the tests and the benchmarks: a jobs file
+for a scratch directory, a feeder of event rounds, and conditions to poll (a batch has read the n-th input
+file; the output holds every event)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from spark_jobs.generate import write_flush, write_round
+from spark_jobs.jobs.windowed.output import read_output, summarize
+
+REPO = Path(__file__).resolve().parents[1]
+APPS = REPO / "spark_jobs/jobs/windowed"
+VERSIONS = ("v1", "v2", "v3", "regrouped", "broken")
+
+
+def write_jobs_file(directory: Path, store: str, *, job: str = "windowed", trigger: str = "1 second") -> Path:
+    """A jobs file whose job reads `<directory>/input`, writes `<directory>/output`, keeps checkpoints and
+    logs under `directory`, and declares every example version."""
+    versions = "\n".join(f'versions.{v} = {{ application = "{APPS / v}.py" }}' for v in VERSIONS)
+    path = directory / "jobs.toml"
+    path.write_text(
+        f"""
+[defaults]
+store = "{store}"
+checkpoint_root = "checkpoints"
+log_dir = "logs"
+heartbeat_timeout = 30
+
+[jobs.{job}]
+description = "events per user and minute"
+trigger_interval = "{trigger}"
+default_version = "v1"
+args = ["--input", "input", "--output", "output"]
+conf = {{ "spark.sql.shuffle.partitions" = "3", "spark.ui.enabled" = "false", "spark.driver.host" = "127.0.0.1" }}
+{versions}
+retention.checkpoint = {{ keep_last = 2 }}
+retention.savepoint = {{ keep_last = 5 }}
+"""
+    )
+    return path
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def batches(checkpoint: str, log: str) -> list[int]:
+    directory = Path(checkpoint) / log
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
+
+
+def processed(checkpoint: str, files_fed: int) -> bool:
+    """The latest committed batch has read the `files_fed`-th input file (file source logOffset)."""
+    commits = batches(checkpoint, "commits")
+    if not commits:
+        return False
+    lines = (Path(checkpoint) / "offsets" / str(commits[-1])).read_text().splitlines()
+    return json.loads(lines[2]).get("logOffset", -1) >= files_fed - 1
+
+
+class Feeder:
+    """Writes rounds of events (and the flush marker that closes the last windows) into the input."""
+
+    def __init__(self, input_dir: Path, events_per_round: int = 300) -> None:
+        self.input_dir, self.events_per_round = input_dir, events_per_round
+        self.rounds = self.events = 0
+        input_dir.mkdir(parents=True, exist_ok=True)
+
+    def round(self) -> None:
+        self.events += write_round(self.input_dir, self.rounds, self.events_per_round).events
+        self.rounds += 1
+
+    def flush(self) -> None:
+        write_flush(self.input_dir, self.rounds)
+        self.rounds += 1
+
+
+def output_complete(output: Path, events: int) -> bool:
+    """After the flush marker, the windows close in the no-data batch that follows its batch."""
+    return summarize(read_output(output)).events >= events

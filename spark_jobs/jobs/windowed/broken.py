@@ -1,0 +1,33 @@
+"""Windowed job "broken": state-compatible with v1 (it passes the pre-flight, whose noop sink never
+writes), but its file sink asks for a compression codec that does not exist, so its first real batch
+after the restore fails. What an upgrade's health gate is for: the DAG rolls back to the old version
+from the same savepoint."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from spark_jobs.jobs.windowed.common import (
+    apply_job_conf,
+    events,
+    file_sink,
+    output_columns,
+    parse_job_args,
+    window_counts,
+)
+from spark_jobs.runtime import StreamingJob, run
+
+KEYS = ["user"]
+MISSING_CODEC = "zstd-turbo"  # not a Hadoop codec: the JSON writer refuses it when a batch is written
+
+
+def build(spark: SparkSession, job_args: list[str]) -> StreamingJob:
+    args = parse_job_args(job_args)
+    apply_job_conf(spark)
+    job = file_sink(output_columns(window_counts(events(spark, args), KEYS), KEYS, "broken"), args)
+    job.writer.option("compression", MISSING_CODEC)
+    return job
+
+
+if __name__ == "__main__":
+    run(build)

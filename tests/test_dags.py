@@ -1,0 +1,53 @@
+"""The DAGs load without import errors, and their params forms follow the jobs file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_plugin.dag_params import declared_jobs
+from devtools.airflow_env import DAGS_FOLDER
+
+DAG_IDS = {"savepoints_deploy", "savepoints_savepoint", "savepoints_retention", "savepoints_upgrade"}
+
+
+@pytest.fixture(scope="module")
+def dagbag(airflow_db: Path):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS_FOLDER))
+
+
+def test_every_dag_imports_without_errors(dagbag) -> None:
+    assert dagbag.import_errors == {}
+    assert set(dagbag.dag_ids) >= DAG_IDS
+
+
+def test_params_forms_list_the_declared_jobs_and_versions(dagbag) -> None:
+    jobs = declared_jobs()
+    for dag_id in ("savepoints_deploy", "savepoints_savepoint", "savepoints_upgrade"):
+        params = dagbag.get_dag(dag_id).params
+        assert params.get_param("job").schema["enum"] == sorted(jobs), dag_id
+    versions = dagbag.get_dag("savepoints_upgrade").params.get_param("version").schema["enum"]
+    assert set(versions) == {v for spec in jobs.values() for v in spec.versions}
+
+
+def test_a_job_added_to_the_jobs_file_appears_in_every_form(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        Path("jobs.toml").read_text()
+        + '\n[jobs.another_job]\nversions.v1 = { application = "spark_jobs/jobs/windowed/v1.py" }\n'
+    )
+    script = (
+        "from airflow.dag_processing.dagbag import DagBag; import sys; "
+        f"b = DagBag(dag_folder={str(DAGS_FOLDER)!r}); assert not b.import_errors, b.import_errors; "
+        "print(*sorted({d: b.get_dag(d).params.get_param('job').schema['enum'] for d in "
+        "('savepoints_deploy', 'savepoints_savepoint', 'savepoints_upgrade')}.items()), sep='\\n')"
+    )
+    env = {**__import__("os").environ, "SAVEPOINTS_JOBS": str(jobs)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.count("another_job") == 3, out

@@ -1,0 +1,79 @@
+"""The pre-flight of an upgrade, against a live savepoint of a running v1, with real spark-submit
+applications: v2 passes; `regrouped` (per country instead of per user: Spark's own check passes) is
+blocked by the field-name comparison unless renames are allowed; v1 keeps running throughout and its
+checkpoint is untouched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_plugin.core.deploy import DeployRequest, deploy
+from airflow_plugin.core.deployments import Deployments, State
+from airflow_plugin.core.jobs import get_job
+from airflow_plugin.core.preflight import UpgradeBlocked, preflight, schema_field_names
+from airflow_plugin.core.savepoint import take_savepoint
+from airflow_plugin.core.stop import stop
+from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.store import SnapshotStore
+from devtools.windowed import Feeder, batches, processed, wait_for, write_jobs_file
+
+
+def _utf(text: str) -> bytes:
+    data = text.encode()
+    return len(data).to_bytes(2, "big") + data
+
+
+def test_schema_field_names_reads_key_and_value_schemas_through_the_binary_framing() -> None:
+    def field(name: str, kind: object) -> dict[str, object]:
+        return {"name": name, "type": kind, "nullable": True, "metadata": {}}
+
+    window = {"type": "struct", "fields": [field("start", "timestamp")]}
+    key = json.dumps(
+        {"type": "struct", "fields": [field("window", window), field("user", "string")]}, separators=(",", ":")
+    )
+    value = json.dumps({"type": "struct", "fields": [field("count", "long")]}, separators=(",", ":"))
+    data = b"v2\n" + _utf(key) + _utf(value)
+    assert schema_field_names(data) == [["window", "window.start", "user"], ["count"]]
+    assert schema_field_names(b"v2\n" + _utf(key.replace('"user"', '"country"')) + _utf(value))[0][-1] == "country"
+    assert schema_field_names(b"garbage") == []
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_preflight_passes_a_compatible_version_and_blocks_a_silent_regrouping(tmp_path: Path) -> None:
+    job = get_job("windowed", str(write_jobs_file(tmp_path, str(tmp_path / "store"))))
+    store = SnapshotStore(open_storage(job.store))
+    feed = Feeder(tmp_path / "input")
+    v1 = deploy(DeployRequest(job, "v1"), store)
+    try:
+        for _ in range(3):
+            feed.round()
+        wait_for(lambda: processed(v1.checkpoint, feed.rounds), "v1 to process 3 rounds")
+        savepoint = take_savepoint(job, store, labels={"purpose": "upgrade"})
+        commits_before = batches(v1.checkpoint, "commits")
+
+        ok = preflight(job, store, savepoint.id, "v2")
+        assert ok.passed, ok.reason
+        assert ok.schemas_compared >= 1 and ok.renames == []
+        ok.raise_if_blocked()
+
+        blocked = preflight(job, store, savepoint.id, "regrouped")
+        assert not blocked.passed and blocked.error_class is None  # Spark itself accepted it
+        assert [r.schema_file for r in blocked.renames] and "user" in blocked.reason and "country" in blocked.reason
+        with pytest.raises(UpgradeBlocked, match=r"regrouped.*not touched"):
+            blocked.raise_if_blocked()
+
+        allowed = preflight(job, store, savepoint.id, "regrouped", allow_renames=True)
+        assert allowed.passed and allowed.renames
+
+        status = Deployments(store.storage).status(job.name, v1.id)
+        assert status is not None and status.state is State.RUNNING
+        assert batches(v1.checkpoint, "commits")[: len(commits_before)] == commits_before
+        leftovers = list((tmp_path / "checkpoints" / job.name / "_preflight").rglob("*"))
+        assert [p for p in leftovers if p.is_file()] == []
+        assert [d.id for d in Deployments(store.storage).list(job.name)] == [v1.id]
+    finally:
+        stop(job, store)

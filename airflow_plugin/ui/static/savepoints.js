@@ -1,0 +1,602 @@
+// The savepoints page. Plain JavaScript on the page's own JSON API (airflow_plugin/ui/app.py); every URL
+// is relative to the page, so it works wherever Airflow mounts it. Data only ever reaches the DOM as text.
+"use strict";
+
+const PAGE_HEADER = "X-Savepoints-Page"; // state changes carry it: a cross-site form cannot (security.py)
+const LIMIT = 50;
+const POLL_BUSY_MS = 2000; // while a run or a snapshot is in flight
+const POLL_IDLE_MS = 10000;
+const SAVEPOINT_DAG = "savepoints_savepoint";
+
+const params = new URLSearchParams(window.location.search);
+const state = {
+  me: null,
+  jobs: [],
+  jobsFile: "",
+  job: params.get("job") || "",
+  focus: params.get("snapshot") || "", // asked for once, on the first load of the job
+  highlight: params.get("snapshot") || "", // stays highlighted afterwards
+  offset: 0,
+  kind: "",
+  status: "",
+  busy: false,
+  open: new Set(), // snapshot ids whose commands are shown
+  timer: null,
+  errors: new Map(), // what failed, by source: shown in the banner until it works again
+  info: "", // what just happened, when nothing failed
+};
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "class") node.className = value;
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const svg = (tag, attrs = {}, ...children) => {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, String(value));
+  }
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+};
+
+// --- talking to the API -------------------------------------------------------------------------------
+
+class ApiFailure extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function api(path, { method = "GET", body } = {}) {
+  const headers = { Accept: "application/json" };
+  if (method !== "GET") {
+    headers[PAGE_HEADER] = "1";
+    headers["Content-Type"] = "application/json";
+  }
+  let response;
+  try {
+    response = await fetch(path, {
+      method,
+      headers,
+      credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (err) {
+    throw new ApiFailure(0, `the Airflow API server does not answer (${err.message}): is it running?`);
+  }
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    throw new ApiFailure(response.status, messageOf(response.status, data, text));
+  }
+  return data;
+}
+
+function messageOf(status, data, text) {
+  if (status === 401) return "Your Airflow session has expired or you are not logged in: log in to Airflow again.";
+  if (data && typeof data.error === "string") return data.error;
+  if (data && typeof data.detail === "string") return data.detail;
+  if (data && Array.isArray(data.detail)) return data.detail.map((d) => `${(d.loc || []).join(".")}: ${d.msg}`).join("; ");
+  return `HTTP ${status}${text && text.length < 300 ? `: ${text}` : ""}`;
+}
+
+const jobPath = (job) => `api/jobs/${encodeURIComponent(job)}`;
+
+// --- the banner: what failed (store errors, refusals), as the API worded it -----------------------------
+
+function setError(source, err) {
+  if (err) state.errors.set(source, err.message || String(err));
+  else state.errors.delete(source);
+  renderBanner();
+}
+
+function renderBanner() {
+  const banner = $("banner");
+  const lines = [...new Set(state.errors.values())];
+  banner.className = lines.length ? "" : "info";
+  if (!lines.length && state.info) lines.push(state.info);
+  banner.replaceChildren(...lines.flatMap((line, i) => (i ? [el("br"), line] : [line])));
+  banner.hidden = lines.length === 0;
+}
+
+function showInfo(message) {
+  state.info = message;
+  renderBanner();
+  clearTimeout(state.infoTimer);
+  state.infoTimer = setTimeout(() => {
+    state.info = "";
+    renderBanner();
+  }, 15000);
+}
+
+// --- formatting --------------------------------------------------------------------------------------
+
+function bytes(n) {
+  if (n === null || n === undefined) return "";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let value = n;
+  let unit = 0;
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  return `${unit ? value.toFixed(value < 10 ? 1 : 0) : value} ${units[unit]}`;
+}
+
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return "";
+  if (seconds < 90) return `${Math.round(seconds)} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 172800) return `${Math.round(seconds / 3600)} h`;
+  return `${Math.round(seconds / 86400)} d`;
+}
+
+const badge = (value) => el("span", { class: `badge s-${value}` }, value);
+const num = (value) => (value === null || value === undefined ? "" : Number(value).toLocaleString());
+
+function copyButton(text) {
+  return el("button", {
+    type: "button",
+    class: "small",
+    onclick: async (event) => {
+      const button = event.currentTarget;
+      try {
+        await navigator.clipboard.writeText(text);
+      } catch {
+        // no clipboard API outside secure contexts: copy through a selected field
+        const field = el("textarea", { style: "position:fixed;opacity:0" }, text);
+        document.body.append(field);
+        field.select();
+        document.execCommand("copy");
+        field.remove();
+      }
+      button.textContent = "Copied";
+      setTimeout(() => (button.textContent = "Copy"), 1500);
+    },
+  }, "Copy");
+}
+
+// --- jobs --------------------------------------------------------------------------------------------
+
+function renderJobs() {
+  const nav = $("jobs");
+  nav.replaceChildren(
+    ...state.jobs.map((job) =>
+      el("button", {
+        type: "button",
+        "aria-current": job.name === state.job ? "true" : "false",
+        onclick: () => selectJob(job.name),
+      }, job.name),
+    ),
+  );
+}
+
+function selectJob(name) {
+  if (name === state.job) return;
+  state.job = name;
+  state.offset = 0;
+  state.focus = "";
+  state.highlight = "";
+  state.open.clear();
+  state.errors.clear();
+  history.replaceState(null, "", `?${new URLSearchParams({ job: name })}`);
+  renderJobs();
+  refresh();
+}
+
+function renderJobHead() {
+  const job = state.jobs.find((j) => j.name === state.job);
+  $("job-name").textContent = job.name;
+  $("job-desc").textContent = job.description || "";
+  $("job-store").textContent = job.store;
+  const can = state.me.can;
+  const button = $("savepoint-button");
+  button.disabled = !can.trigger;
+  button.title = can.trigger
+    ? `Runs the ${SAVEPOINT_DAG} DAG for ${job.name}`
+    : `You may not trigger the ${SAVEPOINT_DAG} DAG: ask for permission to run it`;
+}
+
+// --- deployments -------------------------------------------------------------------------------------
+
+function renderDeployments(rows) {
+  const empty = $("deployments-empty");
+  const table = $("deployments");
+  empty.hidden = rows.length > 0;
+  table.hidden = rows.length === 0;
+  if (!rows.length) {
+    empty.replaceChildren(
+      `No deployment of ${state.job} yet. Start one with the savepoints_deploy DAG or `,
+      el("code", {}, `savepoints deploy ${state.job}`),
+      ".",
+    );
+    return;
+  }
+  table.tBodies[0].replaceChildren(
+    ...rows.map((d) =>
+      el("tr", { "data-id": d.deployment },
+        el("td", { class: "mono", title: d.checkpoint || "" }, d.deployment),
+        el("td", {}, d.version),
+        el("td", {}, badge(d.state), d.error ? el("div", { class: "error-text small" }, d.error) : null),
+        el("td", { class: "num" }, d.heartbeat_age_s === null ? "none" : `${age(d.heartbeat_age_s)} ago`),
+        el("td", { class: "num" }, num(d.last_batch_id)),
+        el("td", { class: "num" }, d.rows_per_second === null ? "" : num(Math.round(d.rows_per_second))),
+        el("td", { class: "mono" }, d.restored_from || ""),
+      ),
+    ),
+  );
+}
+
+// --- runs of the savepoint DAG -----------------------------------------------------------------------
+
+function renderRuns(runs) {
+  $("runs-section").hidden = runs.length === 0;
+  $("runs").replaceChildren(
+    ...runs.slice(0, 5).map((run) =>
+      el("li", {},
+        badge(run.state),
+        el("a", {
+          href: `../dags/${SAVEPOINT_DAG}/runs/${encodeURIComponent(run.run_id)}`,
+          target: "_top",
+          class: "mono",
+        }, run.run_id),
+        el("span", { class: "muted small" },
+          `by ${run.triggering_user || "?"}${run.stop ? ", stop afterwards" : ""}${run.pin ? ", pin" : ""}` +
+            `${run.label ? `, ${run.label}` : ""}`),
+      ),
+    ),
+  );
+  return runs.some((run) => run.state === "queued" || run.state === "running");
+}
+
+// --- snapshots ---------------------------------------------------------------------------------------
+
+function snapshotRows(s) {
+  const can = state.me.can;
+  const open = state.open.has(s.id);
+  const row = el("tr", { "data-id": s.id, "data-status": s.status, class: s.id === state.highlight ? "focus" : "" },
+    el("td", { class: "mono", title: s.created_at }, s.id),
+    el("td", {}, s.kind),
+    el("td", {}, s.trigger),
+    el("td", {}, badge(s.status)),
+    el("td", { class: "num" }, num(s.batch_id)),
+    el("td", { class: "num", title: `${num(s.files)} files` }, bytes(s.bytes)),
+    el("td", { class: "num" }, bytes(s.uploaded_bytes)),
+    el("td", { class: "num", title: s.created_at }, age(s.age_s)),
+    el("td", {},
+      el("button", {
+        type: "button",
+        class: "small pin",
+        disabled: !can.pin,
+        title: can.pin ? (s.pinned ? "Unpin: retention may delete it again" : "Pin: retention never deletes it")
+          : `Pinning needs permission to trigger the ${SAVEPOINT_DAG} DAG`,
+        onclick: () => setPinned(s, !s.pinned),
+      }, s.pinned ? "pinned" : "pin"),
+    ),
+    el("td", { title: s.verified === null ? "not verified yet" : "" },
+      s.verified === true ? "yes" : s.verified === false ? el("span", { class: "error-text" }, "FAILED") : "–"),
+    el("td", {},
+      el("button", {
+        type: "button",
+        class: "small",
+        "aria-expanded": open ? "true" : "false",
+        onclick: () => {
+          if (state.open.has(s.id)) state.open.delete(s.id);
+          else state.open.add(s.id);
+          renderSnapshots(state.lastSnapshots);
+        },
+      }, s.status === "COMPLETED" ? "Restore…" : "Details…"),
+    ),
+  );
+  if (!open) return [row];
+  const commands = Object.entries(s.commands || {});
+  const details = el("tr", { class: "details" },
+    el("td", { colspan: 11 },
+      s.error ? el("p", { class: "error-text" }, s.error) : null,
+      s.labels && Object.keys(s.labels).length
+        ? el("p", { class: "small" }, "Labels: ", Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(", "))
+        : null,
+      el("p", { class: "small muted" },
+        `Deployment ${s.deployment || "none"}, version ${s.job_version || "?"}, ${num(s.files)} files, ` +
+          `created ${s.created_at}${s.completed_at ? `, completed ${s.completed_at}` : ""}`),
+      el("div", { class: "commands" },
+        commands.flatMap(([name, command]) => [
+          el("span", { class: "small muted" }, name),
+          el("input", { type: "text", readonly: true, value: command, "aria-label": `${name} command` }),
+          copyButton(command),
+        ]),
+      ),
+    ),
+  );
+  return [row, details];
+}
+
+function renderSnapshots(page) {
+  state.lastSnapshots = page;
+  const empty = $("snapshots-empty");
+  const table = $("snapshots");
+  const filtered = state.kind || state.status;
+  $("snap-count").textContent = page.all ? `${num(page.total)}${filtered ? ` of ${num(page.all)}` : ""}` : "";
+  empty.hidden = page.total > 0;
+  table.hidden = page.total === 0;
+  $("pager").hidden = page.total <= page.limit;
+  if (page.total === 0) {
+    empty.replaceChildren(
+      page.all
+        ? "No snapshot matches these filters."
+        : `No snapshots of ${state.job} yet. Take one with “Take savepoint” above, or with `,
+      page.all ? "" : el("code", {}, `savepoints create --job ${state.job} --checkpoint LOCATION`),
+      page.all ? "" : ".",
+    );
+  }
+  table.tBodies[0].replaceChildren(...page.snapshots.flatMap(snapshotRows));
+  const last = Math.min(page.offset + page.limit, page.total);
+  $("page-info").textContent = `${num(page.offset + 1)}–${num(last)} of ${num(page.total)}`;
+  $("prev").disabled = page.offset === 0;
+  $("next").disabled = last >= page.total;
+  renderTimeline(page.timeline);
+  return page.snapshots.some((s) => s.status === "IN_PROGRESS");
+}
+
+async function setPinned(snapshot, pinned) {
+  try {
+    await api(`${jobPath(state.job)}/snapshots/${encodeURIComponent(snapshot.id)}/pin`, {
+      method: "PUT",
+      body: { pinned },
+    });
+    setError("action", null);
+  } catch (err) {
+    setError("action", err);
+  }
+  refresh();
+}
+
+// --- timeline: every snapshot by time (x) and batch (y), with the running deployment's progress -------
+
+function renderTimeline(points) {
+  const chart = $("timeline");
+  const W = 900;
+  const H = 200;
+  const left = 56;
+  const right = 16;
+  const top = 12;
+  const bottom = 28;
+  const times = points.map((p) => Date.parse(p.created_at));
+  const live = (state.lastDeployments || []).find((d) => ["RUNNING", "STARTING", "STOPPING"].includes(d.state));
+  const now = Date.now();
+  const t0 = times.length ? Math.min(...times) : now - 3600e3;
+  const t1 = Math.max(now, ...times);
+  const batches = points.map((p) => p.batch_id ?? 0);
+  const maxBatch = Math.max(1, ...batches, live && live.last_batch_id !== null ? live.last_batch_id : 0);
+  const x = (t) => left + ((t - t0) / Math.max(1, t1 - t0)) * (W - left - right);
+  const y = (b) => H - bottom - (b / maxBatch) * (H - top - bottom);
+  const nodes = [
+    svg("line", { class: "axis", x1: left, y1: H - bottom, x2: W - right, y2: H - bottom }),
+    svg("line", { class: "axis", x1: left, y1: top, x2: left, y2: H - bottom }),
+    svg("text", { x: left - 6, y: y(0) + 4, "text-anchor": "end" }, "0"),
+    svg("text", { x: left - 6, y: y(maxBatch) + 4, "text-anchor": "end" }, `batch ${maxBatch}`),
+    svg("text", { x: left, y: H - 8 }, new Date(t0).toLocaleString()),
+    svg("text", { x: W - right, y: H - 8, "text-anchor": "end" }, "now"),
+  ];
+  if (!points.length) {
+    nodes.push(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, "no snapshots yet"));
+  }
+  const completed = points.filter((p) => p.status === "COMPLETED" && p.batch_id !== null);
+  if (completed.length > 1) {
+    const path = completed.map((p) => `${x(Date.parse(p.created_at)).toFixed(1)},${y(p.batch_id).toFixed(1)}`);
+    nodes.push(svg("polyline", { class: "progress", points: path.join(" ") }));
+  }
+  if (live && live.last_batch_id !== null && live.heartbeat_age_s !== null) {
+    const from = completed.length ? completed[completed.length - 1] : null;
+    const x0 = from ? x(Date.parse(from.created_at)) : left;
+    const y0 = from ? y(from.batch_id) : y(0);
+    const xl = x(now - live.heartbeat_age_s * 1000);
+    nodes.push(svg("polyline", { class: "live", points: `${x0},${y0} ${xl},${y(live.last_batch_id)}` }));
+    nodes.push(svg("text", { x: Math.min(xl, W - right - 4), y: y(live.last_batch_id) - 6, "text-anchor": "end" },
+      `${live.deployment}: batch ${live.last_batch_id}`));
+  }
+  const colour = { COMPLETED: "var(--ok)", IN_PROGRESS: "var(--warn)", FAILED: "var(--bad)" };
+  points.forEach((p, i) => {
+    const cx = x(times[i]);
+    const cy = y(p.batch_id ?? 0);
+    const c = colour[p.status] || "var(--muted)";
+    const savepoint = p.kind === "savepoint";
+    nodes.push(
+      svg("circle", {
+        cx, cy, r: p.id === state.highlight ? 6 : 4,
+        fill: savepoint ? c : "var(--bg)",
+        stroke: c,
+        "stroke-width": 2,
+        "data-id": p.id,
+        onclick: () => focusSnapshot(p.id),
+      }, svg("title", {}, `${p.id}\n${p.kind}, ${p.status}, batch ${p.batch_id ?? "?"}\n${p.created_at}`)),
+    );
+    if (p.pinned) nodes.push(svg("circle", { class: "pin-ring", cx, cy, r: 8 }));
+  });
+  chart.replaceChildren(...nodes);
+}
+
+function focusSnapshot(id) {
+  state.focus = id;
+  state.highlight = id;
+  state.kind = state.status = "";
+  $("filter-kind").value = $("filter-status").value = "";
+  history.replaceState(null, "", `?${new URLSearchParams({ job: state.job, snapshot: id })}`);
+  refresh();
+}
+
+// --- loading and polling -----------------------------------------------------------------------------
+
+async function loadDeployments() {
+  try {
+    const data = await api(`${jobPath(state.job)}/deployments`);
+    state.lastDeployments = data.deployments;
+    renderDeployments(data.deployments);
+    setError("deployments", null);
+  } catch (err) {
+    setError("deployments", err);
+  }
+  return false;
+}
+
+async function loadSnapshots() {
+  const query = new URLSearchParams({ offset: state.offset, limit: LIMIT });
+  if (state.focus) query.set("focus", state.focus);
+  if (state.kind) query.set("kind", state.kind);
+  if (state.status) query.set("status", state.status);
+  try {
+    const page = await api(`${jobPath(state.job)}/snapshots?${query}`);
+    state.offset = page.offset;
+    if (state.focus) {
+      if (page.focus_found === false) {
+        setError("focus", new Error(`snapshot ${state.focus} of ${state.job} is not in the store (deleted?)`));
+      } else {
+        setError("focus", null);
+        state.open.add(state.focus);
+      }
+    }
+    const busy = renderSnapshots(page);
+    if (state.focus && page.focus_found) {
+      const wanted = state.focus;
+      requestAnimationFrame(() => {
+        const row = document.querySelector(`#snapshots tr[data-id="${CSS.escape(wanted)}"]`);
+        if (row) row.scrollIntoView({ block: "center" });
+      });
+    }
+    state.focus = "";
+    setError("snapshots", null);
+    return busy;
+  } catch (err) {
+    setError("snapshots", err);
+    return false;
+  }
+}
+
+async function loadRuns() {
+  if (!state.me.can.read_runs) return false;
+  try {
+    const data = await api(`${jobPath(state.job)}/runs`);
+    setError("runs", null);
+    return renderRuns(data.runs);
+  } catch (err) {
+    setError("runs", err);
+    return false;
+  }
+}
+
+async function refresh() {
+  clearTimeout(state.timer);
+  if (!state.job) return;
+  renderJobHead();
+  const job = state.job;
+  // deployments first: the timeline draws the running deployment's progress
+  const [, busyRuns] = await Promise.all([loadDeployments(), loadRuns()]);
+  const busySnapshots = await loadSnapshots();
+  if (job !== state.job) return; // another job was selected meanwhile: its own refresh is under way
+  state.busy = busyRuns || busySnapshots;
+  schedule();
+}
+
+function schedule() {
+  clearTimeout(state.timer);
+  state.timer = setTimeout(() => {
+    if (document.visibilityState === "hidden") schedule();
+    else refresh();
+  }, state.busy ? POLL_BUSY_MS : POLL_IDLE_MS);
+}
+
+async function triggerSavepoint(event) {
+  event.preventDefault();
+  const form = event.currentTarget;
+  const button = $("savepoint-button");
+  button.disabled = true;
+  try {
+    const run = await api(`${jobPath(state.job)}/savepoints`, {
+      method: "POST",
+      body: { stop: form.stop.checked, pin: form.pin.checked, label: form.label.value.trim() },
+    });
+    setError("action", null);
+    showInfo(
+      run.dag_paused
+        ? `Run ${run.run_id} is queued, but the ${SAVEPOINT_DAG} DAG is paused: unpause it in Airflow.`
+        : `Run ${run.run_id} queued: the new snapshot appears below when its task starts.`,
+    );
+    form.reset();
+  } catch (err) {
+    setError("action", err);
+  } finally {
+    button.disabled = !state.me.can.trigger;
+  }
+  state.offset = 0;
+  state.busy = true;
+  refresh();
+}
+
+async function start() {
+  $("savepoint-form").addEventListener("submit", triggerSavepoint);
+  $("prev").addEventListener("click", () => {
+    state.offset = Math.max(0, state.offset - LIMIT);
+    refresh();
+  });
+  $("next").addEventListener("click", () => {
+    state.offset += LIMIT;
+    refresh();
+  });
+  for (const [id, key] of [["filter-kind", "kind"], ["filter-status", "status"]]) {
+    $(id).addEventListener("change", (event) => {
+      state[key] = event.currentTarget.value;
+      state.offset = 0;
+      refresh();
+    });
+  }
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible" && state.job) refresh();
+  });
+  try {
+    const [me, jobs] = await Promise.all([api("api/me"), api("api/jobs")]);
+    state.me = me;
+    state.jobs = jobs.jobs;
+    state.jobsFile = jobs.jobs_file;
+  } catch (err) {
+    $("loading").hidden = true;
+    setError("start", err);
+    return;
+  }
+  $("loading").hidden = true;
+  $("user").textContent = `Logged in as ${state.me.user}`;
+  if (!state.jobs.length) {
+    $("jobs-file").textContent = state.jobsFile;
+    $("no-jobs").hidden = false;
+    return;
+  }
+  if (!state.jobs.some((j) => j.name === state.job)) {
+    if (state.job) setError("job", new Error(`job ${state.job} is not declared in ${state.jobsFile}`));
+    state.job = state.jobs[0].name;
+    state.focus = state.highlight = "";
+  }
+  $("job").hidden = false;
+  renderJobs();
+  refresh();
+}
+
+start();

@@ -1,0 +1,162 @@
+"""What the savepoints page shows, as plain data read through the engine: the declared jobs, a job's
+deployments, a page of its snapshots (with the commands that restore each) and the timeline of all of
+them. Nothing here knows about HTTP; the FastAPI app (app.py) turns these dicts into JSON."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any
+
+from ..core.errors import InvalidInput
+from ..core.jobs import JobSpec
+from ..core.manifest import Manifest
+from ..core.stop import job_status
+from ..core.storage import S3Settings
+from ..hooks.savepoints import SavepointsHook
+
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+# A person waits for the page: give up on an unreachable store after a few attempts, not botocore's ten
+# with exponential backoff (a minute), and show the store's error instead.
+PAGE_S3_ATTEMPTS = 2
+
+
+class PageHook(SavepointsHook):
+    """The hook the page reads through: the same jobs file and connections as the DAGs, fewer S3 retries."""
+
+    @cached_property
+    def s3_settings(self) -> S3Settings | None:
+        settings = SavepointsHook.s3_settings.func(self)  # the connection's settings, as the DAGs' tasks get them
+        return replace(settings or S3Settings(), max_attempts=PAGE_S3_ATTEMPTS)
+
+
+@dataclass(frozen=True)
+class PageSettings:
+    """Where the page reads from. `jobs_file=None`: the DAGs' jobs file (airflow_plugin.dag_params)."""
+
+    jobs_file: str | None = None
+    aws_conn_id: str | None = SavepointsHook.default_conn_name
+
+    def resolved_jobs_file(self) -> str:
+        if self.jobs_file:
+            return self.jobs_file
+        from ..dag_params import JOBS_FILE  # imports airflow.sdk: only in the API server, on first use
+
+        return JOBS_FILE
+
+    def hook(self) -> PageHook:
+        return PageHook(aws_conn_id=self.aws_conn_id, spark_conn_id=None, jobs_file=self.resolved_jobs_file())
+
+
+def job_list(hook: SavepointsHook) -> dict[str, Any]:
+    jobs = hook.jobs()
+    return {
+        "jobs_file": hook.jobs_file,
+        "jobs": [
+            {
+                "name": spec.name,
+                "description": spec.description,
+                "store": spec.store,
+                "versions": sorted(spec.versions),
+                "default_version": spec.default_version,
+                "trigger_interval": spec.trigger_interval,
+            }
+            for spec in sorted(jobs.values(), key=lambda s: s.name)
+        ],
+    }
+
+
+def deployments(hook: SavepointsHook, job: JobSpec) -> list[dict[str, Any]]:
+    """One row per deployment, newest first (the engine's `savepoints status` rows)."""
+    with hook.engine():
+        return list(reversed(job_status(job, hook.store(job))))
+
+
+def snapshots_page(
+    hook: SavepointsHook,
+    job: JobSpec,
+    *,
+    offset: int = 0,
+    limit: int = PAGE_SIZE,
+    focus: str | None = None,
+    kind: str | None = None,
+    status: str | None = None,
+) -> dict[str, Any]:
+    """A page of the job's snapshots, newest first. `focus`: the page that holds that snapshot instead of
+    `offset` (the extra link opens the page at it). The timeline covers every snapshot, unpaged."""
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidInput(f"limit {limit} is out of range: use 1 to {MAX_PAGE_SIZE}")
+    if offset < 0:
+        raise InvalidInput(f"offset {offset} is negative: use 0 or more")
+    with hook.engine():
+        manifests = hook.store(job).list(job.name)  # oldest first
+    newest_first = list(reversed(manifests))
+    shown = [m for m in newest_first if (not kind or str(m.kind) == kind) and (not status or str(m.status) == status)]
+    focus_found = None
+    if focus:
+        index = next((i for i, m in enumerate(shown) if m.id == focus), None)
+        focus_found = index is not None
+        if index is not None:
+            offset = index - index % limit
+    now = utc_now()
+    return {
+        "job": job.name,
+        "store": job.store,
+        "total": len(shown),
+        "all": len(manifests),
+        "offset": offset,
+        "limit": limit,
+        "focus": focus,
+        "focus_found": focus_found,
+        "snapshots": [snapshot_row(m, job, hook.jobs_file, now) for m in shown[offset : offset + limit]],
+        "timeline": [
+            {
+                "id": m.id,
+                "kind": str(m.kind),
+                "status": str(m.status),
+                "batch_id": m.batch_id,
+                "created_at": m.created_at,
+                "pinned": m.pinned,
+            }
+            for m in manifests
+        ],
+    }
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _age_seconds(timestamp: str | None, now: datetime) -> float | None:
+    if not timestamp:
+        return None
+    return round((now - datetime.fromisoformat(timestamp.replace("Z", "+00:00"))).total_seconds(), 1)
+
+
+def snapshot_row(manifest: Manifest, job: JobSpec, jobs_file: str | None, now: datetime) -> dict[str, Any]:
+    return {
+        **manifest.summary(),
+        "job_version": manifest.job_version,
+        "age_s": _age_seconds(manifest.created_at, now),
+        "commands": restore_commands(job, manifest, jobs_file),
+    }
+
+
+def restore_commands(job: JobSpec, manifest: Manifest, jobs_file: str | None) -> dict[str, str]:
+    """The `savepoints` commands that use this snapshot (the CLI's syntax, cli.py), ready to paste. Only
+    COMPLETED snapshots restore; the others get their inspection commands only."""
+    q = shlex.quote
+    store = f"--store {q(job.store)} --job {q(job.name)} {q(manifest.id)}"
+    commands = {"show": f"savepoints show {store}"}
+    if str(manifest.status) != "COMPLETED":
+        return commands
+    jobs = f" --jobs {q(jobs_file)}" if jobs_file else ""
+    version = manifest.job_version if manifest.job_version in job.versions else job.default_version
+    target = f"{job.checkpoint_root.rstrip('/')}/{job.name}/restore-{manifest.id}"
+    commands["deploy"] = f"savepoints deploy {q(job.name)}{jobs} --version {q(version)} --restore {q(manifest.id)}"
+    commands["restore"] = f"savepoints restore {store} --to {q(target)}"
+    commands["verify"] = f"savepoints verify {store}"
+    return commands

@@ -4,7 +4,7 @@
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup demo test lint format bench bench-runtime bench-delete
+.PHONY: setup demo airflow test lint format bench bench-runtime bench-delete bench-upgrade
 
 setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -13,6 +13,9 @@ setup:
 
 demo: setup
 	$(UV) run --frozen python -m devtools.demo
+
+airflow: setup  # the UI way: `airflow standalone` with the plugin and DAGs (http://localhost:8080)
+	$(UV) run --frozen python -m devtools.airflow_ui
 
 test: setup lint
 	$(UV) run --frozen pytest -q
@@ -33,3 +36,6 @@ bench-runtime: setup
 
 bench-delete: setup
 	$(UV) run --frozen python -m bench.delete_bench
+
+bench-upgrade: setup
+	$(UV) run --frozen python -m bench.upgrade_bench

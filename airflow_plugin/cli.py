@@ -1,10 +1,11 @@
 """The `savepoints` command line: the engine for people on call, no Airflow needed.
 
 Exit codes: 0 ok; 1 unexpected error; 2 bad input or usage; 3 not found (job, snapshot, location,
-bucket); 4 refused to avoid losing or overwriting data; 5 not a usable checkpoint; 6 integrity problem
-(checksum mismatch, verify failed, corrupt manifest); 7 store unreachable or credentials refused;
-8 a Spark tool failed (deep verify); 9 a job could not be launched or failed on start; 10 timed out (a job
-that does not stop: the request is withdrawn and the job keeps running)."""
+bucket); 4 refused to avoid losing or overwriting data, or an upgrade blocked by its pre-flight; 5 not a
+usable checkpoint; 6 integrity problem (checksum mismatch, verify failed, corrupt manifest); 7 store
+unreachable or credentials refused; 8 a Spark tool failed (deep verify); 9 a job could not be launched or
+failed on start; 10 timed out (a job that does not stop: the request is withdrawn and the job keeps
+running)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from .core.jobs import JOBS_ENV, JobSpec, get_job, jobs_file, load_jobs
 from .core.launcher import default_command
 from .core.lifecycle import delete_snapshot, set_pinned
 from .core.manifest import Kind, Manifest, Trigger
+from .core.preflight import preflight
 from .core.prune import prune, retain_checkpoints
 from .core.restore import execute_restore, plan_restore
 from .core.retention import Plan, RetentionPolicy, parse_policy
@@ -318,6 +320,22 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_preflight(args: argparse.Namespace) -> int:
+    job = get_job(args.job, args.jobs)
+    report = preflight(job, _job_store(args, job), args.snapshot, args.version, allow_renames=args.allow_renames)
+
+    def human() -> None:
+        verdict = "[green]PASSED[/]" if report.passed else "[red]BLOCKED[/]"
+        out.print(
+            f"pre-flight of {job.name} {report.version} on {report.snapshot} (batch {report.batch_id}): {verdict}"
+        )
+        out.print(report.reason)
+
+    _emit(args, report.to_dict(), human)
+    report.raise_if_blocked()  # exit code 4 (refused) when blocked
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     jobs = [get_job(args.job, args.jobs)] if args.job else list(load_jobs(args.jobs).values())
     rows = [row for job in jobs for row in job_status(job, _job_store(args, job))]
@@ -569,6 +587,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--spark-conn", metavar="CONN_ID", help="build spark-submit from this Airflow connection (the [airflow] extra)"
     )
     deploy_cmd.set_defaults(func=cmd_deploy)
+    preflight_cmd = commands.add_parser(
+        "preflight", parents=[jobs], help="would this version run on that snapshot's state? (touches nothing live)"
+    )
+    preflight_cmd.add_argument("job")
+    preflight_cmd.add_argument("--version", required=True, help="the new version, declared in the jobs file")
+    preflight_cmd.add_argument("--snapshot", default="latest", help="snapshot id (default: latest)")
+    preflight_cmd.add_argument(
+        "--allow-renames", action="store_true", help="accept state field renames (Spark does not check names)"
+    )
+    preflight_cmd.set_defaults(func=cmd_preflight)
     status_cmd = commands.add_parser("status", parents=[jobs], help="deployments with state and heartbeat")
     status_cmd.add_argument("job", nargs="?")
     status_cmd.set_defaults(func=cmd_status)

@@ -11,11 +11,19 @@ from airflow.sdk import Param
 from .core.deploy import RESTORE_MODES
 from .core.jobs import JOBS_ENV, JobSpec, load_jobs
 
-JOBS_FILE = os.environ.get(JOBS_ENV) or str(Path(__file__).resolve().parents[1] / "jobs.toml")
+PROJECT_JOBS_FILE = Path(__file__).resolve().parents[1] / "jobs.toml"
 
 
-def declared_jobs() -> dict[str, JobSpec]:
-    return load_jobs(JOBS_FILE)
+def dag_jobs_file() -> str:
+    """Read when a DAG file is parsed, so a changed $SAVEPOINTS_JOBS takes effect at the next parse."""
+    return os.environ.get(JOBS_ENV) or str(PROJECT_JOBS_FILE)
+
+
+JOBS_FILE = dag_jobs_file()  # as this process started (the UI's view)
+
+
+def declared_jobs(jobs_file: str | None = None) -> dict[str, JobSpec]:
+    return load_jobs(jobs_file or dag_jobs_file())
 
 
 def job_param(jobs: dict[str, JobSpec]) -> Param:
@@ -25,7 +33,7 @@ def job_param(jobs: dict[str, JobSpec]) -> Param:
         type="string",
         enum=names,
         title="Job",
-        description="A job declared in " + JOBS_FILE,
+        description="A job declared in " + dag_jobs_file(),
         values_display={
             name: f"{name}: {jobs[name].description}" if jobs[name].description else name for name in names
         },

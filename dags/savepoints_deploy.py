@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param
 
-from airflow_plugin.dag_params import JOBS_FILE, declared_jobs, job_param, restore_param, version_param
+from airflow_plugin.dag_params import dag_jobs_file, declared_jobs, job_param, restore_param, version_param
 from airflow_plugin.operators.deployments import DeployJobOperator
 from airflow_plugin.sensors.health import DeploymentHealthSensor
 
-JOBS = declared_jobs()
+JOBS_FILE = dag_jobs_file()
+JOBS = declared_jobs(JOBS_FILE)
 
 with DAG(
     dag_id="savepoints_deploy",

@@ -7,10 +7,11 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
-from airflow_plugin.dag_params import JOBS_FILE, declared_jobs
+from airflow_plugin.dag_params import dag_jobs_file, declared_jobs
 from airflow_plugin.operators.retention import RetentionOperator
 
-JOBS = declared_jobs()
+JOBS_FILE = dag_jobs_file()
+JOBS = declared_jobs(JOBS_FILE)
 
 with DAG(
     dag_id="savepoints_retention",

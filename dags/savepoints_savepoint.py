@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param
 
-from airflow_plugin.dag_params import JOBS_FILE, declared_jobs, job_param
+from airflow_plugin.dag_params import dag_jobs_file, declared_jobs, job_param
 from airflow_plugin.operators.snapshots import SavepointOperator
 
-JOBS = declared_jobs()
+JOBS_FILE = dag_jobs_file()
+JOBS = declared_jobs(JOBS_FILE)
 
 with DAG(
     dag_id="savepoints_savepoint",

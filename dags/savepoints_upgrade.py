@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, TriggerRule, task
+from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_plugin.dag_params import JOBS_FILE, declared_jobs, job_param, version_param
+from airflow_plugin.dag_params import dag_jobs_file, declared_jobs, job_param, version_param
 from airflow_plugin.operators.deployments import DeployJobOperator, StopJobOperator
 from airflow_plugin.operators.snapshots import SavepointOperator
 from airflow_plugin.operators.upgrade import PreflightCheckOperator, RollbackOperator
 from airflow_plugin.sensors.health import DeploymentHealthSensor
 
-JOBS = declared_jobs()
+JOBS_FILE = dag_jobs_file()
+JOBS = declared_jobs(JOBS_FILE)
 STOP_SAVEPOINT = "{{ (ti.xcom_pull(task_ids='stop_old') or {}).get('snapshot', {}).get('id', '') }}"
 
 with DAG(
@@ -76,6 +78,7 @@ with DAG(
         job="{{ params.job }}",
         version="{{ params.version }}",
         restore=STOP_SAVEPOINT,
+        wait_seconds=0,  # launch only: the health gate decides, and a failure there rolls back
         jobs_file=JOBS_FILE,
     )
     health_gate = DeploymentHealthSensor(
@@ -96,7 +99,13 @@ with DAG(
         trigger_rule=TriggerRule.ONE_FAILED,
     )
 
+    @task(trigger_rule=TriggerRule.ONE_FAILED)
+    def upgrade_failed() -> None:
+        """Fails the run whenever a step failed, even when the rollback that followed succeeded."""
+        raise AirflowFailException("the upgrade did not go through: see the failed task (and the rollback)")
+
     branch = approval_needed()
     savepoint >> preflight >> branch >> [approve, stop_old]
     approve >> stop_old >> deploy_new >> health_gate
     [deploy_new, health_gate] >> rollback
+    [savepoint, preflight, stop_old, deploy_new, health_gate, rollback] >> upgrade_failed()

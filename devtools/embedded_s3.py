@@ -41,6 +41,19 @@ class EmbeddedS3:
     def env(self) -> dict[str, str]:
         return {**DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
 
+    def airflow_connection(self) -> str:
+        """An Airflow AWS connection (JSON form, for AIRFLOW_CONN_<ID>) to this server."""
+        import json
+
+        return json.dumps(
+            {
+                "conn_type": "aws",
+                "login": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                "password": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                "extra": {"endpoint_url": self.endpoint, "region_name": DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"]},
+            }
+        )
+
     def apply_env(self) -> None:
         """Point this process's boto3 at the embedded server."""
         os.environ.update(self.env())

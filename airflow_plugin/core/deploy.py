@@ -50,7 +50,7 @@ class DeployRequest:
     version: str | None = None
     restore: str = "none"
     partitions: int | None = None  # state partitions; differs from the snapshot's: rescale (repartition)
-    wait_seconds: float = 180.0  # until the job reports RUNNING (Spark start-up on a busy machine)
+    wait_seconds: float = 180.0  # until the job reports RUNNING (Spark start-up on a busy machine); 0: do not wait
     requested_by: str = ""
 
 
@@ -199,6 +199,8 @@ def submit_spec(
 
 def _wait_until_started(deployments: Deployments, deployment: Deployment, wait_seconds: float) -> None:
     """Return once the job reports RUNNING; fail with the job's own error if it fails or exits first."""
+    if wait_seconds <= 0:
+        return  # the caller watches health itself (an upgrade's health gate)
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
         status = deployments.status(deployment.job, deployment.id)

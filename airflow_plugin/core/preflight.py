@@ -112,7 +112,8 @@ class PreflightReport:
         if not self.passed:
             raise UpgradeBlocked(
                 f"upgrade of job {self.job} to version {self.version} is blocked by the pre-flight on snapshot "
-                f"{self.snapshot} (batch {self.batch_id}): {self.reason}. The running deployment was not touched"
+                f"{self.snapshot} (batch {self.batch_id}): {self.reason.rstrip('.')}. The running deployment was "
+                "not touched"
             )
 
 
@@ -187,7 +188,10 @@ def preflight(
         if state is not State.STOPPED:
             report.error_class = (status.error_class if status else None) or "PREFLIGHT_FAILED"
             detail = (status.error_message if status else None) or log_tail(handle)
-            report.reason = f"Spark refused the state: [{report.error_class}] {detail.strip().splitlines()[0]}"
+            first_line = detail.strip().splitlines()[0].rstrip(".")
+            if not first_line.startswith(f"[{report.error_class}]"):
+                first_line = f"[{report.error_class}] {first_line}"
+            report.reason = f"Spark refused the state: {first_line}"
             return report
         _compare_schemas(report, stored, _stored_schemas(probe))
         if report.renames and not allow_renames:

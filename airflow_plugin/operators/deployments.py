@@ -7,12 +7,12 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..core.deploy import DeployRequest, deploy
 from ..core.deployments import Deployment, Deployments
 from ..core.jobs import JobSpec
 from ..core.stop import stop
 from ..core.store import SnapshotStore
-from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..links import SnapshotLink, SparkUILink
 from .base import SavepointsBaseOperator
 

@@ -8,12 +8,12 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..core.jobs import JobSpec
 from ..core.manifest import Kind, Trigger
 from ..core.savepoint import take_savepoint
 from ..core.store import SnapshotStore
 from ..core.verify import verify_snapshot
-from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..links import SnapshotLink
 from .base import SavepointsBaseOperator
 

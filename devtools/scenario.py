@@ -1,0 +1,209 @@
+"""The whole lifecycle of a streaming job, driven through Airflow's DAGs (`dag.test()`: real tasks, real
+deferrable triggers, real spark-submit drivers, the snapshot store on the embedded S3 server). Shared by
+the demo (`make demo`, which prints it) and the end-to-end test (which asserts it).
+
+    deploy v1 -> savepoint (pinned, labelled) -> retention -> upgrade to v2 (passes) -> upgrade to v3
+    (blocked by the pre-flight: v2 keeps running) -> [upgrade to `broken`: the health gate fails and
+    the rollback puts v2 back from the same savepoint] -> stop-with-savepoint -> exactly-once check
+
+Events are fed continuously while the DAGs run (the health gate waits for new batches), then flushed,
+so the final output can be compared with every event fed."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_plugin.core.deployments import Deployment, Deployments, State, observed_state
+from airflow_plugin.core.jobs import JOBS_ENV, JobSpec, get_job
+from airflow_plugin.core.manifest import Manifest
+from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.store import SnapshotStore
+from airflow_plugin.core.verify import verify_snapshot
+from devtools.dag_runs import DagRunResult, run_dag
+from devtools.windowed import Feeder, output_complete, processed, wait_for, write_jobs_file
+from spark_jobs.jobs.windowed.output import read_output, summarize
+
+JOB = "windowed"
+
+
+@dataclass
+class Check:
+    text: str
+    ok: bool
+
+
+class BackgroundFeeder:
+    """Feeds a round of events every `interval` seconds on a thread, until stopped."""
+
+    def __init__(self, feeder: Feeder, interval: float = 1.5) -> None:
+        self.feeder, self.interval = feeder, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.feeder.round()
+
+    def __enter__(self) -> BackgroundFeeder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class Lifecycle:
+    work: Path
+    store_uri: str
+    say: Callable[[str], None] = print
+    checks: list[Check] = field(default_factory=list)
+    runs: list[DagRunResult] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.jobs_file = write_jobs_file(self.work, self.store_uri, job=JOB)
+        os.environ[JOBS_ENV] = str(self.jobs_file)  # the DAGs read the same jobs file
+        self.job: JobSpec = get_job(JOB, str(self.jobs_file))
+        self.store = SnapshotStore(open_storage(self.store_uri))
+        self.feeder = Feeder(self.work / "input")
+
+    # -- observations
+    @property
+    def failures(self) -> list[str]:
+        return [c.text for c in self.checks if not c.ok]
+
+    def check(self, ok: bool, text: str) -> bool:
+        self.checks.append(Check(text, bool(ok)))
+        self.say(f"   {'PASS' if ok else 'FAIL'} {text}")
+        return bool(ok)
+
+    def deployments(self) -> list[Deployment]:
+        return Deployments(self.store.storage).list(JOB)
+
+    def state(self, deployment_id: str) -> State:
+        records = Deployments(self.store.storage)
+        return observed_state(records.get(JOB, deployment_id), records.status(JOB, deployment_id))
+
+    def running(self) -> list[Deployment]:
+        return [d for d in self.deployments() if self.state(d.id) is State.RUNNING]
+
+    def _run(self, dag_id: str, conf: dict[str, Any]) -> DagRunResult:
+        result = run_dag(dag_id, conf)
+        self.runs.append(result)
+        tasks = ", ".join(f"{task}={state}" for task, state in result.tasks.items())
+        self.say(f"   {dag_id}: {result.state} in {result.seconds:.1f}s ({tasks})")
+        return result
+
+    # -- the steps
+    def deploy(self, version: str = "v1") -> Deployment:
+        result = self._run("savepoints_deploy", {"job": JOB, "version": version, "restore": "none", "min_batches": 2})
+        self.check(result.succeeded, f"deploy DAG: {version} deployed and healthy")
+        deployed = result.value("deploy")
+        self.check(self.state(deployed["deployment"]) is State.RUNNING, f"deployment {deployed['deployment']} RUNNING")
+        return Deployments(self.store.storage).get(JOB, deployed["deployment"])
+
+    def savepoint(self, *, label: str = "reason=demo", pin: bool = True) -> Manifest:
+        conf = {"job": JOB, "stop": False, "pin": pin, "label": label}
+        result = self._run("savepoints_savepoint", conf)
+        self.check(result.succeeded, "savepoint DAG: live savepoint taken while the job runs")
+        manifest = self.store.get(JOB, result.value("savepoint")["id"])
+        key, _, value = label.partition("=")
+        self.check(
+            manifest.pinned == pin and manifest.labels.get(key) == value,
+            f"savepoint {manifest.id} at batch {manifest.batch_id}: pinned, labelled {label}",
+        )
+        self.check(verify_snapshot(self.store, JOB, manifest.id).ok, f"savepoint {manifest.id} verifies")
+        self.check(bool(self.running()), "the job kept running")
+        return manifest
+
+    def retention(self) -> DagRunResult:
+        result = self._run("savepoints_retention", {"dry_run": False})
+        self.check(result.succeeded, "retention DAG: retained checkpoint, prune and garbage collection")
+        taken = [o for o in result.value("retention")["checkpoints"] if o.get("snapshot")]
+        self.check(
+            len(taken) == 1,
+            "the running deployment's state is retained: "
+            + ", ".join(
+                f"{o['snapshot']} at batch {o['batch_id']}" + (" (already held)" if o["skipped"] else "") for o in taken
+            ),
+        )
+        return result
+
+    def upgrade(self, version: str) -> DagRunResult:
+        before = self.running()
+        result = self._run("savepoints_upgrade", {"job": JOB, "version": version, "min_batches": 3})
+        after = self.running()
+        if version in ("v3", "regrouped"):
+            self.check(
+                not result.succeeded and result.tasks.get("preflight") == "failed",
+                f"upgrade DAG to {version}: blocked by the pre-flight",
+            )
+            self.check(
+                result.tasks.get("stop_old") not in ("success", "failed", "running"),
+                "nothing was stopped",
+            )
+            self.check(
+                [d.id for d in after] == [d.id for d in before],
+                f"the running version {before[0].version if before else '-'} keeps running",
+            )
+        elif version == "broken":
+            self.check(
+                not result.succeeded and result.tasks.get("health_gate") == "failed",
+                "upgrade DAG to broken: pre-flight passed, the health gate failed",
+            )
+            rolled = result.value("rollback") if result.tasks.get("rollback") == "success" else {}
+            stop_savepoint = result.value("stop_old")["snapshot"]["id"]
+            self.check(
+                rolled.get("version") == before[0].version and rolled.get("restored_from") == stop_savepoint,
+                f"rollback: {before[0].version} redeployed from the same savepoint {stop_savepoint}",
+            )
+            self.check([d.version for d in after] == [before[0].version], "the old version runs again")
+        else:
+            self.check(result.succeeded, f"upgrade DAG to {version}: savepoint, pre-flight, cutover, healthy")
+            new = result.value("deploy_new")
+            stop_savepoint = result.value("stop_old")["snapshot"]["id"]
+            self.check(
+                [d.version for d in after] == [version] and new["restored_from"] == stop_savepoint,
+                f"{version} runs, restored from the stop-with-savepoint {stop_savepoint}",
+            )
+        return result
+
+    def finish(self) -> Manifest:
+        """Flush, let the job process everything, stop it with a savepoint, check the output."""
+        self.feeder.flush()
+        current = self.running()[-1]
+        wait_for(lambda: processed(current.checkpoint, self.feeder.rounds), "the job to process every file", 240)
+        wait_for(lambda: output_complete(self.work / "output", self.feeder.events), "the last windows", 120)
+        result = self._run("savepoints_savepoint", {"job": JOB, "stop": True, "pin": False, "label": "reason=final"})
+        self.check(result.succeeded and not self.running(), "savepoint DAG with stop: stopped with a savepoint")
+        summary = summarize(read_output(self.work / "output"))
+        self.check(
+            summary.events == self.feeder.events and not summary.duplicates,
+            f"exactly once: {self.feeder.events} events fed, {summary.events} counted, "
+            f"{len(summary.duplicates)} windows emitted twice",
+        )
+        return self.store.get(JOB, result.value("savepoint")["id"])
+
+    def run(self, *, rollback: bool = False) -> None:
+        self.say("deploy v1 (deploy DAG), feeding events")
+        with BackgroundFeeder(self.feeder):
+            self.deploy("v1")
+            self.say("savepoint (savepoint DAG, as the UI form would trigger it)")
+            self.savepoint()
+            self.say("retention (retention DAG)")
+            self.retention()
+            self.say("upgrade to v2 (restore-and-redeploy DAG)")
+            self.upgrade("v2")
+            self.say("upgrade to v3: state-incompatible")
+            self.upgrade("v3")
+            if rollback:
+                self.say("upgrade to broken: its sink fails after the cutover")
+                self.upgrade("broken")
+        self.say("stop feeding; stop with a savepoint (savepoint DAG); exactly-once check")
+        self.finish()

@@ -1,0 +1,221 @@
+"""The Airflow layer without Spark: the hook's connections, the health trigger (run and serialized), the
+deferrable sensor, and bad input: every task fails with a message that names the problem, and nothing is
+written, stopped or deleted because of it."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import socket
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+
+from airflow_plugin.core.deployments import Deployment, Deployments, State, Status
+from airflow_plugin.core.storage import open_storage
+from airflow_plugin.hooks.savepoints import SavepointsHook
+from airflow_plugin.operators.deployments import DeployJobOperator, StopJobOperator
+from airflow_plugin.operators.snapshots import SavepointOperator, VerifySnapshotOperator
+from airflow_plugin.operators.upgrade import PreflightCheckOperator, RollbackOperator
+from airflow_plugin.sensors.health import DeploymentHealthSensor
+from airflow_plugin.triggers.health import DeploymentHealthTrigger
+from tests.synthetic import tree
+from tests.test_jobs import write_jobs
+
+CONTEXT: Any = {"ti": SimpleNamespace(dag_id="test_dag", task_id="test_task")}
+
+
+# ---------------------------------------------------------------- hook
+
+
+def test_the_store_connection_gives_endpoint_and_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    connection = {
+        "conn_type": "aws",
+        "login": "AKIDEXAMPLE",
+        "password": "very-secret-key",
+        "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_MY_STORE", json.dumps(connection))
+    settings = SavepointsHook(aws_conn_id="my_store").s3_settings
+    assert settings is not None
+    assert (settings.endpoint_url, settings.region_name, settings.access_key_id) == (
+        "http://127.0.0.1:9",
+        "eu-west-1",
+        "AKIDEXAMPLE",
+    )
+    assert settings.secret_access_key == "very-secret-key" and "very-secret-key" not in repr(settings)
+    assert settings.child_env()["AWS_SECRET_ACCESS_KEY"] == "very-secret-key"  # the driver's environment only
+
+
+def test_without_the_connection_boto3s_own_chain_is_used() -> None:
+    assert SavepointsHook(aws_conn_id="no_such_connection").s3_settings is None
+
+
+def test_the_connection_reaches_the_store_even_when_the_environment_points_elsewhere(
+    s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = s3_server.create_bucket(f"conn-{int(time.time() * 1000)}") + "/store"
+    jobs = write_jobs(tmp_path, extra="").read_text().replace('store = "store"', f'store = "{store}"')
+    (tmp_path / "jobs.toml").write_text(jobs)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("AIRFLOW_CONN_THE_STORE", s3_server.airflow_connection())
+    operator = StopJobOperator(task_id="stop", job="orders", jobs_file=str(tmp_path / "jobs.toml"))
+    operator.aws_conn_id = "the_store"
+    with pytest.raises(AirflowFailException, match="job orders has no running deployment"):  # it read the store
+        operator.execute(CONTEXT)
+
+
+# ---------------------------------------------------------------- trigger and sensor
+
+
+def _deployment(tmp_path: Path, state: State, last_batch: int | None, age: float = 0.0) -> tuple[str, str]:
+    jobs = write_jobs(tmp_path)
+    records = Deployments(open_storage(str(tmp_path / "store")))
+    deployment = Deployment(id="dp-1", job="orders", version="v1", checkpoint=str(tmp_path / "ck"), restored_batch_id=4)
+    records.put(deployment)
+    records.write_status(
+        "orders",
+        "dp-1",
+        Status(
+            state, time.time() - age, last_batch_id=last_batch, error_class="BOOM" if state is State.FAILED else None
+        ),
+    )
+    return str(jobs), deployment.id
+
+
+def _first_event(trigger: DeploymentHealthTrigger) -> dict[str, Any]:
+    async def first() -> Any:
+        return await trigger.run().__anext__()
+
+    return asyncio.run(first()).payload
+
+
+@pytest.mark.parametrize(
+    ("state", "last_batch", "age", "deadline_in", "expected"),
+    [
+        (State.RUNNING, 7, 0, 60, "healthy"),  # restored at 4, 3 new batches: 5, 6, 7
+        (State.RUNNING, 6, 0, 0, "timeout"),  # one short, and the deadline has passed
+        (State.FAILED, 5, 0, 60, "unhealthy"),
+        (State.RUNNING, 9, 120, 60, "unhealthy"),  # stale heartbeat: LOST
+    ],
+)
+def test_the_health_trigger_reports_what_the_store_shows(
+    tmp_path: Path, state: State, last_batch: int, age: float, deadline_in: float, expected: str
+) -> None:
+    jobs, deployment = _deployment(tmp_path, state, last_batch, age)
+    trigger = DeploymentHealthTrigger(
+        job="orders",
+        deployment_id=deployment,
+        min_batches=3,
+        deadline=time.time() + deadline_in,
+        poll_interval=0.05,
+        aws_conn_id=None,
+        jobs_file=jobs,
+    )
+    event = _first_event(trigger)
+    assert event["status"] == expected, event
+    assert event["health"]["target_batch_id"] == 7
+
+
+def test_the_health_trigger_round_trips_through_serialize(tmp_path: Path) -> None:
+    trigger = DeploymentHealthTrigger(
+        job="orders",
+        deployment_id="dp-1",
+        min_batches=2,
+        deadline=123.0,
+        poll_interval=1.0,
+        aws_conn_id="aws_default",
+        jobs_file=str(tmp_path / "jobs.toml"),
+    )
+    path, kwargs = trigger.serialize()
+    module, name = path.rsplit(".", 1)
+    rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
+    assert rebuilt.serialize() == (path, kwargs)
+    json.dumps(kwargs)  # the triggerer stores the kwargs as JSON
+
+
+def test_the_sensor_defers_while_waiting_and_fails_fast_when_unhealthy(tmp_path: Path) -> None:
+    jobs, deployment = _deployment(tmp_path, State.RUNNING, 5)
+    sensor = DeploymentHealthSensor(
+        task_id="healthy",
+        job="orders",
+        deployment_id=deployment,
+        min_batches=3,
+        jobs_file=jobs,
+        aws_conn_id=None,
+        deferrable=True,
+        timeout=30,
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(CONTEXT)
+    assert isinstance(deferred.value.trigger, DeploymentHealthTrigger)
+    assert sensor.execute_complete(CONTEXT, {"status": "healthy", "message": "ok", "health": {"x": 1}}) == {"x": 1}
+    with pytest.raises(AirflowFailException, match="not healthy: deployment dp-1 FAILED"):
+        sensor.execute_complete(CONTEXT, {"status": "unhealthy", "message": "deployment dp-1 FAILED (BOOM: )"})
+
+    Deployments(open_storage(str(tmp_path / "store"))).write_status(
+        "orders", deployment, Status(State.FAILED, time.time(), error_class="BOOM")
+    )
+    with pytest.raises(AirflowFailException, match="unhealthy: deployment dp-1 FAILED"):
+        sensor.execute(CONTEXT)  # no deferral for something that cannot become healthy
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda j: DeployJobOperator(task_id="t", job="nope", jobs_file=j), "unknown job 'nope'"),
+        (lambda j: DeployJobOperator(task_id="t", job="orders", version="v9", jobs_file=j), "no version 'v9'"),
+        (
+            lambda j: DeployJobOperator(task_id="t", job="orders", restore="sp-20260101T000000000Z-dead", jobs_file=j),
+            "sp-20260101T000000000Z-dead",
+        ),
+        (lambda j: VerifySnapshotOperator(task_id="t", job="orders", snapshot_id="sp-x", jobs_file=j), "sp-x"),
+        (lambda j: SavepointOperator(task_id="t", job="orders", jobs_file=j), "no running deployment"),
+        (lambda j: StopJobOperator(task_id="t", job="orders", savepoint=True, jobs_file=j), "nothing to stop"),
+        (
+            lambda j: PreflightCheckOperator(
+                task_id="t", job="orders", version="v9", snapshot_id="latest", jobs_file=j
+            ),
+            "no version 'v9'",
+        ),
+        (lambda j: RollbackOperator(task_id="t", job="orders", snapshot_id="sp-gone", jobs_file=j), "sp-gone"),
+    ],
+)
+def test_bad_input_fails_the_task_with_a_message_and_changes_nothing(tmp_path: Path, make: Any, message: str) -> None:
+    jobs, _ = _deployment(tmp_path, State.STOPPED, 3)
+    before = tree(tmp_path)
+    operator = make(jobs)
+    operator.aws_conn_id = operator.spark_conn_id = None
+    with pytest.raises(AirflowFailException, match=message):
+        operator.execute(CONTEXT)
+    assert tree(tmp_path) == before
+
+
+def test_an_unreachable_store_fails_with_a_message_that_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = write_jobs(tmp_path).read_text().replace('store = "store"', 'store = "s3://unreachable-bucket/store"')
+    (tmp_path / "jobs.toml").write_text(jobs)
+    port = _closed_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    operator = StopJobOperator(task_id="t", job="orders", jobs_file=str(tmp_path / "jobs.toml"), aws_conn_id=None)
+    with pytest.raises(Exception, match=f"cannot reach the S3 endpoint.*127.0.0.1:{port}") as failure:
+        operator.execute(CONTEXT)
+    assert "y" not in str(failure.value).split()  # no secret in the message

@@ -1,11 +1,17 @@
-"""Shared by the savepoints page's tests: Airflow users and their tokens, and the savepoint DAG in the
-metadata DB (what the dag-processor would have written), parsed with a given jobs file."""
+"""Shared by the savepoints page's tests: Airflow users and their tokens, the savepoint DAG in the metadata
+DB (what the dag-processor would have written), parsed with a given jobs file, and a whole running Airflow
+(API server, scheduler, DAG processor) for the browser test."""
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
@@ -35,3 +41,90 @@ def serialize_dags(jobs_file: Path, env: dict[str, str] | None = None) -> None:
     )
     if result.returncode != 0:
         raise RuntimeError(f"airflow dags reserialize failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class AirflowStack:
+    """A real Airflow on 127.0.0.1: `airflow api-server` (with the plugin), `airflow scheduler`
+    (LocalExecutor) and `airflow dag-processor`, in a fresh AIRFLOW_HOME with its own sqlite DB and
+    SimpleAuthManager users `admin` and `viewer` (passwords in `passwords`). Each process runs in its own
+    session and is stopped by its process group id; their logs stay in `home/logs-*.txt`."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home, self.port = home, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.passwords = {"admin": "admin-" + secrets.token_hex(4), "viewer": "viewer-" + secrets.token_hex(4)}
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "passwords.json").write_text(json.dumps(self.passwords))
+        self.env = {
+            **os.environ,
+            **env,
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        }
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def __enter__(self) -> AirflowStack:
+        self.run("db", "migrate")
+        commands = {
+            "api-server": ["api-server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+            "scheduler": ["scheduler"],
+            "dag-processor": ["dag-processor"],
+        }
+        try:
+            for name, args in commands.items():
+                with (self.home / f"logs-{name}.txt").open("wb") as log:
+                    command = [str(AIRFLOW), *args]
+                    self.processes[name] = subprocess.Popen(
+                        command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                    )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def run(self, *args: str) -> str:
+        result = subprocess.run([str(AIRFLOW), *args], env=self.env, capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            raise RuntimeError(f"airflow {' '.join(args)} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+        return result.stdout
+
+    def check_alive(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(f"airflow {name} exited with {process.returncode}:\n{self.log_tail(name)}")
+
+    def log_tail(self, name: str, chars: int = 4000) -> str:
+        path = self.home / f"logs-{name}.txt"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()

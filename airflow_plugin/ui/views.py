@@ -146,17 +146,17 @@ def snapshot_row(manifest: Manifest, job: JobSpec, jobs_file: str | None, now: d
 
 
 def restore_commands(job: JobSpec, manifest: Manifest, jobs_file: str | None) -> dict[str, str]:
-    """The `savepoints` commands that use this snapshot (the CLI's syntax, cli.py), ready to paste. Only
-    COMPLETED snapshots restore; the others get their inspection commands only."""
+    """The `savepoints` commands that use this snapshot (the CLI's syntax, cli.py), ready to paste, most
+    useful first. Only COMPLETED snapshots restore; the others get their inspection command only."""
     q = shlex.quote
-    store = f"--store {q(job.store)} --job {q(job.name)} {q(manifest.id)}"
-    commands = {"show": f"savepoints show {store}"}
-    if str(manifest.status) != "COMPLETED":
-        return commands
-    jobs = f" --jobs {q(jobs_file)}" if jobs_file else ""
-    version = manifest.job_version if manifest.job_version in job.versions else job.default_version
-    target = f"{job.checkpoint_root.rstrip('/')}/{job.name}/restore-{manifest.id}"
-    commands["deploy"] = f"savepoints deploy {q(job.name)}{jobs} --version {q(version)} --restore {q(manifest.id)}"
-    commands["restore"] = f"savepoints restore {store} --to {q(target)}"
-    commands["verify"] = f"savepoints verify {store}"
+    snapshot = f"--store {q(job.store)} --job {q(job.name)} {q(manifest.id)}"
+    commands: dict[str, str] = {}
+    if str(manifest.status) == "COMPLETED":
+        jobs = f" --jobs {q(jobs_file)}" if jobs_file else ""
+        version = manifest.job_version if manifest.job_version in job.versions else job.default_version
+        target = f"{job.checkpoint_root.rstrip('/')}/{job.name}/restore-{manifest.id}"
+        commands["deploy"] = f"savepoints deploy {q(job.name)}{jobs} --version {q(version)} --restore {q(manifest.id)}"
+        commands["restore"] = f"savepoints restore {snapshot} --to {q(target)}"
+        commands["verify"] = f"savepoints verify {snapshot}"
+    commands["show"] = f"savepoints show {snapshot}"
     return commands

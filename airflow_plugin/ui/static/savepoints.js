@@ -56,9 +56,10 @@ const svg = (tag, attrs = {}, ...children) => {
 // --- talking to the API -------------------------------------------------------------------------------
 
 class ApiFailure extends Error {
-  constructor(status, message) {
+  constructor(status, message, kind) {
     super(message);
     this.status = status;
+    this.kind = kind || "";
   }
 }
 
@@ -87,7 +88,7 @@ async function api(path, { method = "GET", body } = {}) {
     data = null;
   }
   if (!response.ok) {
-    throw new ApiFailure(response.status, messageOf(response.status, data, text));
+    throw new ApiFailure(response.status, messageOf(response.status, data, text), data && data.kind);
   }
   return data;
 }
@@ -105,14 +106,17 @@ const jobPath = (job) => `api/jobs/${encodeURIComponent(job)}`;
 // --- the banner: what failed (store errors, refusals), as the API worded it -----------------------------
 
 function setError(source, err) {
-  if (err) state.errors.set(source, err.message || String(err));
+  if (err) state.errors.set(source, { message: err.message || String(err), kind: err.kind || source });
   else state.errors.delete(source);
   renderBanner();
 }
 
 function renderBanner() {
   const banner = $("banner");
-  const lines = [...new Set(state.errors.values())];
+  // one line per kind of failure: an unreachable store fails every read the same way
+  const byKind = new Map();
+  for (const { message, kind } of state.errors.values()) if (!byKind.has(kind)) byKind.set(kind, message);
+  const lines = [...new Set(byKind.values())];
   banner.className = lines.length ? "" : "info";
   if (!lines.length && state.info) lines.push(state.info);
   banner.replaceChildren(...lines.flatMap((line, i) => (i ? [el("br"), line] : [line])));
@@ -379,7 +383,7 @@ function renderTimeline(points) {
   const H = 200;
   const left = 56;
   const right = 16;
-  const top = 12;
+  const top = 26;
   const bottom = 28;
   const times = points.map((p) => Date.parse(p.created_at));
   const live = (state.lastDeployments || []).find((d) => ["RUNNING", "STARTING", "STOPPING"].includes(d.state));
@@ -455,8 +459,17 @@ async function loadDeployments() {
     setError("deployments", null);
   } catch (err) {
     setError("deployments", err);
+    state.lastDeployments = [];
+    unavailable("deployments", "Deployments not available: see the message above.");
   }
   return false;
+}
+
+function unavailable(table, message) {
+  $(table).hidden = true;
+  const line = $(`${table}-empty`);
+  line.replaceChildren(message);
+  line.hidden = false;
 }
 
 async function loadSnapshots() {
@@ -488,6 +501,12 @@ async function loadSnapshots() {
     return busy;
   } catch (err) {
     setError("snapshots", err);
+    unavailable("snapshots", "Snapshots not available: see the message above.");
+    $("pager").hidden = true;
+    $("snap-count").textContent = "";
+    $("timeline").replaceChildren(
+      svg("text", { x: 450, y: 100, "text-anchor": "middle" }, "not available: see the message above"),
+    );
     return false;
   }
 }

@@ -1,0 +1,151 @@
+"""The savepoints page as a person uses it: headless Chromium (Debian's, driven by playwright's Python API)
+against a real `airflow api-server` with the plugin, a scheduler and a DAG processor, while a real
+deployment of the windowed job runs against the embedded S3 store. Log in through Airflow's login page,
+open "Savepoints" from Airflow's navigation, click "Take savepoint", see the new snapshot COMPLETED; then
+follow the savepoint task's extra link to the page opened at that snapshot. Screenshots are kept in
+tests/artifacts/."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+from ui_support import AirflowStack
+
+from airflow_plugin.core.deploy import DeployRequest, deploy
+from airflow_plugin.core.jobs import get_job
+from airflow_plugin.core.savepoint import take_savepoint
+from airflow_plugin.core.stop import kill
+from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.store import SnapshotStore
+from airflow_plugin.links import snapshot_page_url
+from airflow_plugin.ui.security import SAVEPOINT_DAG_ID
+from devtools.embedded_s3 import EmbeddedS3
+from devtools.windowed import Feeder, processed, wait_for, write_jobs_file
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+
+def _wait_ready(airflow: AirflowStack) -> str:
+    """Until the API server answers and the scheduler is healthy; returns an admin token from /auth/token."""
+
+    def healthy() -> bool:
+        airflow.check_alive()
+        try:
+            health = httpx.get(f"{airflow.url}/api/v2/monitor/health", timeout=5)
+        except httpx.HTTPError:
+            return False
+        return health.status_code == 200 and health.json().get("scheduler", {}).get("status") == "healthy"
+
+    wait_for(healthy, "the Airflow API server and a healthy scheduler", timeout=150)
+    login = httpx.post(
+        f"{airflow.url}/auth/token", json={"username": "admin", "password": airflow.passwords["admin"]}, timeout=10
+    )
+    assert login.status_code == 201, login.text
+    return str(login.json()["access_token"])
+
+
+def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: EmbeddedS3, s3_store: str) -> None:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` (.ci/run installs it)")
+    from playwright.sync_api import expect, sync_playwright
+
+    jobs_file = write_jobs_file(tmp_path, s3_store)
+    job = get_job("windowed", str(jobs_file))
+    store = SnapshotStore(open_storage(job.store))
+    env = {"SAVEPOINTS_JOBS": str(jobs_file), "AIRFLOW_CONN_AWS_DEFAULT": s3_server.airflow_connection()}
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    with AirflowStack(tmp_path / "airflow", env) as airflow:
+        feed = Feeder(tmp_path / "input")
+        deployment = deploy(DeployRequest(job, "v1"), store)  # while Airflow starts
+        try:
+            for reason in ("first", "second"):  # two earlier savepoints: something on the timeline
+                feed.round()
+                wait_for(lambda: processed(deployment.checkpoint, feed.rounds), f"the job to process round {reason}")
+                take_savepoint(job, store, labels={"reason": reason})
+            feed.round()
+            wait_for(lambda: processed(deployment.checkpoint, feed.rounds), "the job to process the third round")
+            token = _wait_ready(airflow)
+            api = httpx.Client(base_url=airflow.url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+            def dag_parsed() -> bool:
+                airflow.check_alive()
+                return api.get(f"/api/v2/dags/{SAVEPOINT_DAG_ID}").status_code == 200
+
+            wait_for(dag_parsed, "the dag-processor to parse the savepoint DAG", timeout=120)
+            before = {m.id for m in store.list(job.name)}
+
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(
+                    executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-dev-shm-usage"]
+                )
+                page = browser.new_page(viewport={"width": 1440, "height": 1000})
+                page.set_default_timeout(60_000)
+
+                # log in through Airflow's own login page
+                page.goto(f"{airflow.url}/")
+                page.wait_for_url("**/auth/login**")
+                page.fill("input[name=username]", "admin")
+                page.fill("input[name=password]", airflow.passwords["admin"])
+                page.click("button[type=submit]")
+                page.wait_for_url(lambda url: "/auth/" not in url)
+
+                # "Savepoints" in Airflow's navigation opens the page (embedded: the external view)
+                page.get_by_role("link", name="Savepoints").first.click()
+                page.wait_for_url("**/plugin/savepoints")
+                frame = page.frame_locator("iframe")
+                expect(frame.locator("#job-name")).to_have_text("windowed")
+                expect(frame.locator("#deployments tbody tr")).to_have_count(1)
+                expect(frame.locator("#deployments tbody tr").first).to_contain_text("RUNNING")
+                expect(frame.locator("#snapshots tbody tr[data-status=COMPLETED]")).to_have_count(len(before))
+
+                frame.locator("#savepoint-button").click()
+                unseen = "".join(f':not([data-id="{snapshot_id}"])' for snapshot_id in before)
+                new_row = frame.locator(f"#snapshots tbody tr[data-id]{unseen}")
+                failed_run = frame.locator("#runs .s-failed")
+                deadline = time.monotonic() + 180
+                while not new_row.filter(has_text="COMPLETED").count():
+                    airflow.check_alive()
+                    assert not failed_run.count(), f"the savepoint run failed:\n{airflow.log_tail('scheduler')}"
+                    assert time.monotonic() < deadline, "no new COMPLETED snapshot on the page after 180 s"
+                    page.wait_for_timeout(500)  # the page polls every 2 s while a run is in flight
+                new_id = new_row.first.get_attribute("data-id")
+                assert new_id and new_id not in before
+                page.screenshot(path=str(ARTIFACTS / "savepoints-in-airflow.png"))
+
+                # Airflow's own history: the run, triggered from the UI by admin, for this job
+                runs = api.get(f"/api/v2/dags/{SAVEPOINT_DAG_ID}/dagRuns", params={"order_by": "-run_after"}).json()
+                run = runs["dag_runs"][0]
+                assert run["conf"]["job"] == "windowed" and run["triggering_user_name"] == "admin"
+                assert run["triggered_by"] == "ui"
+
+                # the task's extra link opens the page at the snapshot it took
+                links_path = (
+                    f"/api/v2/dags/{SAVEPOINT_DAG_ID}/dagRuns/{quote(run['dag_run_id'])}/taskInstances/savepoint/links"
+                )
+                wait_for(
+                    lambda: bool(api.get(links_path).json()["extra_links"].get("Snapshot")),
+                    "the task's extra link",
+                    timeout=60,
+                )
+                link = api.get(links_path).json()["extra_links"]["Snapshot"]
+                assert link == snapshot_page_url("windowed", new_id)
+                page.goto(airflow.url + link)
+                focused = page.locator(f'#snapshots tr.focus[data-id="{new_id}"]')
+                expect(focused).to_be_in_viewport()
+                expect(focused).to_contain_text("COMPLETED")
+                expect(page.locator("#snapshots tr.details input").first).to_have_value(
+                    f"savepoints deploy windowed --jobs {jobs_file} --version v1 --restore {new_id}"
+                )
+                page.screenshot(path=str(ARTIFACTS / "savepoints-page.png"), full_page=True)
+                browser.close()
+        finally:
+            kill(job, store)
+    assert store.get(job.name, new_id).status == "COMPLETED"

@@ -1,10 +1,12 @@
 """Upgrade a running job to another version without losing a record, or roll back:
 
     savepoint (live) -> pre-flight of the new version on a throwaway copy -> [approval] ->
-    stop-with-savepoint of the old version -> deploy the new version from that savepoint -> health gate
+    pre-start the new version's driver (STANDBY) -> stop-with-savepoint of the old version ->
+    restore that savepoint into the pre-started driver and start it -> health gate
     -> on failure: rollback, the old version redeployed from the same savepoint
 
-A blocked pre-flight fails the run before anything is stopped: the old version keeps running."""
+A blocked pre-flight fails the run before anything is stopped: the old version keeps running. So does a
+new version whose driver cannot even start (pre-start fails before the cutover)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from airflow.sdk import DAG, Param, TriggerRule, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_plugin.dag_params import dag_jobs_file, declared_jobs, job_param, version_param
-from airflow_plugin.operators.deployments import DeployJobOperator, StopJobOperator
+from airflow_plugin.operators.deployments import DeployJobOperator, PrestartJobOperator, StopJobOperator
 from airflow_plugin.operators.snapshots import SavepointOperator
 from airflow_plugin.operators.upgrade import PreflightCheckOperator, RollbackOperator
 from airflow_plugin.sensors.health import DeploymentHealthSensor
@@ -58,12 +60,19 @@ with DAG(
 
     @task.branch
     def approval_needed(params: dict) -> str:
-        return "approve" if params["require_approval"] else "stop_old"
+        return "approve" if params["require_approval"] else "prestart_new"
 
     approve = ApprovalOperator(
         task_id="approve",
         subject="Upgrade {{ params.job }} to {{ params.version }}?",
         body="Pre-flight passed: {{ ti.xcom_pull(task_ids='preflight')['reason'] }}",
+    )
+    prestart_new = PrestartJobOperator(
+        task_id="prestart_new",
+        job="{{ params.job }}",
+        version="{{ params.version }}",
+        jobs_file=JOBS_FILE,
+        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
     )
     stop_old = StopJobOperator(
         task_id="stop_old",
@@ -71,14 +80,13 @@ with DAG(
         savepoint=True,
         labels={"upgrade_to": "{{ params.version }}"},
         jobs_file=JOBS_FILE,
-        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
     )
     deploy_new = DeployJobOperator(
         task_id="deploy_new",
         job="{{ params.job }}",
-        version="{{ params.version }}",
+        standby_deployment="{{ ti.xcom_pull(task_ids='prestart_new')['deployment'] }}",
         restore=STOP_SAVEPOINT,
-        wait_seconds=0,  # launch only: the health gate decides, and a failure there rolls back
+        wait_seconds=0,  # start only: the health gate decides, and a failure there rolls back
         jobs_file=JOBS_FILE,
     )
     health_gate = DeploymentHealthSensor(
@@ -105,7 +113,7 @@ with DAG(
         raise AirflowFailException("the upgrade did not go through: see the failed task (and the rollback)")
 
     branch = approval_needed()
-    savepoint >> preflight >> branch >> [approve, stop_old]
-    approve >> stop_old >> deploy_new >> health_gate
-    [deploy_new, health_gate] >> rollback
-    [savepoint, preflight, stop_old, deploy_new, health_gate, rollback] >> upgrade_failed()
+    savepoint >> preflight >> branch >> [approve, prestart_new]
+    approve >> prestart_new >> stop_old >> deploy_new >> health_gate
+    [prestart_new, stop_old, deploy_new, health_gate] >> rollback
+    [savepoint, preflight, prestart_new, stop_old, deploy_new, health_gate, rollback] >> upgrade_failed()

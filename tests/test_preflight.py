@@ -1,7 +1,8 @@
-"""The pre-flight of an upgrade, against a live savepoint of a running v1, with real spark-submit
-applications: v2 passes; `regrouped` (per country instead of per user: Spark's own check passes) is
-blocked by the field-name comparison unless renames are allowed; v1 keeps running throughout and its
-checkpoint is untouched."""
+"""The steps of an upgrade before the cutover, against a running v1, with real spark-submit applications:
+the pre-flight on a live savepoint (v2 passes; `regrouped`, per country instead of per user, passes
+Spark's own check and is blocked by the field-name comparison unless renames are allowed), and a
+pre-started v2 driver in STANDBY that cannot be activated while v1 runs and is stopped by a rollback
+that has no savepoint. v1 keeps running throughout and its checkpoint is untouched."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.deploy import DeployRequest, deploy
+from airflow_plugin.core.deploy import DeployRequest, activate, deploy, prestart
 from airflow_plugin.core.deployments import Deployments, State
+from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.jobs import get_job
 from airflow_plugin.core.preflight import UpgradeBlocked, preflight, schema_field_names
 from airflow_plugin.core.savepoint import take_savepoint
 from airflow_plugin.core.stop import stop
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.store import SnapshotStore
+from airflow_plugin.core.upgrade import rollback
 from devtools.windowed import Feeder, batches, processed, wait_for, write_jobs_file
 
 
@@ -69,11 +72,19 @@ def test_preflight_passes_a_compatible_version_and_blocks_a_silent_regrouping(tm
         allowed = preflight(job, store, savepoint.id, "regrouped", allow_renames=True)
         assert allowed.passed and allowed.renames
 
+        standby = prestart(job, store, "v2")
+        assert Deployments(store.storage).status(job.name, standby.id).state is State.STANDBY
+        with pytest.raises(Refused, match=f"already has deployment {v1.id} in state RUNNING"):
+            activate(job, store, standby.id, savepoint.id)
+        cancelled = rollback(job, store, None)
+        assert cancelled.action == "none" and cancelled.replaced == [standby.id]
+        assert Deployments(store.storage).status(job.name, standby.id).state is State.STOPPED
+
         status = Deployments(store.storage).status(job.name, v1.id)
         assert status is not None and status.state is State.RUNNING
         assert batches(v1.checkpoint, "commits")[: len(commits_before)] == commits_before
         leftovers = list((tmp_path / "checkpoints" / job.name / "_preflight").rglob("*"))
         assert [p for p in leftovers if p.is_file()] == []
-        assert [d.id for d in Deployments(store.storage).list(job.name)] == [v1.id]
+        assert [d.id for d in Deployments(store.storage).list(job.name)] == [v1.id, standby.id]
     finally:
-        stop(job, store)
+        stop(job, store, deployment_id=v1.id)

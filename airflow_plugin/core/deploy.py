@@ -7,7 +7,12 @@
     <snapshot id>     that snapshot
 
 Observe (deployments, heartbeats, snapshots) -> decide (refusals, restore source) -> act (restore,
-launch, wait until the job runs or fails)."""
+launch, wait until the job runs or fails).
+
+A cutover can also pre-start the new driver (`prestart`): it is launched while the old version still
+runs, creates its Spark session (the slow part of a start) and waits in STANDBY; once the old version
+stopped, `activate` restores the state into its location and tells it to start: the downtime no longer
+includes the JVM and session start-up."""
 
 from __future__ import annotations
 
@@ -18,7 +23,16 @@ from pathlib import Path
 
 from .checkpoint import read_restart_point
 from .create import SnapshotRequest, create_snapshot
-from .deployments import Deployment, Deployments, State, Status, new_deployment_id, observed_state
+from .deployments import (
+    ControlRequest,
+    Deployment,
+    Deployments,
+    State,
+    Status,
+    new_deployment_id,
+    new_request_id,
+    observed_state,
+)
 from .errors import CheckpointError, NotFound, Refused
 from .jobs import JobSpec, VersionSpec
 from .launcher import (
@@ -64,7 +78,12 @@ def live_deployments(deployments: Deployments, job: JobSpec) -> list[tuple[Deplo
 
 
 def _restore_source(
-    store: SnapshotStore, deployments: Deployments, job: JobSpec, mode: str, progress: Progress | None
+    store: SnapshotStore,
+    deployments: Deployments,
+    job: JobSpec,
+    mode: str,
+    progress: Progress | None,
+    exclude: str | None = None,  # the deployment being activated: its empty location is no source
 ) -> Manifest | None:
     if mode == "none":
         return None
@@ -76,7 +95,7 @@ def _restore_source(
         newest = store.latest(job.name)
     except NotFound:
         newest = None
-    previous = deployments.list(job.name)
+    previous = [d for d in deployments.list(job.name) if d.id != exclude]
     if previous:
         last = previous[-1]
         location = open_storage(last.checkpoint)
@@ -114,22 +133,12 @@ def deploy(
     job = request.job
     version = job.version(request.version)
     deployments = Deployments(store.storage)
-    for deployment, state in live_deployments(deployments, job):
-        gone = on_this_host(deployment.launcher) and not alive(deployment.launcher)
-        if state.live or not gone:  # a LOST one elsewhere might still write the sink
-            raise Refused(
-                f"job {job.name} already has deployment {deployment.id} in state {state}: stop it first "
-                f"(`savepoints stop {job.name}`) or, if it is LOST and surely not running, `savepoints kill {job.name}`"
-            )
+    _refuse_while_live(deployments, job)
     source = _restore_source(store, deployments, job, request.restore, progress)
 
     deployment_id = new_deployment_id()
-    checkpoint = f"{job.checkpoint_root.rstrip('/')}/{job.name}/{deployment_id}"
+    checkpoint = _claimable_location(deployments, job, deployment_id)
     target = open_storage(checkpoint)
-    owners = [d.id for d in deployments.list(job.name) if d.checkpoint.rstrip("/") == checkpoint]
-    if owners or target.exists():
-        owner = f"owned by deployment {', '.join(owners)}" if owners else "not empty"
-        raise Refused(f"checkpoint location {checkpoint} is {owner}: every deployment needs its own; nothing done")
     plan = plan_restore(store, job.name, source.id, target) if source else None
     rescale_to = None
     if source and request.partitions and request.partitions != current_partitions(source):
@@ -159,6 +168,91 @@ def deploy(
     deployment.launcher = launch(spec, log_path, command_builder)
     deployments.put(deployment)
     _wait_until_started(deployments, deployment, request.wait_seconds)
+    return deployment
+
+
+def _refuse_while_live(deployments: Deployments, job: JobSpec, besides: str | None = None) -> None:
+    for deployment, state in live_deployments(deployments, job):
+        if deployment.id == besides:
+            continue
+        gone = on_this_host(deployment.launcher) and not alive(deployment.launcher)
+        if state.live or not gone:  # a LOST one elsewhere might still write the sink
+            raise Refused(
+                f"job {job.name} already has deployment {deployment.id} in state {state}: stop it first "
+                f"(`savepoints stop {job.name}`) or, if it is LOST and surely not running, `savepoints kill {job.name}`"
+            )
+
+
+def _claimable_location(deployments: Deployments, job: JobSpec, deployment_id: str) -> str:
+    checkpoint = f"{job.checkpoint_root.rstrip('/')}/{job.name}/{deployment_id}"
+    owners = [d.id for d in deployments.list(job.name) if d.checkpoint.rstrip("/") == checkpoint]
+    if owners or open_storage(checkpoint).exists():
+        owner = f"owned by deployment {', '.join(owners)}" if owners else "not empty"
+        raise Refused(f"checkpoint location {checkpoint} is {owner}: every deployment needs its own; nothing done")
+    return checkpoint
+
+
+def prestart(
+    job: JobSpec,
+    store: SnapshotStore,
+    version_name: str | None,
+    *,
+    wait_seconds: float = 180.0,
+    command_builder: CommandBuilder = default_command,
+) -> Deployment:
+    """Launch a version's driver in STANDBY next to the running deployment; returns once it is ready."""
+    version = job.version(version_name)
+    deployments = Deployments(store.storage)
+    for other, state in live_deployments(deployments, job):
+        if state is State.STANDBY:
+            raise Refused(f"job {job.name} already has a pre-started deployment {other.id}: activate or stop it first")
+    deployment_id = new_deployment_id()
+    checkpoint = _claimable_location(deployments, job, deployment_id)
+    deployment = Deployment(
+        id=deployment_id,
+        job=job.name,
+        version=version.name,
+        checkpoint=checkpoint,
+        spark_conf={**job.conf, **version.conf},
+    )
+    deployments.put(deployment)
+    spec = submit_spec(job, version, deployment_id, checkpoint, deployment.spark_conf, ("--standby",))
+    deployment.launcher = launch(spec, Path(job.log_dir) / job.name / f"{deployment_id}.log", command_builder)
+    deployments.put(deployment)
+    _wait_for(deployments, deployment, (State.STANDBY,), wait_seconds, "STANDBY")
+    return deployment
+
+
+def activate(
+    job: JobSpec,
+    store: SnapshotStore,
+    deployment_id: str,
+    restore: str,
+    *,
+    wait_seconds: float = 180.0,
+    progress: Progress | None = None,
+) -> Deployment:
+    """Restore state into a pre-started deployment's location and start its query. Refused while any
+    other deployment of the job is live (stop the old version first) or if it is not in STANDBY."""
+    deployments = Deployments(store.storage)
+    deployment = deployments.get(job.name, deployment_id)
+    state = observed_state(deployment, deployments.status(job.name, deployment_id), job.heartbeat_timeout)
+    if state is not State.STANDBY:
+        raise Refused(
+            f"deployment {deployment_id} of job {job.name} is {state}, not a pre-started driver in STANDBY; "
+            f"deploy normally (`savepoints deploy {job.name} --restore {restore}`)"
+        )
+    _refuse_while_live(deployments, job, besides=deployment_id)
+    source = _restore_source(store, deployments, job, restore, progress, exclude=deployment_id)
+    plan = plan_restore(store, job.name, source.id, open_storage(deployment.checkpoint)) if source else None
+    if plan is not None:
+        execute_restore(store, plan, progress=progress)
+        deployment.restored_from, deployment.restored_batch_id = source.id, source.batch_id
+        deployment.spark_conf = {**deployment.spark_conf, **plan.spark_conf}
+    deployments.put(deployment)
+    conf = {k: v for k, v in (plan.spark_conf if plan else {}).items() if k.startswith("spark.sql.")}
+    deployments.request(job.name, deployment_id, ControlRequest(id=new_request_id(), action="start", conf=conf))
+    _wait_until_started(deployments, deployment, wait_seconds)
     return deployment
 
 
@@ -201,10 +295,17 @@ def _wait_until_started(deployments: Deployments, deployment: Deployment, wait_s
     """Return once the job reports RUNNING; fail with the job's own error if it fails or exits first."""
     if wait_seconds <= 0:
         return  # the caller watches health itself (an upgrade's health gate)
+    _wait_for(deployments, deployment, (State.RUNNING, State.STOPPING, State.STOPPED), wait_seconds, "RUNNING")
+
+
+def _wait_for(
+    deployments: Deployments, deployment: Deployment, states: tuple[State, ...], wait_seconds: float, what: str
+) -> None:
+    """Return once the job reports one of `states`; fail with its own error if it fails or exits first."""
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
         status = deployments.status(deployment.job, deployment.id)
-        if status is not None and status.state in (State.RUNNING, State.STOPPING, State.STOPPED):
+        if status is not None and status.state in states:
             return
         if status is not None and status.state is State.FAILED:
             raise LaunchFailed(
@@ -226,7 +327,7 @@ def _wait_until_started(deployments: Deployments, deployment: Deployment, wait_s
                 f"deployment {deployment.id} of job {deployment.job}: spark-submit exited with code {code} before "
                 f"the job started; log {deployment.launcher.get('log')}:\n{tail}"
             )
-        time.sleep(0.25)
+        time.sleep(0.1)
     log.warning(
-        "deployment %s has not reported RUNNING after %.0fs; it may still be starting", deployment.id, wait_seconds
+        "deployment %s has not reported %s after %.0fs; it may still be starting", deployment.id, what, wait_seconds
     )

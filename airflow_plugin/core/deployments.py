@@ -26,6 +26,7 @@ DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # seconds without a status update before a liv
 
 
 class State(StrEnum):
+    STANDBY = "STANDBY"  # a pre-started driver: session ready, waiting for its checkpoint and a start request
     STARTING = "STARTING"
     RUNNING = "RUNNING"
     STOPPING = "STOPPING"
@@ -35,7 +36,7 @@ class State(StrEnum):
 
     @property
     def live(self) -> bool:
-        return self in (State.STARTING, State.RUNNING, State.STOPPING)
+        return self in (State.STANDBY, State.STARTING, State.RUNNING, State.STOPPING)
 
 
 def new_deployment_id(now: datetime | None = None) -> str:
@@ -90,8 +91,9 @@ class Status:
 @dataclass
 class ControlRequest:
     id: str
-    action: str  # "stop"
+    action: str  # "stop", or "start" for a driver in STANDBY
     drain: bool = False
+    conf: dict[str, str] = field(default_factory=dict)  # start: SQL confs to set before the query starts
     requested_at: float = field(default_factory=time.time)
     requested_by: str = ""
 

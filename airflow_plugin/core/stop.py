@@ -39,6 +39,8 @@ class StopResult:
 
 def running_deployment(deployments: Deployments, job: JobSpec, consequence: str = "nothing to stop") -> Deployment:
     live = [(d, s) for d, s in live_deployments(deployments, job) if s.live]
+    # the running version, not a pre-started driver waiting next to it (unless that is all there is)
+    live = [(d, s) for d, s in live if s is not State.STANDBY] or live
     if not live:
         latest = deployments.list(job.name)[-1:] or [None]
         detail = ""
@@ -59,17 +61,18 @@ def stop(
     requested_by: str = "",
     labels: dict[str, str] | None = None,
     pin: bool = False,
+    deployment_id: str | None = None,
     progress: Progress | None = None,
 ) -> StopResult:
-    """Ask the running deployment to stop at a batch boundary and wait for STOPPED. If it does not stop in
-    time the request is withdrawn, the job keeps running, and nothing is deleted."""
+    """Ask the running deployment (or the given one) to stop at a batch boundary and wait for STOPPED. If it
+    does not stop in time the request is withdrawn, the job keeps running, and nothing is deleted."""
     if savepoint and job.delivery == "at-most-once":
         raise Refused(
             f"job {job.name} runs at-most-once: its runtime keeps no resumable checkpoint, so there is nothing to "
             "savepoint; stop it without --savepoint"
         )
     deployments = Deployments(store.storage)
-    deployment = running_deployment(deployments, job)
+    deployment = deployments.get(job.name, deployment_id) if deployment_id else running_deployment(deployments, job)
     timeout = timeout if timeout is not None else job.trigger_seconds + 60
     started = time.monotonic()
     request = ControlRequest(id=new_request_id(), action="stop", drain=drain, requested_by=requested_by)
@@ -130,12 +133,14 @@ def _wait_stopped(
     return None
 
 
-def kill(job: JobSpec, store: SnapshotStore) -> Deployment:
-    """Force-kill the job's live or LOST deployment (SIGKILL of its process group) and mark it FAILED."""
+def kill(job: JobSpec, store: SnapshotStore, deployment_id: str | None = None) -> Deployment:
+    """Force-kill the job's live or LOST deployment (SIGKILL of its process group) and mark it FAILED:
+    the given one, else the newest."""
     deployments = Deployments(store.storage)
-    candidates = live_deployments(deployments, job)
+    candidates = [(d, s) for d, s in live_deployments(deployments, job) if deployment_id in (None, d.id)]
     if not candidates:
-        raise Refused(f"job {job.name} has no running or lost deployment to kill")
+        which = f"deployment {deployment_id}" if deployment_id else "deployment"
+        raise Refused(f"job {job.name} has no running or lost {which} to kill")
     deployment, _ = candidates[-1]
     force_kill(deployment.launcher)
     previous = deployments.status(job.name, deployment.id)

@@ -2,7 +2,8 @@
 
 Observe (the job's live deployments, the savepoint), decide (is the old deployment still running, so
 there is nothing to undo? is a failed new deployment still live and must be stopped first?), act (stop or
-kill it, then deploy the savepoint's version from the savepoint). The savepoint is the state at the old
+kill it, then deploy the savepoint's version from the savepoint). A pre-started driver the upgrade left
+in STANDBY is stopped in every case. The savepoint is the state at the old
 version's last batch, so no event is lost; if the new version committed sink output beyond it, the
 restore refuses rather than skip those batches (see restore.py)."""
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .deploy import DeployRequest, deploy, live_deployments
-from .deployments import Deployment, Deployments
+from .deployments import Deployment, Deployments, State
 from .errors import Refused, SavepointsError, TimedOut
 from .jobs import JobSpec
 from .launcher import CommandBuilder, default_command
@@ -27,55 +28,68 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RollbackResult:
-    action: str  # "none" (the old deployment still runs) or "redeployed"
+    action: str  # "none" (the old deployment still runs, or there is no savepoint) or "redeployed"
     reason: str
-    deployment: Deployment
-    replaced: list[str]  # deployments stopped or killed first
+    deployment: Deployment | None  # what runs now, when known
+    replaced: list[str]  # deployments stopped or killed first (standbys included)
 
     def to_dict(self) -> dict[str, Any]:
+        d = self.deployment
         return {
             "action": self.action,
             "reason": self.reason,
-            "job": self.deployment.job,
-            "deployment": self.deployment.id,
-            "version": self.deployment.version,
-            "restored_from": self.deployment.restored_from,
+            "deployment": d.id if d else None,
+            "version": d.version if d else None,
+            "restored_from": d.restored_from if d else None,
             "replaced": self.replaced,
         }
+
+
+def _retire(job: JobSpec, store: SnapshotStore, deployment: Deployment, state: State, timeout: float | None) -> None:
+    """Stop a live deployment (a standby ends on a stop request too); kill it if it will not stop."""
+    try:
+        if not state.live:
+            raise TimedOut(f"deployment {deployment.id} is {state}")
+        stop(job, store, timeout=timeout, deployment_id=deployment.id, requested_by="rollback")
+    except SavepointsError as exc:  # would not stop, failed or got lost while stopping: make sure it is gone
+        log.warning("rollback of %s: %s; force-killing it", job.name, exc)
+        with contextlib.suppress(Refused):  # already gone
+            kill(job, store, deployment.id)
 
 
 def rollback(
     job: JobSpec,
     store: SnapshotStore,
-    snapshot_id: str,
+    snapshot_id: str | None,
     *,
     requested_by: str = "",
     stop_timeout: float | None = None,
     command_builder: CommandBuilder = default_command,
     progress: Progress | None = None,
 ) -> RollbackResult:
+    deployments = Deployments(store.storage)
+    replaced = []
+    for deployment, state in live_deployments(deployments, job):
+        if state is State.STANDBY:
+            _retire(job, store, deployment, state, stop_timeout)
+            replaced.append(deployment.id)
+    if not snapshot_id:
+        return RollbackResult(
+            "none", "no savepoint to roll back to: the old deployment was not stopped", None, replaced
+        )
     savepoint = store.get(job.name, snapshot_id)
     if not savepoint.job_version:
         raise Refused(
             f"snapshot {savepoint.id} of job {job.name} does not record the version it was taken from: "
             f"deploy the old version by hand (`savepoints deploy {job.name} --version OLD --restore {savepoint.id}`)"
         )
-    deployments = Deployments(store.storage)
-    replaced = []
     for deployment, state in live_deployments(deployments, job):
         if deployment.id == savepoint.deployment and state.live:
             reason = f"deployment {deployment.id} ({deployment.version}) that the savepoint came from still runs"
             log.info("rollback of %s: nothing to do, %s", job.name, reason)
-            return RollbackResult("none", reason, deployment, [])
+            return RollbackResult("none", reason, deployment, replaced)
         log.warning("rollback of %s: replacing %s (%s, %s)", job.name, deployment.id, deployment.version, state)
-        try:
-            if not state.live:
-                raise TimedOut(f"deployment {deployment.id} is {state}")
-            stop(job, store, timeout=stop_timeout, requested_by=requested_by)
-        except SavepointsError as exc:  # would not stop, failed or got lost while stopping: make sure it is gone
-            log.warning("rollback of %s: %s; force-killing it", job.name, exc)
-            with contextlib.suppress(Refused):  # already gone
-                kill(job, store)
+        _retire(job, store, deployment, state, stop_timeout)
         replaced.append(deployment.id)
     restored = deploy(
         DeployRequest(job, savepoint.job_version, restore=savepoint.id, requested_by=requested_by),

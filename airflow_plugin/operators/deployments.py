@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
-from ..core.deploy import DeployRequest, deploy
+from ..core.deploy import DeployRequest, activate, deploy, prestart
 from ..core.deployments import Deployment, Deployments
 from ..core.jobs import JobSpec
 from ..core.stop import stop
@@ -39,9 +39,11 @@ class DeployJobOperator(SavepointsBaseOperator):
     :param version: a version declared in the jobs file (default: the job's default_version)
     :param restore: none | latest-state | latest-savepoint | <snapshot id>
     :param partitions: state partitions, when different from the snapshot's (a rescale)
+    :param standby_deployment: a driver pre-started by PrestartJobOperator: restore into it and start it
+        (its version is the one it was launched with)
     """
 
-    template_fields: Sequence[str] = ("job", "version", "restore", "partitions")
+    template_fields: Sequence[str] = ("job", "version", "restore", "partitions", "standby_deployment")
     operator_extra_links = (SparkUILink(),)
 
     def __init__(
@@ -51,6 +53,7 @@ class DeployJobOperator(SavepointsBaseOperator):
         restore: str = "none",
         partitions: int | str | None = None,
         wait_seconds: float = 180.0,
+        standby_deployment: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -58,24 +61,50 @@ class DeployJobOperator(SavepointsBaseOperator):
         self.restore = restore
         self.partitions = partitions
         self.wait_seconds = wait_seconds
+        self.standby_deployment = standby_deployment
 
     def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
-        request = DeployRequest(
-            job,
-            self.version or None,
-            restore=self.restore or "none",
-            partitions=int(self.partitions) if self.partitions not in (None, "", "None") else None,
-            wait_seconds=self.wait_seconds,
-            requested_by=f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}",
+        if self.standby_deployment:
+            deployment = activate(
+                job,
+                store,
+                self.standby_deployment,
+                self.restore or "none",
+                wait_seconds=self.wait_seconds,
+                progress=self.progress,
+            )
+        else:
+            request = DeployRequest(
+                job,
+                self.version or None,
+                restore=self.restore or "none",
+                partitions=int(self.partitions) if self.partitions not in (None, "", "None") else None,
+                wait_seconds=self.wait_seconds,
+                requested_by=f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}",
+            )
+            deployment = deploy(request, store, command_builder=self.hook.command_builder, progress=self.progress)
+        restored = deployment.restored_from or "nothing"
+        self.log.info("deployed %s %s as %s (restored from %s)", job.name, deployment.version, deployment.id, restored)
+        return deployment_xcom(store, deployment)
+
+
+class PrestartJobOperator(SavepointsBaseOperator):
+    """Launch a version's driver next to the running deployment, in STANDBY: it creates its Spark session
+    and waits. DeployJobOperator(standby_deployment=...) later restores the state into it and starts it,
+    so a cutover's downtime does not include the JVM and session start-up."""
+
+    template_fields: Sequence[str] = ("job", "version")
+
+    def __init__(self, *, version: str | None = None, wait_seconds: float = 180.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.version = version
+        self.wait_seconds = wait_seconds
+
+    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
+        deployment = prestart(
+            job, store, self.version or None, wait_seconds=self.wait_seconds, command_builder=self.hook.command_builder
         )
-        deployment = deploy(request, store, command_builder=self.hook.command_builder, progress=self.progress)
-        self.log.info(
-            "deployed %s %s as %s (restored from %s)",
-            job.name,
-            deployment.version,
-            deployment.id,
-            deployment.restored_from or "nothing",
-        )
+        self.log.info("pre-started %s %s as %s (STANDBY)", job.name, deployment.version, deployment.id)
         return deployment_xcom(store, deployment)
 
 

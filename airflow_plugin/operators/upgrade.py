@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowSkipException
 
 from ..core.jobs import JobSpec
 from ..core.preflight import DEFAULT_TIMEOUT, preflight
@@ -58,7 +57,8 @@ class PreflightCheckOperator(SavepointsBaseOperator):
 
 class RollbackOperator(SavepointsBaseOperator):
     """Put the version a savepoint was taken from back into service from that savepoint, after stopping
-    (or killing) whatever replaced it; does nothing if the savepoint's own deployment still runs."""
+    (or killing) whatever replaced it; does nothing if the savepoint's own deployment still runs. Without a
+    savepoint (the old version was never stopped) it only stops a pre-started driver left in STANDBY."""
 
     template_fields: Sequence[str] = ("job", "snapshot_id")
     operator_extra_links = (SparkUILink(),)
@@ -69,18 +69,15 @@ class RollbackOperator(SavepointsBaseOperator):
         self.stop_timeout_seconds = stop_timeout_seconds
 
     def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
-        if not self.snapshot_id:
-            raise AirflowSkipException(
-                f"no savepoint to roll back to: the old deployment of {job.name} was not stopped"
-            )
         result = rollback(
             job,
             store,
-            self.snapshot_id,
+            self.snapshot_id or None,
             requested_by=f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}",
             stop_timeout=self.stop_timeout_seconds,
             command_builder=self.hook.command_builder,
             progress=self.progress,
         )
-        self.log.warning("rollback of %s: %s", job.name, result.reason)
-        return {**deployment_xcom(store, result.deployment), **result.to_dict()}
+        self.log.warning("rollback of %s: %s (replaced: %s)", job.name, result.reason, result.replaced or "nothing")
+        running = deployment_xcom(store, result.deployment) if result.deployment else {}
+        return {**running, **result.to_dict()}

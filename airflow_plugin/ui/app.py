@@ -70,7 +70,9 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
             from airflow.api_fastapi.app import get_auth_manager
 
             return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=307)
-        return FileResponse(STATIC / "index.html", media_type="text/html", headers=_NO_STORE)
+        # only Airflow's own UI (same origin) may embed the page: no clickjacking from other sites
+        headers = {**_NO_STORE, "Content-Security-Policy": "frame-ancestors 'self'"}
+        return FileResponse(STATIC / "index.html", media_type="text/html", headers=headers)
 
     @app.get("/static/{name}", include_in_schema=False, dependencies=[Depends(authenticated)])
     async def asset(name: str) -> FileResponse:

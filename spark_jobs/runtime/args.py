@@ -5,7 +5,7 @@ it does not know goes to the job's own `build` function, unchanged and in order.
              --trigger-interval "2 seconds" | available-now
              --delivery at-most-once | at-least-once | exactly-once
              [--heartbeat-interval SECONDS] [--poll-interval SECONDS]
-             [--preflight SCHEMA_PROBE_LOCATION]
+             [--preflight SCHEMA_PROBE_LOCATION] [--standby]
              <job-specific args>
 """
 
@@ -73,6 +73,9 @@ class RuntimeArgs:
     # Pre-flight of an upgrade (core/preflight.py): re-plan the pending batch once on --checkpoint, then on
     # this copy whose stored state schemas were removed (Spark writes the new version's), into a noop sink.
     preflight_probe: str | None = None
+    # A pre-started driver (core/deploy.py prestart): create the session, report STANDBY, and start the
+    # query only when a start request arrives (its checkpoint restored meanwhile); stop requests end it.
+    standby: bool = False
 
 
 def _positive(text: str) -> float:
@@ -94,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--heartbeat-interval", type=_positive, default=2.0)
     parser.add_argument("--poll-interval", type=_positive, default=1.0)
     parser.add_argument("--preflight", dest="preflight_probe", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--standby", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
@@ -112,5 +116,6 @@ def parse_args(argv: list[str]) -> tuple[RuntimeArgs, list[str]]:
         heartbeat_interval=known.heartbeat_interval,
         poll_interval=known.poll_interval,
         preflight_probe=known.preflight_probe,
+        standby=known.standby,
     )
     return runtime, rest

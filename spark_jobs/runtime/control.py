@@ -33,8 +33,12 @@ class ControlChannel:
         self._seen: set[str] = set(handled)
 
     def next_stop(self) -> ControlRequest | None:
-        """The oldest stop request not handed out before, or None. Unknown actions are logged and skipped
-        (a newer engine may know more actions than this runtime); a store hiccup reads as 'nothing'."""
+        return self.next_request("stop")
+
+    def next_request(self, *actions: str) -> ControlRequest | None:
+        """The oldest request with one of `actions` not handed out before, or None. Other actions are
+        logged and skipped (a newer engine may know more actions than this runtime, and a start request
+        means nothing to a running query); a store hiccup reads as 'nothing'."""
         try:
             requests = self._deployments.requests(self._job, self._deployment_id, skip=self._seen)
         except (SavepointsError, OSError) as exc:
@@ -44,9 +48,9 @@ class ControlChannel:
             if request.id in self._seen:
                 continue
             self._seen.add(request.id)
-            if request.action == "stop":
+            if request.action in actions:
                 return request
-            log.warning("ignoring control request %s with unknown action %r", request.id, request.action)
+            log.warning("ignoring control request %s with action %r here", request.id, request.action)
         return None
 
 

@@ -1,6 +1,8 @@
 """Runs one job's query under management, from session to exit code:
 
     STARTING --first trigger done--> RUNNING --stop request--> STOPPING --> STOPPED   (exit 0)
+    with --standby: STARTING --session ready--> STANDBY --start request--> STARTING --> ...
+                                                        --stop request / no start in time--> STOPPED
     a failure / the job's arguments rejected / a guarantee it cannot give    FAILED    (exit 1 / 2 / 3)
 
 `run(build)` is what an application file calls. `Runner` does the work and takes the session from a
@@ -42,6 +44,8 @@ JOB_ARGUMENTS_REJECTED = "JOB_ARGUMENTS_REJECTED"
 DRAIN = Trigger("available-now", None)
 MIN_BOUNDARY_WAIT = 1.0  # seconds: the least time given a running batch to finish before a stop interrupts it
 DRAIN_BOUNDARY_WAIT = 5.0  # the same for an available-now (drain) run, which has no interval
+STANDBY_POLL = 0.1  # seconds between looks for the start request: the cutover waits on this
+STANDBY_LIMIT = 1800.0  # a standby nobody starts (its upgrade was abandoned) ends after this long
 
 
 class Runner:
@@ -76,6 +80,9 @@ class Runner:
             self.board.update(app_id=context.applicationId, ui_url=context.uiWebUrl)
             self.spark.streams.addListener(self.listener)
             listening = True
+            if self.args.standby and not self._await_start():
+                self.board.finish(State.STOPPED)
+                return EXIT_STOPPED
             return self._run()
         except DeliveryRefused as exc:
             log.error("%s", exc)
@@ -114,6 +121,28 @@ class Runner:
         self.board.finish(State.STOPPED)
         log.info("stopped%s", f" on request {request.id}" if request else " (the query ended by itself)")
         return EXIT_STOPPED
+
+    def _await_start(self) -> bool:
+        """STANDBY until a start request (True) or a stop request or the time limit (False). The start
+        request carries the SQL confs the restored state needs: set before the query is built."""
+        self.board.promote(State.STARTING, State.STANDBY)
+        log.info("standby: session ready, waiting for a start request")
+        deadline = time.monotonic() + STANDBY_LIMIT
+        while time.monotonic() < deadline:
+            request = self.control.next_request("start", "stop")
+            if request is not None and request.action == "stop":
+                self.board.acknowledge(request.id, State.STOPPING)
+                log.info("standby ended by stop request %s", request.id)
+                return False
+            if request is not None:
+                for key, value in request.conf.items():
+                    self.spark.conf.set(key, value)
+                self.board.acknowledge(request.id, State.STARTING)
+                log.info("start request %s: starting the query", request.id)
+                return True
+            time.sleep(STANDBY_POLL)
+        log.warning("standby: no start request within %.0fs, ending", STANDBY_LIMIT)
+        return False
 
     def _preflight(self, probe: str) -> int:
         """Make Spark plan and run the pending batch of each copy once (its commit was removed), writing

@@ -20,6 +20,7 @@ class DagRunResult:
     seconds: float
     tasks: dict[str, str] = field(default_factory=dict)  # task id -> state
     returned: dict[str, Any] = field(default_factory=dict)  # task id -> return value
+    links: dict[str, dict[str, str]] = field(default_factory=dict)  # task id -> extra link name -> URL
 
     @property
     def succeeded(self) -> bool:
@@ -56,8 +57,13 @@ def run_dag(dag_id: str, conf: dict[str, Any]) -> DagRunResult:
     with create_session() as session:
         for ti in run.get_task_instances(session=session):
             result.tasks[ti.task_id] = str(ti.state)
-        query = XComModel.get_many(run_id=run.run_id, dag_ids=dag_id, key="return_value")
+        query = XComModel.get_many(run_id=run.run_id, dag_ids=dag_id)
         for row in session.scalars(select(XComModel).from_statement(query)):
-            result.returned[row.task_id] = XComModel.deserialize_value(row)
+            if row.key == "return_value":
+                result.returned[row.task_id] = XComModel.deserialize_value(row)
+            elif row.key.startswith("_link_"):  # what the worker computed for the operator's extra links
+                result.links.setdefault(row.task_id, {})[row.key.removeprefix("_link_")] = XComModel.deserialize_value(
+                    row
+                )
     logging.getLogger(__name__).info("%s %s: %s %s", dag_id, run.run_id, result.state, result.tasks)
     return result

@@ -51,3 +51,17 @@ def test_a_job_added_to_the_jobs_file_appears_in_every_form(tmp_path: Path, monk
     env = {**__import__("os").environ, "SAVEPOINTS_JOBS": str(jobs)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
     assert out.count("another_job") == 3, out
+
+
+def test_the_plugin_is_registered_through_its_entry_point(airflow_db: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    airflow = Path(sys.executable).parent / "airflow"
+    out = subprocess.run(
+        [str(airflow), "plugins", "--output", "json"], capture_output=True, text=True, check=True
+    ).stdout
+    plugins = {p["name"]: p for p in json.loads(out[out.index("[") :])}
+    assert "savepoints" in plugins, out
+    assert "airflow_plugin" in json.dumps(plugins["savepoints"])

@@ -39,10 +39,15 @@ def test_the_lifecycle_through_airflow_loses_no_event_and_rolls_back_a_failed_up
                 kill(lifecycle.job, lifecycle.store)
     assert lifecycle.failures == []
 
+    first_savepoint = next(r for r in lifecycle.runs if r.dag_id == "savepoints_savepoint")
+    snapshot_id = first_savepoint.value("savepoint")["id"]
+    assert first_savepoint.links["savepoint"]["SnapshotLink"] == f"/savepoints/?job={JOB}&snapshot={snapshot_id}"
+
     upgrades = [r for r in lifecycle.runs if r.dag_id == "savepoints_upgrade"]
     assert [r.state for r in upgrades] == ["success", "failed", "failed"]
     assert upgrades[1].tasks["stop_old"] == "upstream_failed" and upgrades[1].tasks["rollback"] == "skipped"
     assert upgrades[2].tasks["rollback"] == "success" and upgrades[2].tasks["upgrade_failed"] == "failed"
+    assert upgrades[0].value("prestart_new")["deployment"] == upgrades[0].value("deploy_new")["deployment"]
     versions = [d.version for d in lifecycle.deployments()]
     assert versions == ["v1", "v2", "broken", "v2"]
 

@@ -50,7 +50,7 @@ def airflow_app(airflow_db: Path) -> FastAPI:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, airflow_app: FastAPI) -> dict[str, Any]:
+def world(tmp_path_factory: pytest.TempPathFactory, airflow_app: FastAPI) -> Iterator[dict[str, Any]]:
     """A local store with SNAPSHOTS real snapshots of job `orders` (batches advancing) and none of `quiet`;
     the jobs file declaring both; the savepoint DAG serialized with that jobs file."""
     root = tmp_path_factory.mktemp("ui")
@@ -66,7 +66,8 @@ def world(tmp_path_factory: pytest.TempPathFactory, airflow_app: FastAPI) -> dic
         request = SnapshotRequest(job="orders", kind=kind, job_version="v1", labels={"n": str(i)})
         ids.append(create_snapshot(store, source, request).id)
     serialize_dags(jobs_file)
-    return {"root": root, "jobs_file": jobs_file, "store": store, "ids": ids, "store_dir": store_dir}
+    yield {"root": root, "jobs_file": jobs_file, "store": store, "ids": ids, "store_dir": store_dir}
+    delete_savepoint_runs(("orders", "quiet"))  # queued, never run: leave the shared metadata DB as it was
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +99,28 @@ def savepoint_runs(job: str) -> list[Any]:
     return [run for run in runs if (run.conf or {}).get("job") == job]
 
 
+def audit_events(event: str) -> list[tuple[str, str]]:
+    """(owner, method) of Airflow's audit log entries for `event`, oldest first."""
+    from airflow.models import Log
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.scalars(select(Log).where(Log.event == event).order_by(Log.id)).all()
+        return [(row.owner, json.loads(row.extra)["method"]) for row in rows]
+
+
+def delete_savepoint_runs(jobs: tuple[str, ...]) -> None:
+    from airflow.models import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        for run in session.scalars(select(DagRun).where(DagRun.dag_id == SAVEPOINT_DAG_ID)):
+            if (run.conf or {}).get("job") in jobs:
+                session.delete(run)
+
+
 # --- authentication and authorization ----------------------------------------------------------------
 
 ENDPOINTS = [
@@ -122,6 +145,7 @@ def test_the_plugin_serves_the_page_in_airflow_and_refuses_anonymous_callers(mou
     admin = bearer(*ADMIN)
     page = mounted.get("/savepoints/", headers=admin)
     assert page.status_code == 200 and "Take savepoint" in page.text and "static/savepoints.js" in page.text
+    assert page.headers["content-security-policy"] == "frame-ancestors 'self'"
     assert mounted.get("/savepoints/static/savepoints.js", headers=admin).status_code == 200
     assert mounted.get("/savepoints/api/me", headers=admin).json()["user"] == "admin"
     # the page's entry in Airflow's navigation
@@ -173,6 +197,7 @@ def test_an_admin_triggers_a_run_of_the_savepoint_dag_that_airflow_records(clien
     assert run.conf == {"job": "orders", "stop": False, "pin": True, "label": "reason=ui-test"}
     assert run.triggering_user_name == "admin" and str(run.run_type) in ("manual", "DagRunType.MANUAL")
     assert run.state == "queued"
+    assert audit_events("savepoints_page_trigger")[-1] == ("admin", "POST")
     listed = client.get("/api/jobs/orders/runs", headers=bearer(*VIEWER)).json()["runs"]
     assert listed[0]["run_id"] == body["run_id"] and listed[0]["triggering_user"] == "admin"
     assert client.get("/api/jobs/quiet/runs", headers=bearer(*VIEWER)).json()["runs"] == []
@@ -230,6 +255,7 @@ def test_pin_and_unpin_write_the_manifest(client: TestClient, world: dict[str, A
     unpinned = client.put(f"/api/jobs/orders/snapshots/{target}/pin", json={"pinned": False}, headers=admin)
     assert unpinned.status_code == 200 and unpinned.json()["pinned"] is False
     assert world["store"].get("orders", target).pinned is False
+    assert audit_events("savepoints_page_pin")[-2:] == [("admin", "PUT"), ("admin", "PUT")]
 
     absent = "sp-20000101T000000000Z-0000"
     missing = client.put(f"/api/jobs/orders/snapshots/{absent}/pin", json={"pinned": True}, headers=admin)

@@ -1,8 +1,8 @@
 """The savepoints page as a person uses it: headless Chromium (Debian's, driven by playwright's Python API)
 against a real `airflow api-server` with the plugin, a scheduler and a DAG processor, while a real
 deployment of the windowed job runs against the embedded S3 store. Log in through Airflow's login page,
-open "Savepoints" from Airflow's navigation, click "Take savepoint", see the new snapshot COMPLETED; then
-follow the savepoint task's extra link to the page opened at that snapshot. Screenshots are kept in
+open "Savepoints" from Airflow's navigation, click "Take savepoint", see the new snapshot COMPLETED, pin it;
+then follow the savepoint task's extra link to the page opened at that snapshot. Screenshots are kept in
 tests/artifacts/."""
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                 return api.get(f"/api/v2/dags/{SAVEPOINT_DAG_ID}").status_code == 200
 
             wait_for(dag_parsed, "the dag-processor to parse the savepoint DAG", timeout=120)
-            before = {m.id for m in store.list(job.name)}
+            # savepoints only: the retention DAG, which the scheduler starts at once, may add checkpoints meanwhile
+            before = {m.id for m in store.list(job.name) if m.kind == "savepoint"}
 
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(
@@ -104,11 +105,12 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                 expect(frame.locator("#job-name")).to_have_text("windowed")
                 expect(frame.locator("#deployments tbody tr")).to_have_count(1)
                 expect(frame.locator("#deployments tbody tr").first).to_contain_text("RUNNING")
-                expect(frame.locator("#snapshots tbody tr[data-status=COMPLETED]")).to_have_count(len(before))
+                savepoint_rows = frame.locator('#snapshots tbody tr[data-id^="sp-"]')
+                expect(savepoint_rows.filter(has_text="COMPLETED")).to_have_count(len(before))
 
                 frame.locator("#savepoint-button").click()
                 unseen = "".join(f':not([data-id="{snapshot_id}"])' for snapshot_id in before)
-                new_row = frame.locator(f"#snapshots tbody tr[data-id]{unseen}")
+                new_row = frame.locator(f'#snapshots tbody tr[data-id^="sp-"]{unseen}')
                 failed_run = frame.locator("#runs .s-failed")
                 deadline = time.monotonic() + 180
                 while not new_row.filter(has_text="COMPLETED").count():
@@ -118,6 +120,11 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                     page.wait_for_timeout(500)  # the page polls every 2 s while a run is in flight
                 new_id = new_row.first.get_attribute("data-id")
                 assert new_id and new_id not in before
+
+                # pin it from the page: the manifest in the store says so
+                new_row.first.locator("button.pin").click()
+                expect(new_row.first.locator("button.pin")).to_have_text("pinned")
+                assert store.get(job.name, new_id).pinned
                 page.screenshot(path=str(ARTIFACTS / "savepoints-in-airflow.png"))
 
                 # Airflow's own history: the run, triggered from the UI by admin, for this job

@@ -21,6 +21,13 @@ with DAG(
         "job": job_param(JOBS),
         "stop": Param(False, type="boolean", title="Stop the job afterwards (stop-with-savepoint)"),
         "pin": Param(False, type="boolean", title="Pin (retention never deletes it)"),
+        "trigger": Param(
+            "MANUAL",
+            type="string",
+            enum=["MANUAL", "UI"],
+            title="Recorded trigger",
+            description="MANUAL from the DAG form; the Savepoints page sends UI",
+        ),
         "label": Param(
             "",
             type="string",
@@ -38,6 +45,6 @@ with DAG(
         stop="{{ params.stop }}",
         pin="{{ params.pin }}",
         labels="{{ dict([params.label.split('=', 1)]) if params.label else {} }}",
-        trigger="MANUAL",
+        trigger="{{ params.trigger }}",
         jobs_file=JOBS_FILE,
     )

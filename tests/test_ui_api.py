@@ -194,7 +194,7 @@ def test_an_admin_triggers_a_run_of_the_savepoint_dag_that_airflow_records(clien
     assert body["dag_id"] == SAVEPOINT_DAG_ID and body["state"] == "queued" and body["dag_paused"] is False
 
     run = next(r for r in savepoint_runs("orders") if r.run_id == body["run_id"])
-    assert run.conf == {"job": "orders", "stop": False, "pin": True, "label": "reason=ui-test"}
+    assert run.conf == {"job": "orders", "stop": False, "pin": True, "label": "reason=ui-test", "trigger": "UI"}
     assert run.triggering_user_name == "admin" and str(run.run_type) in ("manual", "DagRunType.MANUAL")
     assert run.state == "queued"
     assert audit_events("savepoints_page_trigger")[-1] == ("admin", "POST")

@@ -21,7 +21,7 @@ def trigger_savepoint_run(
     from airflow.utils.session import create_session
     from airflow.utils.types import DagRunTriggeredByType
 
-    conf = {"job": job, "stop": stop, "pin": pin, "label": label}
+    conf = {"job": job, "stop": stop, "pin": pin, "label": label, "trigger": "UI"}  # taken through the page
     try:
         with create_session() as session:
             run = trigger_dag(

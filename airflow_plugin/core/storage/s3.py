@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..errors import NotFound, StoreUnavailable
 from ..parallel import chunked, run_parallel
@@ -32,6 +33,8 @@ class S3Settings:
     multipart_threshold: int = 16 * 1024 * 1024
     multipart_chunksize: int = 16 * 1024 * 1024
     max_attempts: int = 10
+    connect_timeout: float = 10.0  # seconds; a blackholed endpoint fails instead of hanging
+    read_timeout: float = 60.0
 
     def child_env(self) -> dict[str, str]:
         """The environment that gives a child process (a Spark driver) the same S3 access."""
@@ -83,6 +86,8 @@ def _client(settings: S3Settings) -> Any:
             config = Config(
                 retries={"max_attempts": settings.max_attempts, "mode": "standard"},
                 max_pool_connections=settings.max_pool_connections,
+                connect_timeout=settings.connect_timeout,
+                read_timeout=settings.read_timeout,
             )
             _clients[settings] = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
         return _clients[settings]
@@ -106,8 +111,9 @@ def s3_errors(action: str, uri: str, bucket: str) -> Iterator[None]:
             "(or AWS_PROFILE), or give the Airflow AWS connection a login and password"
         ) from None
     except EndpointConnectionError as exc:
+        endpoint = urlsplit(str(exc.kwargs.get("endpoint_url", "")))  # the endpoint, not the whole request URL
         raise StoreUnavailable(
-            f"cannot reach the S3 endpoint {exc.kwargs.get('endpoint_url', '')} to {action} {uri}: "
+            f"cannot reach the S3 endpoint {endpoint.scheme}://{endpoint.netloc} to {action} {uri}: "
             "check AWS_ENDPOINT_URL (or the connection's endpoint_url) and that the service is up"
         ) from None
     except ClientError as exc:

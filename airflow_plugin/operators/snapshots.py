@@ -26,7 +26,7 @@ class SavepointOperator(SavepointsBaseOperator):
     :param labels: key/value labels stored in the manifest (templated)
     """
 
-    template_fields: Sequence[str] = ("job", "labels", "kind", "stop", "pin")
+    template_fields: Sequence[str] = ("job", "labels", "kind", "stop", "pin", "trigger")
     operator_extra_links = (SnapshotLink(),)
 
     def __init__(

@@ -7,14 +7,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.jobs.windowed.common import (
-    apply_job_conf,
-    events,
-    file_sink,
-    output_columns,
-    parse_job_args,
-    window_counts,
-)
+from spark_jobs.jobs.windowed.common import counts_job
 from spark_jobs.runtime import StreamingJob, run
 
 KEYS = ["user"]
@@ -22,9 +15,7 @@ MISSING_CODEC = "zstd-turbo"  # not a Hadoop codec: the JSON writer refuses it w
 
 
 def build(spark: SparkSession, job_args: list[str]) -> StreamingJob:
-    args = parse_job_args(job_args)
-    apply_job_conf(spark)
-    job = file_sink(output_columns(window_counts(events(spark, args), KEYS), KEYS, "broken"), args)
+    job = counts_job(spark, job_args, KEYS, "broken")
     job.writer.option("compression", MISSING_CODEC)
     return job
 

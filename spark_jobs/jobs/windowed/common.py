@@ -101,3 +101,16 @@ def file_sink(result: DataFrame, args: JobArgs) -> StreamingJob:
     """Append mode into the file sink: exactly-once, declared so for the runtime."""
     writer = result.writeStream.format("json").outputMode("append").option("path", args.output)
     return StreamingJob(writer, sink=SinkKind.FILE, source=SourceKind.FILE)
+
+
+def counts_job(
+    spark: SparkSession, job_args: list[str], keys: list[str], version: str, *extra: Column, where: Column | None = None
+) -> StreamingJob:
+    """One version of the job: events (filtered by `where`) counted per keys and minute, tagged with the
+    version, into the file sink. What the versions differ in is exactly what these arguments say."""
+    args = parse_job_args(job_args)
+    apply_job_conf(spark)
+    stream = events(spark, args)
+    if where is not None:
+        stream = stream.where(where)
+    return file_sink(output_columns(window_counts(stream, keys), keys, version, *extra), args)

@@ -8,14 +8,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.jobs.windowed.common import (
-    apply_job_conf,
-    events,
-    file_sink,
-    output_columns,
-    parse_job_args,
-    window_counts,
-)
+from spark_jobs.jobs.windowed.common import counts_job
 from spark_jobs.runtime import StreamingJob, run
 
 KEYS = ["user"]
@@ -23,11 +16,9 @@ WINDOW_SECONDS = 60.0
 
 
 def build(spark: SparkSession, job_args: list[str]) -> StreamingJob:
-    args = parse_job_args(job_args)
-    apply_job_conf(spark)
-    valid = events(spark, args).where(F.col("user").isNotNull() & F.col("seq").isNotNull())
+    valid = F.col("user").isNotNull() & F.col("seq").isNotNull()
     rate = F.round(F.col("events") / F.lit(WINDOW_SECONDS), 3).alias("events_per_second")
-    return file_sink(output_columns(window_counts(valid, KEYS), KEYS, "v2", rate), args)
+    return counts_job(spark, job_args, KEYS, "v2", rate, where=valid)
 
 
 if __name__ == "__main__":

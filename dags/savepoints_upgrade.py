@@ -65,7 +65,7 @@ with DAG(
     approve = ApprovalOperator(
         task_id="approve",
         subject="Upgrade {{ params.job }} to {{ params.version }}?",
-        body="Pre-flight passed: {{ ti.xcom_pull(task_ids='preflight')['reason'] }}",
+        body="Pre-flight passed: {{ (ti.xcom_pull(task_ids='preflight') or {}).get('reason', '') }}",
     )
     prestart_new = PrestartJobOperator(
         task_id="prestart_new",

@@ -65,3 +65,53 @@ def test_the_plugin_is_registered_through_its_entry_point(airflow_db: Path) -> N
     plugins = {p["name"]: p for p in json.loads(out[out.index("[") :])}
     assert "savepoints" in plugins, out
     assert "airflow_plugin" in json.dumps(plugins["savepoints"])
+
+
+@pytest.mark.parametrize(("answer", "cutover"), [("Approve", "success"), ("Reject", "skipped")])
+def test_an_upgrade_that_requires_approval_waits_for_a_human(airflow_db: Path, answer: str, cutover: str) -> None:
+    """Airflow's human-in-the-loop approval, answered through Airflow's own REST API as the Required Actions
+    UI does; the steps around it are marked successful, so no Spark is needed."""
+    import threading
+
+    from airflow.api_fastapi.app import create_app
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from fastapi.testclient import TestClient
+    from sqlalchemy import select
+
+    from devtools.dag_runs import load_dags, run_dag
+    from devtools.windowed import wait_for
+    from tests.ui_support import bearer
+
+    load_dags()  # all imports done before the second thread touches the DB (lazy imports deadlock)
+    api = TestClient(create_app(apps="core"))
+    answered: list[int] = []
+
+    def respond() -> bool:
+        with create_session() as session:
+            waiting = session.scalars(
+                select(TaskInstance).where(
+                    TaskInstance.dag_id == "savepoints_upgrade",
+                    TaskInstance.task_id == "approve",
+                    TaskInstance.state == TaskInstanceState.AWAITING_INPUT,
+                )
+            ).first()
+            if waiting is None:
+                return False
+            path = f"/api/v2/dags/savepoints_upgrade/dagRuns/{waiting.run_id}/taskInstances/approve/-1/hitlDetails"
+        response = api.patch(path, json={"chosen_options": [answer]}, headers=bearer("oncall", "ADMIN"))
+        answered.append(response.status_code)
+        return True
+
+    human = threading.Thread(target=wait_for, args=(respond, "the approval to be asked", 120), daemon=True)
+    human.start()
+    result = run_dag(
+        "savepoints_upgrade",
+        {"job": "windowed_counts", "version": "v2", "require_approval": True},
+        mark_success="^(savepoint|preflight|prestart_new|stop_old|deploy_new|health_gate)$",
+    )
+    human.join()
+    assert answered == [200]
+    assert result.tasks["approval_needed"] == "success" and result.tasks["approve"] == "success", result.tasks
+    assert result.tasks["prestart_new"] == cutover and result.tasks["stop_old"] == cutover, result.tasks

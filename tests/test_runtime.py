@@ -159,7 +159,7 @@ def test_control_channel_hands_out_each_request_once(tmp_path: Path) -> None:
 class _FakeSession:
     """Just enough of a SparkSession for the paths that end before a query starts."""
 
-    sparkContext = SimpleNamespace(applicationId="local-fake")
+    sparkContext = SimpleNamespace(applicationId="local-fake", uiWebUrl=None)
     streams = SimpleNamespace(addListener=lambda listener: None, removeListener=lambda listener: None)
 
 

@@ -7,6 +7,7 @@ s3transfer (multipart above a threshold, retries per part); botocore retries thr
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -66,14 +67,27 @@ def current_s3_settings() -> S3Settings | None:
     return _current.get()
 
 
-_clients: dict[S3Settings, Any] = {}
+_clients: dict[tuple[S3Settings, tuple[str | None, ...]], Any] = {}
 _clients_lock = threading.Lock()
+# boto3's own chain reads these when a client is built: a client built under other values is another client
+_CHAIN_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_MAX_ATTEMPTS",
+)
 
 
 def _client(settings: S3Settings) -> Any:
-    """One client per settings: boto3 clients are thread-safe and expensive to build."""
+    """One client per settings and environment: boto3 clients are thread-safe and expensive to build."""
+    key = (settings, tuple(os.environ.get(name) for name in _CHAIN_ENV))
     with _clients_lock:
-        if settings not in _clients:
+        if key not in _clients:
             import boto3
             from botocore.config import Config
 
@@ -84,13 +98,17 @@ def _client(settings: S3Settings) -> Any:
                 region_name=settings.region_name,
             )
             config = Config(
-                retries={"max_attempts": settings.max_attempts, "mode": "standard"},
+                # AWS_MAX_ATTEMPTS, boto3's own setting, wins over the default
+                retries={
+                    "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS") or settings.max_attempts),
+                    "mode": "standard",
+                },
                 max_pool_connections=settings.max_pool_connections,
                 connect_timeout=settings.connect_timeout,
                 read_timeout=settings.read_timeout,
             )
-            _clients[settings] = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
-        return _clients[settings]
+            _clients[key] = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+        return _clients[key]
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from spark_jobs.jobs.windowed.output import read_output, summarize
 REPO = Path(__file__).resolve().parents[1]
 APPS = REPO / "spark_jobs/jobs/windowed"
 VERSIONS = ("v1", "v2", "v3", "regrouped", "broken")
+SPARK_UI = '"spark.ui.enabled" = "true", "spark.ui.port" = "0"'  # each driver's UI on a free port
 
 
 def write_jobs_file(directory: Path, store: str, *, job: str = "windowed", trigger: str = "1 second") -> Path:
@@ -35,7 +36,7 @@ description = "events per user and minute"
 trigger_interval = "{trigger}"
 default_version = "v1"
 args = ["--input", "input", "--output", "output"]
-conf = {{ "spark.sql.shuffle.partitions" = "3", "spark.ui.enabled" = "false", "spark.driver.host" = "127.0.0.1" }}
+conf = {{ "spark.sql.shuffle.partitions" = "3", "spark.driver.host" = "127.0.0.1", {SPARK_UI} }}
 {versions}
 retention.checkpoint = {{ keep_last = 2 }}
 retention.savepoint = {{ keep_last = 5 }}

@@ -39,6 +39,8 @@ def test_the_lifecycle_through_airflow_loses_no_event_and_rolls_back_a_failed_up
                 kill(lifecycle.job, lifecycle.store)
     assert lifecycle.failures == []
 
+    deployed = next(r for r in lifecycle.runs if r.dag_id == "savepoints_deploy")
+    assert deployed.links["deploy"]["SparkUILink"].startswith("http://127.0.0.1:")  # the driver's own Spark UI
     first_savepoint = next(r for r in lifecycle.runs if r.dag_id == "savepoints_savepoint")
     snapshot_id = first_savepoint.value("savepoint")["id"]
     assert first_savepoint.links["savepoint"]["SnapshotLink"] == f"/savepoints/?job={JOB}&snapshot={snapshot_id}"

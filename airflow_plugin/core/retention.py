@@ -21,6 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from .deployments import State
 from .errors import InvalidInput
 from .manifest import IN_FLIGHT_SECONDS, Kind, Manifest, Status, in_flight
 from .storage import ObjectInfo
@@ -29,8 +30,8 @@ from .store import manifest_key
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$")
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 # A deployment whose state is one of these may still be running: what it was restored from is kept.
-_MAYBE_RUNNING = ("STARTING", "RUNNING", "STOPPING", "LOST")
-_FINISHED = ("STOPPED", "FAILED")
+_MAYBE_RUNNING = tuple(str(s) for s in State if s.live or s is State.LOST)
+_FINISHED = tuple(str(s) for s in State if not s.live and s is not State.LOST)
 
 
 class OnCancellation(StrEnum):

@@ -16,6 +16,7 @@ def main() -> int:
     home = Path(".airflow").absolute()
     airflow_env.configure(home)
     os.environ.setdefault("SAVEPOINTS_JOBS", str(airflow_env.REPO / "jobs.toml"))
+    os.environ.setdefault("AIRFLOW__API__HOST", "127.0.0.1")  # this machine only, unless asked otherwise
     airflow = str(Path(sys.executable).parent / "airflow")
     print(
         f"airflow standalone in {home}: DAGs from {airflow_env.DAGS_FOLDER}, jobs from {os.environ['SAVEPOINTS_JOBS']}"

@@ -4,7 +4,7 @@
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup demo airflow test lint format bench bench-runtime bench-delete bench-upgrade
+.PHONY: setup browser demo airflow test lint format bench bench-runtime bench-delete bench-upgrade
 
 setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -17,7 +17,10 @@ demo: setup
 airflow: setup  # the UI way: `airflow standalone` with the plugin and DAGs (http://localhost:8080)
 	$(UV) run --frozen python -m devtools.airflow_ui
 
-test: setup lint
+browser:  # Debian's chromium for the browser test (playwright drives the system browser; no download)
+	@bash devtools/install_chromium.sh
+
+test: setup browser lint
 	$(UV) run --frozen pytest -q
 
 lint:

@@ -19,9 +19,6 @@ def dag_jobs_file() -> str:
     return os.environ.get(JOBS_ENV) or str(PROJECT_JOBS_FILE)
 
 
-JOBS_FILE = dag_jobs_file()  # as this process started (the UI's view)
-
-
 def declared_jobs(jobs_file: str | None = None) -> dict[str, JobSpec]:
     return load_jobs(jobs_file or dag_jobs_file())
 

@@ -54,7 +54,7 @@ def first_commit(deployment: Deployment, timeout: float = 180) -> float:
     return commit_time(deployment.checkpoint, own()[0])
 
 
-def setup(run: str, s3: EmbeddedS3) -> tuple[JobSpec, SnapshotStore, Feeder]:
+def setup(run: str) -> tuple[JobSpec, SnapshotStore, Feeder]:
     """A fresh directory, input, output and store prefix per measurement: no run sees another's state."""
     directory = WORK / run
     directory.mkdir(parents=True)
@@ -65,8 +65,8 @@ def setup(run: str, s3: EmbeddedS3) -> tuple[JobSpec, SnapshotStore, Feeder]:
     return job, SnapshotStore(open_storage(store_uri)), feeder
 
 
-def cold_start(run: str, s3: EmbeddedS3) -> float:
-    job, store, feeder = setup(run, s3)
+def cold_start(run: str) -> float:
+    job, store, feeder = setup(run)
     with BackgroundFeeder(feeder, interval=1.0):
         started = time.time()
         deployment = deploy(DeployRequest(job, "v1"), store)
@@ -75,8 +75,8 @@ def cold_start(run: str, s3: EmbeddedS3) -> float:
     return seconds
 
 
-def upgrade(run: str, s3: EmbeddedS3, *, prestarted: bool) -> tuple[float, dict[str, float]]:
-    job, store, feeder = setup(run, s3)
+def upgrade(run: str, *, prestarted: bool) -> tuple[float, dict[str, float]]:
+    job, store, feeder = setup(run)
     with BackgroundFeeder(feeder, interval=1.0):
         old = deploy(DeployRequest(job, "v1"), store)
         wait_for(lambda: len(batches(old.checkpoint, "commits")) >= WARM_BATCHES, "the old version to warm up")
@@ -112,10 +112,10 @@ def main() -> int:
         s3.apply_env()
         s3.create_bucket("bench-upgrade")
         for pair in range(PAIRS):
-            samples["cold start"].append(cold_start(f"cold-{pair}", s3))
+            samples["cold start"].append(cold_start(f"cold-{pair}"))
             log(f"cold start {pair + 1}/{PAIRS}: {samples['cold start'][-1]:.2f} s to the first committed batch")
             for kind, prestarted in (("upgrade, pre-started", True), ("upgrade, cold driver", False)):
-                downtime, phases = upgrade(f"{kind.split()[-1]}-{pair}", s3, prestarted=prestarted)
+                downtime, phases = upgrade(f"{kind.split()[-1]}-{pair}", prestarted=prestarted)
                 samples[kind].append(downtime)
                 for name, value in phases.items():
                     phase_samples.setdefault(kind, {}).setdefault(name, []).append(value)

@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,14 @@ from devtools.windowed import Feeder, output_complete, processed, wait_for, writ
 from spark_jobs.jobs.windowed.output import read_output, summarize
 
 JOB = "windowed"
+
+
+class Outcome(StrEnum):
+    """What an upgrade is expected to end in."""
+
+    UPGRADED = "upgraded"
+    BLOCKED = "blocked by the pre-flight"
+    ROLLED_BACK = "rolled back"
 
 
 @dataclass
@@ -135,43 +144,37 @@ class Lifecycle:
         )
         return result
 
-    def upgrade(self, version: str) -> DagRunResult:
+    def upgrade(self, version: str, expect: Outcome) -> DagRunResult:
         before = self.running()
         result = self._run("savepoints_upgrade", {"job": JOB, "version": version, "min_batches": 3})
         after = self.running()
-        if version in ("v3", "regrouped"):
+        old = before[0].version if before else "-"
+        if expect is Outcome.BLOCKED:
             self.check(
                 not result.succeeded and result.tasks.get("preflight") == "failed",
                 f"upgrade DAG to {version}: blocked by the pre-flight",
             )
-            self.check(
-                result.tasks.get("stop_old") not in ("success", "failed", "running"),
-                "nothing was stopped",
-            )
-            self.check(
-                [d.id for d in after] == [d.id for d in before],
-                f"the running version {before[0].version if before else '-'} keeps running",
-            )
-        elif version == "broken":
+            self.check(result.tasks.get("stop_old") not in ("success", "failed", "running"), "nothing was stopped")
+            self.check([d.id for d in after] == [d.id for d in before], f"the running version {old} keeps running")
+            return result
+        stop_savepoint = result.value("stop_old")["snapshot"]["id"]
+        if expect is Outcome.ROLLED_BACK:
             self.check(
                 not result.succeeded and result.tasks.get("health_gate") == "failed",
-                "upgrade DAG to broken: pre-flight passed, the health gate failed",
+                f"upgrade DAG to {version}: pre-flight passed, the health gate failed",
             )
             rolled = result.value("rollback") if result.tasks.get("rollback") == "success" else {}
-            stop_savepoint = result.value("stop_old")["snapshot"]["id"]
             self.check(
-                rolled.get("version") == before[0].version and rolled.get("restored_from") == stop_savepoint,
-                f"rollback: {before[0].version} redeployed from the same savepoint {stop_savepoint}",
+                rolled.get("version") == old and rolled.get("restored_from") == stop_savepoint,
+                f"rollback: {old} redeployed from the same savepoint {stop_savepoint}",
             )
-            self.check([d.version for d in after] == [before[0].version], "the old version runs again")
-        else:
-            self.check(result.succeeded, f"upgrade DAG to {version}: savepoint, pre-flight, cutover, healthy")
-            new = result.value("deploy_new")
-            stop_savepoint = result.value("stop_old")["snapshot"]["id"]
-            self.check(
-                [d.version for d in after] == [version] and new["restored_from"] == stop_savepoint,
-                f"{version} runs, restored from the stop-with-savepoint {stop_savepoint}",
-            )
+            self.check([d.version for d in after] == [old], "the old version runs again")
+            return result
+        self.check(result.succeeded, f"upgrade DAG to {version}: savepoint, pre-flight, cutover, healthy")
+        self.check(
+            [d.version for d in after] == [version] and result.value("deploy_new")["restored_from"] == stop_savepoint,
+            f"{version} runs, restored from the stop-with-savepoint {stop_savepoint}",
+        )
         return result
 
     def finish(self) -> Manifest:
@@ -199,11 +202,11 @@ class Lifecycle:
             self.say("retention (retention DAG)")
             self.retention()
             self.say("upgrade to v2 (restore-and-redeploy DAG)")
-            self.upgrade("v2")
+            self.upgrade("v2", Outcome.UPGRADED)
             self.say("upgrade to v3: state-incompatible")
-            self.upgrade("v3")
+            self.upgrade("v3", Outcome.BLOCKED)
             if rollback:
                 self.say("upgrade to broken: its sink fails after the cutover")
-                self.upgrade("broken")
+                self.upgrade("broken", Outcome.ROLLED_BACK)
         self.say("stop feeding; stop with a savepoint (savepoint DAG); exactly-once check")
         self.finish()

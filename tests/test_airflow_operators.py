@@ -185,6 +185,11 @@ def _closed_port() -> int:
         ),
         (lambda j: VerifySnapshotOperator(task_id="t", job="orders", snapshot_id="sp-x", jobs_file=j), "sp-x"),
         (lambda j: SavepointOperator(task_id="t", job="orders", jobs_file=j), "no running deployment"),
+        (lambda j: SavepointOperator(task_id="t", job="orders", kind="delta", jobs_file=j), "invalid snapshot kind"),
+        (
+            lambda j: SavepointOperator(task_id="t", job="orders", kind="checkpoint", stop=True, jobs_file=j),
+            "takes a savepoint, not a checkpoint",
+        ),
         (lambda j: StopJobOperator(task_id="t", job="orders", savepoint=True, jobs_file=j), "nothing to stop"),
         (
             lambda j: PreflightCheckOperator(
@@ -219,3 +224,19 @@ def test_an_unreachable_store_fails_with_a_message_that_names_it(
     with pytest.raises(Exception, match=f"cannot reach the S3 endpoint.*127.0.0.1:{port}") as failure:
         operator.execute(CONTEXT)
     assert "y" not in str(failure.value).split()  # no secret in the message
+
+
+def test_a_rollback_to_a_snapshot_that_names_no_version_is_refused(tmp_path: Path) -> None:
+    from airflow_plugin.core.create import SnapshotRequest, create_snapshot
+    from airflow_plugin.core.store import SnapshotStore
+    from tests.synthetic import write_checkpoint
+
+    jobs, _ = _deployment(tmp_path, State.STOPPED, 3)
+    store = SnapshotStore(open_storage(str(tmp_path / "store")))
+    manual = create_snapshot(store, open_storage(str(write_checkpoint(tmp_path / "ck", 3))), SnapshotRequest("orders"))
+    before = tree(tmp_path)
+    operator = RollbackOperator(task_id="t", job="orders", snapshot_id=manual.id, jobs_file=jobs)
+    operator.aws_conn_id = operator.spark_conn_id = None
+    with pytest.raises(AirflowFailException, match=f"snapshot {manual.id} of job orders does not record the version"):
+        operator.execute(CONTEXT)
+    assert tree(tmp_path) == before

@@ -76,6 +76,9 @@ def test_preflight_passes_a_compatible_version_and_blocks_a_silent_regrouping(tm
         assert Deployments(store.storage).status(job.name, standby.id).state is State.STANDBY
         with pytest.raises(Refused, match=f"already has deployment {v1.id} in state RUNNING"):
             activate(job, store, standby.id, savepoint.id)
+        with pytest.raises(Refused, match=f"already has a pre-started deployment {standby.id}"):
+            prestart(job, store, "v3")
+        assert [d.id for d in Deployments(store.storage).list(job.name)] == [v1.id, standby.id]
         cancelled = rollback(job, store, None)
         assert cancelled.action == "none" and cancelled.replaced == [standby.id]
         assert Deployments(store.storage).status(job.name, standby.id).state is State.STOPPED

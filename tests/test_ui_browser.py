@@ -53,7 +53,7 @@ def _wait_ready(airflow: AirflowStack) -> str:
 
 def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: EmbeddedS3, s3_store: str) -> None:
     if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` (.ci/run installs it)")
+        pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (`make test` tries to)", pytrace=False)
     from playwright.sync_api import expect, sync_playwright
 
     jobs_file = write_jobs_file(tmp_path, s3_store)

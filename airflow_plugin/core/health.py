@@ -55,7 +55,7 @@ def assess(
     state = observed_state(deployment, status, heartbeat_timeout)
     target = target_batch(deployment, min_batches)
     last = status.last_batch_id if status else None
-    age = round(now - status.updated_at, 1) if status else None
+    age = round(status.age(now), 1) if status else None
 
     def verdict(v: Verdict, reason: str) -> Health:
         return Health(v, reason, deployment.job, deployment.id, deployment.version, str(state), last, target, age)

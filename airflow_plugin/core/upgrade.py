@@ -16,7 +16,7 @@ from typing import Any
 
 from .deploy import DeployRequest, deploy, live_deployments
 from .deployments import Deployment, Deployments, State
-from .errors import Refused, SavepointsError, TimedOut
+from .errors import Refused, SavepointsError
 from .jobs import JobSpec
 from .launcher import CommandBuilder, default_command
 from .progress import Progress
@@ -46,15 +46,16 @@ class RollbackResult:
 
 
 def _retire(job: JobSpec, store: SnapshotStore, deployment: Deployment, state: State, timeout: float | None) -> None:
-    """Stop a live deployment (a standby ends on a stop request too); kill it if it will not stop."""
-    try:
-        if not state.live:
-            raise TimedOut(f"deployment {deployment.id} is {state}")
-        stop(job, store, timeout=timeout, deployment_id=deployment.id, requested_by="rollback")
-    except SavepointsError as exc:  # would not stop, failed or got lost while stopping: make sure it is gone
-        log.warning("rollback of %s: %s; force-killing it", job.name, exc)
-        with contextlib.suppress(Refused):  # already gone
-            kill(job, store, deployment.id)
+    """Stop a live deployment (a standby ends on a stop request too); kill it if it will not stop, or if
+    it is LOST."""
+    if state.live:
+        try:
+            stop(job, store, timeout=timeout, deployment_id=deployment.id, requested_by="rollback")
+            return
+        except SavepointsError as exc:  # would not stop, failed or got lost while stopping
+            log.warning("rollback of %s: %s; force-killing it", job.name, exc)
+    with contextlib.suppress(Refused):  # already gone
+        kill(job, store, deployment.id)
 
 
 def rollback(

@@ -23,6 +23,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from ..core.health import Health, check_health
 from ..core.jobs import JobSpec, get_job, load_jobs
 from ..core.launcher import CommandBuilder, default_command
 from ..core.storage import S3Settings, open_storage, using_s3_settings
@@ -110,3 +111,9 @@ class SavepointsHook(BaseHook):
     def store(self, job: JobSpec) -> SnapshotStore:
         """The job's snapshot store; call inside `engine()` so that its S3 access is the connection's."""
         return SnapshotStore(open_storage(job.store, self.s3_settings))
+
+    def health(self, job_name: str, deployment_id: str, min_batches: int) -> Health:
+        """The health verdict of one deployment (the sensor's poke, the trigger's poll; blocking I/O)."""
+        with self.engine():
+            job = self.job(job_name)
+            return check_health(self.store(job), job, deployment_id, min_batches=min_batches)

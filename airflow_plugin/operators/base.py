@@ -4,9 +4,11 @@ name, and errors as Airflow understands them: bad input and refusals fail the ta
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
+from enum import StrEnum
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
@@ -55,5 +57,28 @@ class SavepointsBaseOperator(BaseOperator):
         except (InvalidInput, NotFound, Refused) as exc:
             raise AirflowFailException(str(exc)) from exc
 
+    @abstractmethod
     def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> Any:
-        raise NotImplementedError
+        """The operator's one engine call; its return value is the task's XCom."""
+
+    @staticmethod
+    def requested_by(context: Context) -> str:
+        """Who asks, as recorded in manifests and control requests."""
+        return f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}"
+
+
+def flag(value: object) -> bool:
+    """A templated boolean: a real bool (native rendering) or its rendered text ("True", "false", ...);
+    `bool("False")` would be True."""
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("true", "1", "yes")
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def choice(kind: type[E], value: object, what: str) -> E:
+    """A templated enum value, or bad input that lists the valid ones."""
+    try:
+        return kind(str(value))
+    except ValueError:
+        raise InvalidInput(f"invalid {what} {value!r}: use one of {', '.join(k.value for k in kind)}") from None

@@ -80,7 +80,7 @@ class DeployJobOperator(SavepointsBaseOperator):
                 restore=self.restore or "none",
                 partitions=int(self.partitions) if self.partitions not in (None, "", "None") else None,
                 wait_seconds=self.wait_seconds,
-                requested_by=f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}",
+                requested_by=self.requested_by(context),
             )
             deployment = deploy(request, store, command_builder=self.hook.command_builder, progress=self.progress)
         restored = deployment.restored_from or "nothing"
@@ -141,7 +141,7 @@ class StopJobOperator(SavepointsBaseOperator):
             savepoint=self.savepoint,
             drain=self.drain,
             timeout=self.timeout_seconds,
-            requested_by=f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}",
+            requested_by=self.requested_by(context),
             labels=dict(self.labels),
             pin=self.pin,
             progress=self.progress,

@@ -12,7 +12,7 @@ from ..core.jobs import JobSpec, jobs_file
 from ..core.prune import prune, retain_checkpoints
 from ..core.retention import parse_policy
 from ..core.store import SnapshotStore
-from .base import SavepointsBaseOperator
+from .base import SavepointsBaseOperator, flag
 
 
 class RetentionOperator(SavepointsBaseOperator):
@@ -29,12 +29,11 @@ class RetentionOperator(SavepointsBaseOperator):
 
     def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
         policy = parse_policy(job.retention, f"{jobs_file(self.jobs_file)} [jobs.{job.name}] retention")
-        dry_run = str(self.dry_run).lower() in ("true", "1", "yes")
+        dry_run = flag(self.dry_run)
         taken = []
         if self.checkpoints and not dry_run:
-            requested_by = f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}"
             outcomes = retain_checkpoints(
-                store, job.name, requested_by=requested_by, heartbeat_timeout=job.heartbeat_timeout
+                store, job.name, requested_by=self.requested_by(context), heartbeat_timeout=job.heartbeat_timeout
             )
             taken = [o.to_dict() for o in outcomes]
         plan, result = prune(store, policy, job=job.name, dry_run=dry_run, heartbeat_timeout=job.heartbeat_timeout)

@@ -15,7 +15,7 @@ from ..core.savepoint import take_savepoint
 from ..core.store import SnapshotStore
 from ..core.verify import verify_snapshot
 from ..links import SnapshotLink
-from .base import SavepointsBaseOperator
+from .base import SavepointsBaseOperator, choice, flag
 
 
 class SavepointOperator(SavepointsBaseOperator):
@@ -55,13 +55,13 @@ class SavepointOperator(SavepointsBaseOperator):
         manifest = take_savepoint(
             job,
             store,
-            kind=Kind(self.kind),
-            stop_after=bool(self.stop),
+            kind=choice(Kind, self.kind, "snapshot kind"),
+            stop_after=flag(self.stop),
             drain=self.drain,
-            pin=bool(self.pin),
+            pin=flag(self.pin),
             labels={str(k): str(v) for k, v in dict(self.labels).items()},
-            trigger=Trigger(self.trigger),
-            requested_by=f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}",
+            trigger=choice(Trigger, self.trigger, "trigger"),
+            requested_by=self.requested_by(context),
             timeout=self.timeout_seconds,
             progress=self.progress,
         )

@@ -13,7 +13,7 @@ from ..core.preflight import DEFAULT_TIMEOUT, preflight
 from ..core.store import SnapshotStore
 from ..core.upgrade import rollback
 from ..links import SnapshotLink, SparkUILink
-from .base import SavepointsBaseOperator
+from .base import SavepointsBaseOperator, flag
 from .deployments import deployment_xcom
 
 
@@ -46,7 +46,7 @@ class PreflightCheckOperator(SavepointsBaseOperator):
             store,
             self.snapshot_id,
             self.version,
-            allow_renames=str(self.allow_renames).lower() in ("true", "1", "yes"),
+            allow_renames=flag(self.allow_renames),
             timeout=self.timeout_seconds,
             command_builder=self.hook.command_builder,
         )
@@ -73,7 +73,7 @@ class RollbackOperator(SavepointsBaseOperator):
             job,
             store,
             self.snapshot_id or None,
-            requested_by=f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}",
+            requested_by=self.requested_by(context),
             stop_timeout=self.stop_timeout_seconds,
             command_builder=self.hook.command_builder,
             progress=self.progress,

@@ -13,7 +13,7 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from ..core.health import Health, Verdict, check_health
+from ..core.health import Verdict
 from ..hooks.savepoints import SavepointsHook
 from ..triggers.health import DeploymentHealthTrigger
 
@@ -47,13 +47,8 @@ class DeploymentHealthSensor(BaseSensorOperator):
     def hook(self) -> SavepointsHook:
         return SavepointsHook(aws_conn_id=self.aws_conn_id, spark_conn_id=None, jobs_file=self.jobs_file)
 
-    def _health(self) -> Health:
-        with self.hook.engine():
-            job = self.hook.job(self.job)
-            return check_health(self.hook.store(job), job, self.deployment_id, min_batches=int(self.min_batches))
-
     def poke(self, context: Context) -> PokeReturnValue:
-        health = self._health()
+        health = self.hook.health(self.job, self.deployment_id, int(self.min_batches))
         self.log.info("%s", health.reason)
         if health.verdict is Verdict.UNHEALTHY:
             raise AirflowFailException(f"job {self.job} is unhealthy: {health.reason}")

@@ -11,8 +11,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from ..core.health import Health, Verdict, check_health
-from ..core.storage import S3Settings, using_s3_settings
+from ..core.health import Verdict
 from ..hooks.savepoints import SavepointsHook
 
 
@@ -51,18 +50,12 @@ class DeploymentHealthTrigger(BaseTrigger):
             },
         )
 
-    def _check(self, hook: SavepointsHook, settings: S3Settings | None) -> Health:
-        with using_s3_settings(settings):
-            job = hook.job(self.job)
-            return check_health(hook.store(job), job, self.deployment_id, min_batches=self.min_batches)
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = SavepointsHook(aws_conn_id=self.aws_conn_id, spark_conn_id=None, jobs_file=self.jobs_file)
-        settings = await hook.async_s3_settings()
-        hook.s3_settings = settings  # resolved once, asynchronously; the threads reuse it
+        hook.s3_settings = await hook.async_s3_settings()  # resolved once, asynchronously; the threads reuse it
         while True:
             try:
-                health = await asyncio.to_thread(self._check, hook, settings)
+                health = await asyncio.to_thread(hook.health, self.job, self.deployment_id, self.min_batches)
             except Exception as exc:  # the task fails with the reason instead of the trigger crashing
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
                 return

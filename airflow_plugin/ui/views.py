@@ -43,9 +43,9 @@ class PageSettings:
     def resolved_jobs_file(self) -> str:
         if self.jobs_file:
             return self.jobs_file
-        from ..dag_params import JOBS_FILE  # imports airflow.sdk: only in the API server, on first use
+        from ..dag_params import dag_jobs_file  # imports airflow.sdk: only in the API server, on first use
 
-        return JOBS_FILE
+        return dag_jobs_file()
 
     def hook(self) -> PageHook:
         return PageHook(aws_conn_id=self.aws_conn_id, spark_conn_id=None, jobs_file=self.resolved_jobs_file())

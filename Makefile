@@ -14,8 +14,9 @@ setup:
 demo: setup
 	$(UV) run --frozen python -m devtools.demo
 
-airflow: setup  # the UI way: `airflow standalone` with the plugin and DAGs (http://localhost:8080)
-	$(UV) run --frozen python -m devtools.airflow_ui
+AIRFLOW_PORT ?= 8080
+airflow: setup  # the UI way: `airflow standalone` with the plugin and DAGs (http://127.0.0.1:$(AIRFLOW_PORT))
+	$(UV) run --frozen python -m devtools.airflow_ui --port $(AIRFLOW_PORT)
 
 browser:  # Debian's chromium for the browser test (playwright drives the system browser; no download)
 	@bash devtools/install_chromium.sh

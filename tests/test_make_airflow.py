@@ -1,0 +1,162 @@
+"""`make airflow`, the README's way in for people who want the UI, started as the Makefile starts it
+(`python -m devtools.airflow_ui`, i.e. `airflow standalone`) from a user's shell with no Airflow settings:
+log in with the password standalone generated, see the four DAGs with no import errors and the plugin's
+page behind authentication, run a DAG through standalone's own scheduler and executor, and stop it with
+Ctrl-C (SIGINT)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from ui_support import free_port
+
+from devtools.airflow_env import REPO
+from devtools.windowed import wait_for
+
+pytestmark = [pytest.mark.slow]
+
+DAG_IDS = {"savepoints_deploy", "savepoints_savepoint", "savepoints_retention", "savepoints_upgrade"}
+
+
+class Standalone:
+    def __init__(self, tmp_path: Path) -> None:
+        self.home, self.port = tmp_path / "airflow-home", free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = tmp_path / "standalone.log"
+        # a user's shell: none of this test session's Airflow settings
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SAVEPOINTS"))}
+        self.env["SAVEPOINTS_STORE"] = str(tmp_path / "store")  # not the repository's .runs/store
+        self.token = ""
+
+    def __enter__(self) -> Standalone:
+        command = [sys.executable, "-m", "devtools.airflow_ui", "--home", str(self.home), "--port", str(self.port)]
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.poll() is None:
+            self.interrupt()
+
+    def interrupt(self) -> int:
+        """Ctrl-C in the terminal: SIGINT to the whole foreground process group. Returns the exit code."""
+        os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            return self.process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGINT)  # the second Ctrl-C kills it
+            self.process.wait(timeout=30)
+            raise AssertionError(f"airflow standalone ignored Ctrl-C for 90 s:\n{self.log_tail()}") from None
+
+    def leftover_processes(self) -> list[str]:
+        """Processes still running in this AIRFLOW_HOME (standalone's components and their workers)."""
+        marker = f"AIRFLOW_HOME={self.home}".encode()
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
+                    command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                    found.append(f"{proc.name}: {command}")
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+        return found
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def wait_for(self, condition: Callable[[], bool], what: str, timeout: float) -> None:
+        try:
+            wait_for(condition, what, timeout)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; airflow standalone said:\n{self.log_tail()}") from None
+
+    def alive(self) -> None:
+        if self.process.poll() is not None:
+            raise AssertionError(f"airflow standalone exited with {self.process.returncode}:\n{self.log_tail()}")
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        return httpx.get(f"{self.url}{path}", headers=headers, timeout=10, **kwargs)
+
+    def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        return httpx.post(f"{self.url}{path}", json=body, headers={"Authorization": f"Bearer {self.token}"}, timeout=10)
+
+    def log_in(self) -> None:
+        password_file = self.home / "simple_auth_manager_passwords.json.generated"
+        self.wait_for(password_file.exists, "the admin password standalone generates", timeout=120)
+        password = json.loads(password_file.read_text())["admin"]
+        response = httpx.post(f"{self.url}/auth/token", json={"username": "admin", "password": password}, timeout=10)
+        assert response.status_code == 201, response.text
+        self.token = response.json()["access_token"]
+
+
+def _answers(standalone: Standalone, path: str) -> bool:
+    standalone.alive()
+    try:
+        return standalone.get(path).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path) -> None:
+    with Standalone(tmp_path) as airflow:
+
+        def healthy() -> bool:
+            if not _answers(airflow, "/api/v2/monitor/health"):
+                return False
+            health = airflow.get("/api/v2/monitor/health").json()
+            return all(health.get(c, {}).get("status") == "healthy" for c in ("metadatabase", "scheduler"))
+
+        airflow.wait_for(healthy, "airflow standalone's API server and a healthy scheduler", timeout=240)
+        assert httpx.get(f"{airflow.url}/api/v2/dags", timeout=10).status_code == 401
+        assert httpx.get(f"{airflow.url}/savepoints/api/jobs", timeout=10).status_code == 401  # not open by default
+        airflow.log_in()
+
+        def dags_parsed() -> bool:
+            airflow.alive()
+            listed = airflow.get("/api/v2/dags", params={"tags": "savepoints"}).json()
+            return {dag["dag_id"] for dag in listed["dags"]} >= DAG_IDS
+
+        airflow.wait_for(dags_parsed, f"the DAGs {sorted(DAG_IDS)} parsed by standalone's DAG processor", timeout=180)
+        errors = airflow.get("/api/v2/importErrors").json()
+        assert errors["total_entries"] == 0, errors
+
+        jobs = airflow.get("/savepoints/api/jobs")
+        assert jobs.status_code == 200, jobs.text
+        assert "windowed_counts" in jobs.text  # the jobs of jobs.toml, on the store given by SAVEPOINTS_STORE
+
+        # a DAG run end to end: standalone's scheduler, executor and worker through the execution API
+        created = airflow.post("/api/v2/dags/savepoints_retention/dagRuns", {"logical_date": None})
+        assert created.status_code == 200, created.text
+        run_id = created.json()["dag_run_id"]
+        run_path = f"/api/v2/dags/savepoints_retention/dagRuns/{run_id}"
+
+        def finished() -> bool:
+            airflow.alive()
+            return airflow.get(run_path).json()["state"] in ("success", "failed")
+
+        airflow.wait_for(finished, f"the retention run {run_id}", timeout=240)
+        tasks = airflow.get(f"{run_path}/taskInstances").json()["task_instances"]
+        states = {(t["task_id"], t["map_index"]): t["state"] for t in tasks}
+        assert airflow.get(run_path).json()["state"] == "success", states
+        assert states and set(states.values()) == {"success"}, states
+
+        assert airflow.interrupt() == 0, airflow.log_tail()
+    assert airflow.log_tail().rstrip().endswith("standalone | Complete"), airflow.log_tail()
+    assert airflow.leftover_processes() == []

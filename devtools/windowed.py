@@ -18,10 +18,18 @@ VERSIONS = ("v1", "v2", "v3", "regrouped", "broken")
 SPARK_UI = '"spark.ui.enabled" = "true", "spark.ui.port" = "0"'  # each driver's UI on a free port
 
 
-def write_jobs_file(directory: Path, store: str, *, job: str = "windowed", trigger: str = "1 second") -> Path:
+def write_jobs_file(
+    directory: Path,
+    store: str,
+    *,
+    job: str = "windowed",
+    trigger: str = "1 second",
+    apps: Path = APPS,
+    versions: tuple[str, ...] = VERSIONS,
+) -> Path:
     """A jobs file whose job reads `<directory>/input`, writes `<directory>/output`, keeps checkpoints and
-    logs under `directory`, and declares every example version."""
-    versions = "\n".join(f'versions.{v} = {{ application = "{APPS / v}.py" }}' for v in VERSIONS)
+    logs under `directory`, and declares the example versions (the windowed job's, or those in `apps`)."""
+    declared = "\n".join(f'versions.{v} = {{ application = "{apps / v}.py" }}' for v in versions)
     path = directory / "jobs.toml"
     path.write_text(
         f"""
@@ -37,7 +45,7 @@ trigger_interval = "{trigger}"
 default_version = "v1"
 args = ["--input", "input", "--output", "output"]
 conf = {{ "spark.sql.shuffle.partitions" = "3", "spark.driver.host" = "127.0.0.1", {SPARK_UI} }}
-{versions}
+{declared}
 retention.checkpoint = {{ keep_last = 2 }}
 retention.savepoint = {{ keep_last = 5 }}
 """

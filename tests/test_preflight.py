@@ -15,13 +15,21 @@ from airflow_plugin.core.deploy import DeployRequest, activate, deploy, prestart
 from airflow_plugin.core.deployments import Deployments, State
 from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.jobs import get_job
-from airflow_plugin.core.preflight import UpgradeBlocked, preflight, schema_field_names
+from airflow_plugin.core.preflight import (
+    PreflightReport,
+    UpgradeBlocked,
+    compare_schemas,
+    preflight,
+    schema_field_names,
+)
 from airflow_plugin.core.savepoint import take_savepoint
 from airflow_plugin.core.stop import stop
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.store import SnapshotStore
 from airflow_plugin.core.upgrade import rollback
-from devtools.windowed import Feeder, batches, processed, wait_for, write_jobs_file
+from devtools.windowed import REPO, Feeder, batches, processed, wait_for, write_jobs_file
+
+TOTALS_APPS = REPO / "spark_jobs/jobs/user_totals"
 
 
 def _utf(text: str) -> bytes:
@@ -42,6 +50,31 @@ def test_schema_field_names_reads_key_and_value_schemas_through_the_binary_frami
     assert schema_field_names(data) == [["window", "window.start", "user"], ["count"]]
     assert schema_field_names(b"v2\n" + _utf(key.replace('"user"', '"country"')) + _utf(value))[0][-1] == "country"
     assert schema_field_names(b"garbage") == []
+
+
+def _struct(*names: str) -> str:
+    fields = [{"name": n, "type": "long", "nullable": True, "metadata": {}} for n in names]
+    return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
+
+
+def _v3(*variables: tuple[str, str, str]) -> bytes:
+    """A transformWithState schema file (format v3): per state variable its name, key and value schema."""
+    body = b"".join(_utf(name) + b"\0\0\0\0\0\x01" + _utf(_struct(k)) + _utf(_struct(v)) for name, k, v in variables)
+    return _utf("v3") + len(variables).to_bytes(4, "big") + body
+
+
+def test_transform_with_state_schemas_compare_by_name_in_any_variable_order() -> None:
+    stored = {"state/0/_stateSchema/default": _v3(("count", "user", "c"), ("total", "user", "t"))}
+    reordered = {"state/0/_stateSchema/default": _v3(("total", "user", "t"), ("count", "user", "c"))}
+    renamed = {"state/0/_stateSchema/default": _v3(("count", "user", "events"), ("total", "user", "t"))}
+    same = PreflightReport("j", "v2", "sp-1", 3)
+    compare_schemas(same, stored, reordered)
+    assert same.schemas_compared == 1 and same.renames == []
+    changed = PreflightReport("j", "v2", "sp-1", 3)
+    compare_schemas(changed, stored, renamed)
+    assert [r.describe() for r in changed.renames] == [
+        "state/0/_stateSchema/default: value of state variable 1 (c) -> (events)"
+    ]
 
 
 @pytest.mark.spark
@@ -89,5 +122,39 @@ def test_preflight_passes_a_compatible_version_and_blocks_a_silent_regrouping(tm
         leftovers = list((tmp_path / "checkpoints" / job.name / "_preflight").rglob("*"))
         assert [p for p in leftovers if p.is_file()] == []
         assert [d.id for d in Deployments(store.storage).list(job.name)] == [v1.id, standby.id]
+    finally:
+        stop(job, store, deployment_id=v1.id)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_preflight_compares_transform_with_state_schemas_by_name(tmp_path: Path) -> None:
+    """transformWithState keeps its schemas in Spark's format v3, referenced by the operator metadata;
+    Spark's check ignores their names as well. The example job user_totals keyed by country instead of
+    user is blocked; the same version passes with its schema compared."""
+    jobs_file = write_jobs_file(
+        tmp_path, str(tmp_path / "store"), job="totals", apps=TOTALS_APPS, versions=("v1", "regrouped")
+    )
+    job = get_job("totals", str(jobs_file))
+    store = SnapshotStore(open_storage(job.store))
+    feed = Feeder(tmp_path / "input")
+    v1 = deploy(DeployRequest(job, "v1"), store)
+    try:
+        for _ in range(2):
+            feed.round()
+        wait_for(lambda: processed(v1.checkpoint, feed.rounds), "v1 to process 2 rounds")
+        savepoint = take_savepoint(job, store)
+        assert any("/_stateSchema/" in f.path for f in savepoint.files)
+
+        same = preflight(job, store, savepoint.id, "v1")
+        assert same.passed, same.reason
+        assert same.schemas_compared == 1 and same.renames == []
+
+        blocked = preflight(job, store, savepoint.id, "regrouped")
+        assert not blocked.passed and blocked.error_class is None  # Spark itself accepted it
+        assert [r.schema_file for r in blocked.renames] == ["state/0/_stateSchema/default"]
+        assert "key (user) -> (country)" in blocked.reason, blocked.reason
+        status = Deployments(store.storage).status(job.name, v1.id)
+        assert status is not None and status.state is State.RUNNING
     finally:
         stop(job, store, deployment_id=v1.id)

@@ -7,8 +7,9 @@ Spark application of the new version with a `noop` sink:
 
     spark-check    the snapshot restored, `commits/N` removed: Spark re-plans batch N with the stored
                    state schemas and fails on an incompatible key, value or operator
-    schema-probe   the same, with the stored state schemas removed: Spark writes the new version's
-                   schemas, whose field names are compared with the snapshot's
+    schema-probe   the same, with the stored state schemas removed (for transformWithState also the
+                   operator metadata's references to them): Spark writes the new version's schemas,
+                   whose field names are compared with the snapshot's
 
 Nothing of the running deployment is touched; the copies are deleted afterwards.
 """
@@ -38,8 +39,13 @@ from .store import SnapshotStore
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 600.0
-# Stored state schemas (formats v1/v2: key and value schema as JSON); one per state store.
+# Stored state schemas. Formats v1/v2: one file per state store, its key and value schema as JSON.
 _SCHEMA_FILE = re.compile(r"^state/.+/_metadata/schema$")
+# transformWithState (format v3): a file per run, `<batch>_<uuid>`, with a key and a value schema per state
+# variable; the operator metadata `_metadata/v2/<batch>` references them by absolute path.
+_SCHEMA_V3_FILE = re.compile(r"^(state/\d+/_stateSchema/[^/]+)/(\d+)_[^/]+$")
+_OPERATOR_METADATA_V2 = re.compile(r"^(state/\d+/_metadata/v2)/(\d+)$")
+_SCHEMA_PATHS = re.compile(r'"stateSchemaFilePaths":\[[^\]]*\]')
 _STRUCT = '{"type":"struct"'
 
 
@@ -76,17 +82,29 @@ def _names(struct: dict[str, Any], prefix: str = "") -> list[str]:
     return names
 
 
+def _key_value_pairs(schemas: list[list[str]]) -> list[list[list[str]]]:
+    """[key fields, value fields] per state variable, in a stable order (Spark's order of the state
+    variables in a transformWithState schema file is not part of the schema)."""
+    return sorted([list(pair) for pair in zip(schemas[0::2], schemas[1::2], strict=False)])
+
+
 @dataclass(frozen=True)
 class SchemaRename:
-    schema_file: str  # relative to the checkpoint, e.g. state/0/0/_metadata/schema
-    stored: list[list[str]]  # [key fields, value fields] in the snapshot
+    # relative to the checkpoint: state/0/0/_metadata/schema, or a transformWithState store's
+    # state/0/_stateSchema/default
+    schema_file: str
+    stored: list[list[str]]  # [key fields, value fields] in the snapshot (one pair per state variable)
     new: list[list[str]]  # the same as the new version writes them
 
     def describe(self) -> str:
+        pairs = len(self.stored) > 2
         parts = []
-        for what, old, new in zip(("key", "value"), self.stored, self.new, strict=False):
+        for index, (old, new) in enumerate(zip(self.stored, self.new, strict=False)):
             if old != new:
+                what = ("key", "value")[index % 2] + (f" of state variable {index // 2 + 1}" if pairs else "")
                 parts.append(f"{what} ({', '.join(old)}) -> ({', '.join(new)})")
+        if len(self.stored) != len(self.new):
+            parts.append(f"{len(self.stored) // 2} state variable(s) -> {len(self.new) // 2}")
         return f"{self.schema_file}: {'; '.join(parts)}"
 
 
@@ -118,7 +136,32 @@ class PreflightReport:
 
 
 def _stored_schemas(location: Storage) -> dict[str, bytes]:
-    return {info.key: location.read(info.key) for info in location.list("state/") if _SCHEMA_FILE.match(info.key)}
+    """The current schema of each state store: formats v1/v2 by file; for a transformWithState store
+    (keyed by its `_stateSchema/<store>` directory) the newest of its files."""
+    newest: dict[str, tuple[int, str]] = {}
+    for info in location.list("state/"):
+        if _SCHEMA_FILE.match(info.key):
+            newest[info.key] = (0, info.key)
+        elif match := _SCHEMA_V3_FILE.match(info.key):
+            newest[match[1]] = max(newest.get(match[1], (-1, "")), (int(match[2]), info.key))
+    return {schema: location.read(key) for schema, (_, key) in newest.items()}
+
+
+def _drop_schemas(location: Storage) -> None:
+    """Remove the stored state schemas so that Spark writes the new version's. transformWithState's
+    operator metadata references its schema files: Spark would read the removed files, so the
+    references go too (with none, Spark writes the new version's schema and runs on)."""
+    doomed: list[str] = []
+    for info in location.list("state/"):
+        if _SCHEMA_FILE.match(info.key):
+            doomed += [info.key, info.key.rsplit("/", 1)[0] + "/.schema.crc"]
+        elif "/_stateSchema/" in info.key:
+            doomed.append(info.key)
+        elif match := _OPERATOR_METADATA_V2.match(info.key):
+            text = location.read(info.key).decode("utf-8")
+            location.write(info.key, _SCHEMA_PATHS.sub('"stateSchemaFilePaths":[]', text).encode("utf-8"))
+            doomed.append(f"{match[1]}/.{match[2]}.crc")  # stale now
+    location.delete(doomed)
 
 
 def _prepare(store: SnapshotStore, manifest: Manifest, location: Storage, *, drop_schemas: bool) -> dict[str, bytes]:
@@ -129,7 +172,7 @@ def _prepare(store: SnapshotStore, manifest: Manifest, location: Storage, *, dro
     location.delete([f"commits/{manifest.batch_id}", f"commits/.{manifest.batch_id}.crc"])
     schemas = _stored_schemas(location)
     if drop_schemas:
-        location.delete([*schemas, *(k.rsplit("/", 1)[0] + "/.schema.crc" for k in schemas)])
+        _drop_schemas(location)
     return schemas
 
 
@@ -193,7 +236,7 @@ def preflight(
                 first_line = f"[{report.error_class}] {first_line}"
             report.reason = f"Spark refused the state: {first_line}"
             return report
-        _compare_schemas(report, stored, _stored_schemas(probe))
+        compare_schemas(report, stored, _stored_schemas(probe))
         if report.renames and not allow_renames:
             report.reason = (
                 "the new version's state schema renames fields that Spark's own check ignores (the old state "
@@ -214,12 +257,12 @@ def preflight(
         store.storage.delete([info.key for info in store.storage.list(deployment_prefix(job.name, run_id))])
 
 
-def _compare_schemas(report: PreflightReport, stored: dict[str, bytes], new: dict[str, bytes]) -> None:
+def compare_schemas(report: PreflightReport, stored: dict[str, bytes], new: dict[str, bytes]) -> None:
     for key, data in sorted(stored.items()):
         if key not in new:
             log.warning("pre-flight: the new version wrote no schema %s; its names were not compared", key)
             continue
         report.schemas_compared += 1
         old_names, new_names = schema_field_names(data), schema_field_names(new[key])
-        if old_names != new_names:
+        if _key_value_pairs(old_names) != _key_value_pairs(new_names):
             report.renames.append(SchemaRename(key, old_names, new_names))

@@ -71,12 +71,17 @@ def apply_job_conf(spark: SparkSession) -> None:
             spark.conf.set(key, value)
 
 
-def events(spark: SparkSession, args: JobArgs) -> DataFrame:
-    """The event stream with its watermark."""
+def raw_events(spark: SparkSession, args: JobArgs) -> DataFrame:
+    """The event stream as read, `--max-files-per-trigger` files a batch."""
     reader = spark.readStream.schema(EVENT_SCHEMA)
     if args.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
-    return reader.json(args.input).withWatermark("event_time", WATERMARK_DELAY)
+    return reader.json(args.input)
+
+
+def events(spark: SparkSession, args: JobArgs) -> DataFrame:
+    """The event stream with its watermark."""
+    return raw_events(spark, args).withWatermark("event_time", WATERMARK_DELAY)
 
 
 def window_counts(stream: DataFrame, keys: list[str]) -> DataFrame:

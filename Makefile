@@ -22,7 +22,7 @@ browser:  # Debian's chromium for the browser test (playwright drives the system
 	@bash devtools/install_chromium.sh
 
 test: setup browser lint
-	$(UV) run --frozen pytest -q
+	$(UV) run --frozen pytest -q --durations=15  # the slowest tests, to keep CI under its 30 minutes
 
 lint:
 	$(UV) run --frozen ruff check .

@@ -7,14 +7,16 @@ that has no savepoint. v1 keeps running throughout and its checkpoint is untouch
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from airflow_plugin.core.deploy import DeployRequest, activate, deploy, prestart
-from airflow_plugin.core.deployments import Deployments, State
+from airflow_plugin.core.deployments import Deployment, Deployments, State
 from airflow_plugin.core.errors import Refused
-from airflow_plugin.core.jobs import get_job
+from airflow_plugin.core.jobs import JobSpec, get_job
 from airflow_plugin.core.preflight import (
     PreflightReport,
     UpgradeBlocked,
@@ -77,17 +79,27 @@ def test_transform_with_state_schemas_compare_by_name_in_any_variable_order() ->
     ]
 
 
+@contextmanager
+def _running_v1(jobs_file: Path, name: str, rounds: int) -> Iterator[tuple[JobSpec, SnapshotStore, Deployment]]:
+    """Job `name` of `jobs_file` deployed at v1 (spark-submit) and through `rounds` rounds of input; stopped
+    afterwards."""
+    job = get_job(name, str(jobs_file))
+    store = SnapshotStore(open_storage(job.store))
+    feed = Feeder(jobs_file.parent / "input")
+    v1 = deploy(DeployRequest(job, "v1"), store)
+    try:
+        for _ in range(rounds):
+            feed.round()
+        wait_for(lambda: processed(v1.checkpoint, feed.rounds), f"v1 to process {rounds} rounds")
+        yield job, store, v1
+    finally:
+        stop(job, store, deployment_id=v1.id)
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_preflight_passes_a_compatible_version_and_blocks_a_silent_regrouping(tmp_path: Path) -> None:
-    job = get_job("windowed", str(write_jobs_file(tmp_path, str(tmp_path / "store"))))
-    store = SnapshotStore(open_storage(job.store))
-    feed = Feeder(tmp_path / "input")
-    v1 = deploy(DeployRequest(job, "v1"), store)
-    try:
-        for _ in range(3):
-            feed.round()
-        wait_for(lambda: processed(v1.checkpoint, feed.rounds), "v1 to process 3 rounds")
+    with _running_v1(write_jobs_file(tmp_path, str(tmp_path / "store")), "windowed", rounds=3) as (job, store, v1):
         savepoint = take_savepoint(job, store, labels={"purpose": "upgrade"})
         commits_before = batches(v1.checkpoint, "commits")
 
@@ -122,8 +134,6 @@ def test_preflight_passes_a_compatible_version_and_blocks_a_silent_regrouping(tm
         leftovers = list((tmp_path / "checkpoints" / job.name / "_preflight").rglob("*"))
         assert [p for p in leftovers if p.is_file()] == []
         assert [d.id for d in Deployments(store.storage).list(job.name)] == [v1.id, standby.id]
-    finally:
-        stop(job, store, deployment_id=v1.id)
 
 
 @pytest.mark.spark
@@ -135,14 +145,7 @@ def test_preflight_compares_transform_with_state_schemas_by_name(tmp_path: Path)
     jobs_file = write_jobs_file(
         tmp_path, str(tmp_path / "store"), job="totals", apps=TOTALS_APPS, versions=("v1", "regrouped")
     )
-    job = get_job("totals", str(jobs_file))
-    store = SnapshotStore(open_storage(job.store))
-    feed = Feeder(tmp_path / "input")
-    v1 = deploy(DeployRequest(job, "v1"), store)
-    try:
-        for _ in range(2):
-            feed.round()
-        wait_for(lambda: processed(v1.checkpoint, feed.rounds), "v1 to process 2 rounds")
+    with _running_v1(jobs_file, "totals", rounds=2) as (job, store, v1):
         savepoint = take_savepoint(job, store)
         assert any("/_stateSchema/" in f.path for f in savepoint.files)
 
@@ -156,5 +159,3 @@ def test_preflight_compares_transform_with_state_schemas_by_name(tmp_path: Path)
         assert "key (user) -> (country)" in blocked.reason, blocked.reason
         status = Deployments(store.storage).status(job.name, v1.id)
         assert status is not None and status.state is State.RUNNING
-    finally:
-        stop(job, store, deployment_id=v1.id)

@@ -135,31 +135,35 @@ class PreflightReport:
             )
 
 
-def _stored_schemas(location: Storage) -> dict[str, bytes]:
+def _state_keys(location: Storage) -> list[str]:
+    return [info.key for info in location.list("state/")]
+
+
+def _stored_schemas(location: Storage, state_keys: list[str]) -> dict[str, bytes]:
     """The current schema of each state store: formats v1/v2 by file; for a transformWithState store
     (keyed by its `_stateSchema/<store>` directory) the newest of its files."""
     newest: dict[str, tuple[int, str]] = {}
-    for info in location.list("state/"):
-        if _SCHEMA_FILE.match(info.key):
-            newest[info.key] = (0, info.key)
-        elif match := _SCHEMA_V3_FILE.match(info.key):
-            newest[match[1]] = max(newest.get(match[1], (-1, "")), (int(match[2]), info.key))
+    for key in state_keys:
+        if _SCHEMA_FILE.match(key):
+            newest[key] = (0, key)
+        elif match := _SCHEMA_V3_FILE.match(key):
+            newest[match[1]] = max(newest.get(match[1], (-1, "")), (int(match[2]), key))
     return {schema: location.read(key) for schema, (_, key) in newest.items()}
 
 
-def _drop_schemas(location: Storage) -> None:
+def _drop_schemas(location: Storage, state_keys: list[str]) -> None:
     """Remove the stored state schemas so that Spark writes the new version's. transformWithState's
     operator metadata references its schema files: Spark would read the removed files, so the
     references go too (with none, Spark writes the new version's schema and runs on)."""
     doomed: list[str] = []
-    for info in location.list("state/"):
-        if _SCHEMA_FILE.match(info.key):
-            doomed += [info.key, info.key.rsplit("/", 1)[0] + "/.schema.crc"]
-        elif "/_stateSchema/" in info.key:
-            doomed.append(info.key)
-        elif match := _OPERATOR_METADATA_V2.match(info.key):
-            text = location.read(info.key).decode("utf-8")
-            location.write(info.key, _SCHEMA_PATHS.sub('"stateSchemaFilePaths":[]', text).encode("utf-8"))
+    for key in state_keys:
+        if _SCHEMA_FILE.match(key):
+            doomed += [key, key.rsplit("/", 1)[0] + "/.schema.crc"]
+        elif "/_stateSchema/" in key:
+            doomed.append(key)
+        elif match := _OPERATOR_METADATA_V2.match(key):
+            text = location.read(key).decode("utf-8")
+            location.write(key, _SCHEMA_PATHS.sub('"stateSchemaFilePaths":[]', text).encode("utf-8"))
             doomed.append(f"{match[1]}/.{match[2]}.crc")  # stale now
     location.delete(doomed)
 
@@ -170,9 +174,10 @@ def _prepare(store: SnapshotStore, manifest: Manifest, location: Storage, *, dro
     plan = plan_restore(store, manifest.job, manifest.id, location, allow_sink_ahead=True)  # noop sink
     execute_restore(store, plan)
     location.delete([f"commits/{manifest.batch_id}", f"commits/.{manifest.batch_id}.crc"])
-    schemas = _stored_schemas(location)
+    state_keys = _state_keys(location)
+    schemas = _stored_schemas(location, state_keys)
     if drop_schemas:
-        _drop_schemas(location)
+        _drop_schemas(location, state_keys)
     return schemas
 
 
@@ -236,7 +241,7 @@ def preflight(
                 first_line = f"[{report.error_class}] {first_line}"
             report.reason = f"Spark refused the state: {first_line}"
             return report
-        compare_schemas(report, stored, _stored_schemas(probe))
+        compare_schemas(report, stored, _stored_schemas(probe, _state_keys(probe)))
         if report.renames and not allow_renames:
             report.reason = (
                 "the new version's state schema renames fields that Spark's own check ignores (the old state "
@@ -258,6 +263,7 @@ def preflight(
 
 
 def compare_schemas(report: PreflightReport, stored: dict[str, bytes], new: dict[str, bytes]) -> None:
+    """Record in `report` each stored schema whose field names the new version's differ from."""
     for key, data in sorted(stored.items()):
         if key not in new:
             log.warning("pre-flight: the new version wrote no schema %s; its names were not compared", key)

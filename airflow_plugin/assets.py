@@ -8,9 +8,9 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, Context
 
-from .core.manifest import Manifest
+from .core.snapshots.manifest import Manifest
+from .core.snapshots.store import SnapshotStore, manifest_key
 from .core.storage import LocalStorage
-from .core.store import SnapshotStore, manifest_key
 
 SNAPSHOTS = AssetAlias("savepoints-snapshots")
 

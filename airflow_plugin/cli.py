@@ -24,21 +24,21 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 from rich.text import Text
 
-from .core.create import SnapshotRequest, create_snapshot
-from .core.deploy import RESTORE_MODES, DeployRequest, deploy
 from .core.errors import InvalidInput, NotFound, SavepointsError
-from .core.jobs import JOBS_ENV, JobSpec, get_job, jobs_file, load_jobs
-from .core.launcher import default_command
-from .core.lifecycle import delete_snapshot, set_pinned
-from .core.manifest import Kind, Manifest, Trigger
-from .core.preflight import preflight
-from .core.prune import prune, retain_checkpoints
-from .core.restore import execute_restore, plan_restore
-from .core.retention import Plan, RetentionPolicy, parse_policy
-from .core.stop import job_status, kill, stop
+from .core.jobs.deploy import RESTORE_MODES, DeployRequest, deploy
+from .core.jobs.launcher import default_command
+from .core.jobs.preflight import preflight
+from .core.jobs.spec import JOBS_ENV, JobSpec, get_job, jobs_file, load_jobs
+from .core.jobs.stop import job_status, kill, stop
+from .core.retention.policy import Plan, RetentionPolicy, parse_policy
+from .core.retention.prune import prune, retain_checkpoints
+from .core.snapshots.create import SnapshotRequest, create_snapshot
+from .core.snapshots.lifecycle import delete_snapshot, set_pinned
+from .core.snapshots.manifest import Kind, Manifest, Trigger
+from .core.snapshots.restore import execute_restore, plan_restore
+from .core.snapshots.store import SnapshotStore
+from .core.snapshots.verify import verify_snapshot
 from .core.storage import open_storage
-from .core.store import SnapshotStore
-from .core.verify import verify_snapshot
 
 STORE_ENV = "SAVEPOINTS_STORE"
 EXIT_VERIFY_FAILED = 6

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from airflow.sdk import Param
 
-from .core.deploy import RESTORE_MODES
-from .core.jobs import JOBS_ENV, JobSpec, load_jobs
+from .core.jobs.deploy import RESTORE_MODES
+from .core.jobs.spec import JOBS_ENV, JobSpec, load_jobs
 
 PROJECT_JOBS_FILE = Path(__file__).resolve().parents[1] / "jobs.toml"
 

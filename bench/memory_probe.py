@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_plugin.core.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
-from airflow_plugin.core.store import SnapshotStore
 
 
 def rss_mb(field: str) -> float:

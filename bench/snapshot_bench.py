@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from airflow_plugin.core.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.manifest import Manifest
-from airflow_plugin.core.restore import execute_restore, plan_restore
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.manifest import Manifest
+from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
+from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import S3Storage, open_storage
-from airflow_plugin.core.store import SnapshotStore
 from bench import spark_feed
 from bench.report import Results, Target, log, report
 from devtools.embedded_s3 import DUMMY_CREDENTIALS, EmbeddedS3

@@ -19,12 +19,12 @@ import statistics
 import time
 from pathlib import Path
 
-from airflow_plugin.core.deploy import DeployRequest, activate, deploy, prestart
-from airflow_plugin.core.deployments import Deployment
-from airflow_plugin.core.jobs import JobSpec, get_job
-from airflow_plugin.core.stop import stop
+from airflow_plugin.core.jobs.deploy import DeployRequest, activate, deploy, prestart
+from airflow_plugin.core.jobs.deployments import Deployment
+from airflow_plugin.core.jobs.spec import JobSpec, get_job
+from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
-from airflow_plugin.core.store import SnapshotStore
 from bench.report import Results, Target, log, report
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.java import require_java

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from airflow_plugin.core.errors import SavepointsError
-from airflow_plugin.core.stop import kill
+from airflow_plugin.core.jobs.stop import kill
 from devtools import airflow_env
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.java import require_java

@@ -19,12 +19,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from airflow_plugin.core.deployments import Deployment, Deployments, State, observed_state
-from airflow_plugin.core.jobs import JOBS_ENV, JobSpec, get_job
-from airflow_plugin.core.manifest import Manifest
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State, observed_state
+from airflow_plugin.core.jobs.spec import JOBS_ENV, JobSpec, get_job
+from airflow_plugin.core.snapshots.manifest import Manifest
+from airflow_plugin.core.snapshots.store import SnapshotStore
+from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
-from airflow_plugin.core.store import SnapshotStore
-from airflow_plugin.core.verify import verify_snapshot
 from devtools.dag_runs import DagRunResult, run_dag
 from devtools.windowed import Feeder, output_complete, processed, wait_for, write_jobs_file
 from spark_jobs.jobs.windowed.output import read_output, summarize

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
-from airflow_plugin.core.deployments import Deployment, Deployments, State, Status
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State, Status
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.hooks.savepoints import SavepointsHook
 from airflow_plugin.operators.deployments import DeployJobOperator, StopJobOperator
@@ -227,8 +227,8 @@ def test_an_unreachable_store_fails_with_a_message_that_names_it(
 
 
 def test_a_rollback_to_a_snapshot_that_names_no_version_is_refused(tmp_path: Path) -> None:
-    from airflow_plugin.core.create import SnapshotRequest, create_snapshot
-    from airflow_plugin.core.store import SnapshotStore
+    from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+    from airflow_plugin.core.snapshots.store import SnapshotStore
     from tests.synthetic import write_checkpoint
 
     jobs, _ = _deployment(tmp_path, State.STOPPED, 3)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from synthetic import write_checkpoint
 
-from airflow_plugin.core.manifest import Status
+from airflow_plugin.core.snapshots.manifest import Status
+from airflow_plugin.core.snapshots.store import SnapshotStore
+from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
-from airflow_plugin.core.store import SnapshotStore
-from airflow_plugin.core.verify import verify_snapshot
 
 
 def start_create(store: str, ckpt: Path) -> subprocess.Popen[bytes]:

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from airflow_plugin.core.errors import SavepointsError
-from airflow_plugin.core.jobs import JOBS_ENV
-from airflow_plugin.core.manifest import Status
-from airflow_plugin.core.stop import kill
-from airflow_plugin.core.verify import verify_snapshot
+from airflow_plugin.core.jobs.spec import JOBS_ENV
+from airflow_plugin.core.jobs.stop import kill
+from airflow_plugin.core.snapshots.manifest import Status
+from airflow_plugin.core.snapshots.verify import verify_snapshot
 from devtools.scenario import JOB, Lifecycle
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from synthetic import add_batch, tree, write_checkpoint
 
-from airflow_plugin.core.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.errors import CheckpointError, IntegrityError, Refused
-from airflow_plugin.core.lifecycle import delete_snapshot, set_pinned
-from airflow_plugin.core.manifest import Kind, Status
-from airflow_plugin.core.restore import execute_restore, plan_restore
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.lifecycle import delete_snapshot, set_pinned
+from airflow_plugin.core.snapshots.manifest import Kind, Status
+from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
+from airflow_plugin.core.snapshots.store import SnapshotStore
+from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import LocalStorage, open_storage
-from airflow_plugin.core.store import SnapshotStore
-from airflow_plugin.core.verify import verify_snapshot
 
 
 def snapshot(store_uri: str, checkpoint: Path | str, **request: object):

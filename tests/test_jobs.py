@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.cli import main
-from airflow_plugin.core.deployments import Deployment, Deployments, State, Status, observed_state
 from airflow_plugin.core.errors import InvalidInput, NotFound
-from airflow_plugin.core.jobs import get_job, load_jobs
-from airflow_plugin.core.launcher import cluster_ids, redact
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State, Status, observed_state
+from airflow_plugin.core.jobs.launcher import cluster_ids, redact
+from airflow_plugin.core.jobs.spec import get_job, load_jobs
 from airflow_plugin.core.storage import open_storage
 
 
@@ -193,7 +193,7 @@ def test_a_checkpoint_location_another_deployment_owns_is_refused(
 
 STUBBORN_JOB = """
 import argparse, time
-from airflow_plugin.core.deployments import Deployments, State, Status
+from airflow_plugin.core.jobs.deployments import Deployments, State, Status
 from airflow_plugin.core.storage import open_storage
 p = argparse.ArgumentParser()
 for name in ("--store", "--job", "--deployment", "--checkpoint", "--trigger-interval", "--delivery"):
@@ -217,7 +217,7 @@ def test_kill_force_stops_a_job_that_ignores_stop(tmp_path: Path, capsys: pytest
     assert main(["stop", "orders", "--jobs", jobs, "--timeout", "2"]) == 10
     capsys.readouterr()
     record = Deployments(open_storage(str(tmp_path / "store"))).get("orders", deployment)
-    from airflow_plugin.core.launcher import alive
+    from airflow_plugin.core.jobs.launcher import alive
 
     assert alive(record.launcher)
     assert main(["kill", "orders", "--jobs", jobs]) == 0

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.deploy import DeployRequest, deploy
-from airflow_plugin.core.deployments import Deployment, Deployments, State
-from airflow_plugin.core.jobs import JobSpec, get_job
-from airflow_plugin.core.launcher import LaunchFailed, alive
-from airflow_plugin.core.stop import stop
+from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
+from airflow_plugin.core.jobs.launcher import LaunchFailed, alive
+from airflow_plugin.core.jobs.spec import JobSpec, get_job
+from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
-from airflow_plugin.core.store import SnapshotStore
 from devtools.windowed import Feeder, batches, output_complete, processed, wait_for, write_jobs_file
 from spark_jobs.jobs.windowed.output import read_output, summarize
 

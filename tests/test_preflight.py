@@ -13,22 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.deploy import DeployRequest, activate, deploy, prestart
-from airflow_plugin.core.deployments import Deployment, Deployments, State
 from airflow_plugin.core.errors import Refused
-from airflow_plugin.core.jobs import JobSpec, get_job
-from airflow_plugin.core.preflight import (
+from airflow_plugin.core.jobs.deploy import DeployRequest, activate, deploy, prestart
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
+from airflow_plugin.core.jobs.preflight import (
     PreflightReport,
     UpgradeBlocked,
     compare_schemas,
     preflight,
     schema_field_names,
 )
-from airflow_plugin.core.savepoint import take_savepoint
-from airflow_plugin.core.stop import stop
+from airflow_plugin.core.jobs.savepoint import take_savepoint
+from airflow_plugin.core.jobs.spec import JobSpec, get_job
+from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.jobs.upgrade import rollback
+from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
-from airflow_plugin.core.store import SnapshotStore
-from airflow_plugin.core.upgrade import rollback
 from devtools.windowed import REPO, Feeder, batches, processed, wait_for, write_jobs_file
 
 TOTALS_APPS = REPO / "spark_jobs/jobs/user_totals"

@@ -10,13 +10,13 @@ import pytest
 from spark_kinds import KINDS, run_rounds
 from synthetic import tree
 
-from airflow_plugin.core.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.errors import Refused
-from airflow_plugin.core.manifest import Manifest
-from airflow_plugin.core.rescale import check_rescalable, current_partitions, repartition
-from airflow_plugin.core.restore import execute_restore, plan_restore
+from airflow_plugin.core.jobs.rescale import check_rescalable, current_partitions, repartition
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.manifest import Manifest
+from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
+from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
-from airflow_plugin.core.store import SnapshotStore
 
 pytestmark = pytest.mark.spark
 

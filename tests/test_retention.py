@@ -22,14 +22,11 @@ from hypothesis import strategies as st
 from synthetic import add_batch, tree, write_checkpoint
 
 from airflow_plugin.cli import main
-from airflow_plugin.core.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.deployments import Deployment, Deployments, State
-from airflow_plugin.core.deployments import Status as Heartbeat
 from airflow_plugin.core.errors import InvalidInput
-from airflow_plugin.core.manifest import FileEntry, Kind, Manifest, Status, Trigger, blob_key, new_snapshot_id
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
+from airflow_plugin.core.jobs.deployments import Status as Heartbeat
 from airflow_plugin.core.parallel import run_parallel
-from airflow_plugin.core.prune import execute, observe, prune, retain_checkpoints
-from airflow_plugin.core.retention import (
+from airflow_plugin.core.retention.policy import (
     KindPolicy,
     Observed,
     ObservedDeployment,
@@ -38,9 +35,12 @@ from airflow_plugin.core.retention import (
     parse_policy,
     plan,
 )
+from airflow_plugin.core.retention.prune import execute, observe, prune, retain_checkpoints
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.manifest import FileEntry, Kind, Manifest, Status, Trigger, blob_key, new_snapshot_id
+from airflow_plugin.core.snapshots.store import SnapshotStore
+from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import LocalStorage, ObjectInfo, Storage, open_storage
-from airflow_plugin.core.store import SnapshotStore
-from airflow_plugin.core.verify import verify_snapshot
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 HOUR = 3600.0

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from airflow_plugin.core.deployments import ControlRequest, Deployments, State, Status, new_request_id
+from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, State, Status, new_request_id
 from airflow_plugin.core.storage import open_storage
 from devtools.embedded_s3 import EmbeddedS3
 from spark_jobs import generate

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_plugin.core.launcher import SubmitSpec
+from airflow_plugin.core.jobs.launcher import SubmitSpec
 
 
 def test_command_comes_from_the_spark_connection(monkeypatch: pytest.MonkeyPatch) -> None:

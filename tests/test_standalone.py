@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from test_lifecycle_e2e import Feeder, processed, wait_for, wait_output_complete
 
-from airflow_plugin.core.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs import get_job
-from airflow_plugin.core.stop import stop
+from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
+from airflow_plugin.core.jobs.spec import get_job
+from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
-from airflow_plugin.core.store import SnapshotStore
 from devtools.standalone import StandaloneCluster
 from spark_jobs.jobs.windowed.output import read_output, summarize
 

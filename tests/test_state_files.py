@@ -17,7 +17,7 @@ import pytest
 import spark_kinds as sk
 
 from airflow_plugin.core.errors import CheckpointChanged, CheckpointError
-from airflow_plugin.core.state_files import files_for_version
+from airflow_plugin.core.snapshots.state_files import files_for_version
 
 # ---------------------------------------------------------------- synthetic store files
 

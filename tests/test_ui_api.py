@@ -22,10 +22,10 @@ from fastapi.testclient import TestClient
 from synthetic import add_batch, tree, write_checkpoint
 from ui_support import bearer, serialize_dags, token
 
-from airflow_plugin.core.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.manifest import Kind
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.manifest import Kind
+from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
-from airflow_plugin.core.store import SnapshotStore
 from airflow_plugin.ui.app import create_app
 from airflow_plugin.ui.security import PAGE_HEADER, SAVEPOINT_DAG_ID
 from airflow_plugin.ui.views import PAGE_SIZE, PageSettings

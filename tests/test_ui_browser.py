@@ -15,12 +15,12 @@ import httpx
 import pytest
 from ui_support import AirflowStack
 
-from airflow_plugin.core.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs import get_job
-from airflow_plugin.core.savepoint import take_savepoint
-from airflow_plugin.core.stop import kill
+from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
+from airflow_plugin.core.jobs.savepoint import take_savepoint
+from airflow_plugin.core.jobs.spec import get_job
+from airflow_plugin.core.jobs.stop import kill
+from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
-from airflow_plugin.core.store import SnapshotStore
 from airflow_plugin.links import snapshot_page_url
 from airflow_plugin.ui.security import SAVEPOINT_DAG_ID
 from devtools.embedded_s3 import EmbeddedS3

@@ -23,11 +23,11 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from ..core.health import Health, check_health
-from ..core.jobs import JobSpec, get_job, load_jobs
-from ..core.launcher import CommandBuilder, default_command
+from ..core.jobs.health import Health, check_health
+from ..core.jobs.launcher import CommandBuilder, default_command
+from ..core.jobs.spec import JobSpec, get_job, load_jobs
+from ..core.snapshots.store import SnapshotStore
 from ..core.storage import S3Settings, open_storage, using_s3_settings
-from ..core.store import SnapshotStore
 
 log = logging.getLogger(__name__)
 _NO_AWS_CONNECTION = "S3 access from boto3's own chain (environment, profile, role)"

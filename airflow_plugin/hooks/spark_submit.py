@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from ..core.launcher import DETACH_CONF, CommandBuilder, SubmitSpec
+from ..core.jobs.launcher import DETACH_CONF, CommandBuilder, SubmitSpec
 
 
 def hook_command_builder(conn_id: str = "spark_default") -> CommandBuilder:
-    """A CommandBuilder for `core.launcher.launch` that takes master and deploy mode from the connection."""
+    """A CommandBuilder for `core.jobs.launcher.launch` that takes master and deploy mode from the connection."""
 
     def build(spec: SubmitSpec) -> list[str]:
         hook = SparkSubmitHook(

@@ -14,9 +14,9 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.errors import InvalidInput, NotFound, Refused
-from ..core.jobs import JobSpec
+from ..core.jobs.spec import JobSpec
 from ..core.progress import LogProgress
-from ..core.store import SnapshotStore
+from ..core.snapshots.store import SnapshotStore
 from ..hooks.savepoints import SavepointsHook
 
 

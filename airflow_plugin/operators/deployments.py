@@ -8,11 +8,11 @@ from typing import Any
 from airflow.sdk import Context
 
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
-from ..core.deploy import DeployRequest, activate, deploy, prestart
-from ..core.deployments import Deployment, Deployments
-from ..core.jobs import JobSpec
-from ..core.stop import stop
-from ..core.store import SnapshotStore
+from ..core.jobs.deploy import DeployRequest, activate, deploy, prestart
+from ..core.jobs.deployments import Deployment, Deployments
+from ..core.jobs.spec import JobSpec
+from ..core.jobs.stop import stop
+from ..core.snapshots.store import SnapshotStore
 from ..links import SnapshotLink, SparkUILink
 from .base import SavepointsBaseOperator
 

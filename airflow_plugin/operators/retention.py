@@ -8,10 +8,10 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from ..core.jobs import JobSpec, jobs_file
-from ..core.prune import prune, retain_checkpoints
-from ..core.retention import parse_policy
-from ..core.store import SnapshotStore
+from ..core.jobs.spec import JobSpec, jobs_file
+from ..core.retention.policy import parse_policy
+from ..core.retention.prune import prune, retain_checkpoints
+from ..core.snapshots.store import SnapshotStore
 from .base import SavepointsBaseOperator, flag
 
 

@@ -9,11 +9,11 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
-from ..core.jobs import JobSpec
-from ..core.manifest import Kind, Trigger
-from ..core.savepoint import take_savepoint
-from ..core.store import SnapshotStore
-from ..core.verify import verify_snapshot
+from ..core.jobs.savepoint import take_savepoint
+from ..core.jobs.spec import JobSpec
+from ..core.snapshots.manifest import Kind, Trigger
+from ..core.snapshots.store import SnapshotStore
+from ..core.snapshots.verify import verify_snapshot
 from ..links import SnapshotLink
 from .base import SavepointsBaseOperator, choice, flag
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from ..core.jobs import JobSpec
-from ..core.preflight import DEFAULT_TIMEOUT, preflight
-from ..core.store import SnapshotStore
-from ..core.upgrade import rollback
+from ..core.jobs.preflight import DEFAULT_TIMEOUT, preflight
+from ..core.jobs.spec import JobSpec
+from ..core.jobs.upgrade import rollback
+from ..core.snapshots.store import SnapshotStore
 from ..links import SnapshotLink, SparkUILink
 from .base import SavepointsBaseOperator, flag
 from .deployments import deployment_xcom

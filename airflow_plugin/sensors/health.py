@@ -13,7 +13,7 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from ..core.health import Verdict
+from ..core.jobs.health import Verdict
 from ..hooks.savepoints import SavepointsHook
 from ..triggers.health import DeploymentHealthTrigger
 

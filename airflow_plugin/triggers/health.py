@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from ..core.health import Verdict
+from ..core.jobs.health import Verdict
 from ..hooks.savepoints import SavepointsHook
 
 

@@ -25,7 +25,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..core.lifecycle import set_pinned
+from ..core.snapshots.lifecycle import set_pinned
 from . import runs, views
 from .errors import ApiError, engine_errors
 from .security import authenticated, can_read_runs, can_trigger, from_the_page, optional_user, permissions

@@ -11,9 +11,9 @@ from functools import cached_property
 from typing import Any
 
 from ..core.errors import InvalidInput
-from ..core.jobs import JobSpec
-from ..core.manifest import Manifest
-from ..core.stop import job_status
+from ..core.jobs.spec import JobSpec
+from ..core.jobs.stop import job_status
+from ..core.snapshots.manifest import Manifest
 from ..core.storage import S3Settings
 from ..hooks.savepoints import SavepointsHook
 

@@ -11,8 +11,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from airflow_plugin.core.deployments import ControlRequest, Deployments
 from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery

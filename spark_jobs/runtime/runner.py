@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
-from airflow_plugin.core.deployments import ControlRequest, Deployments, State, Status
+from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, State, Status
 from airflow_plugin.core.storage import open_storage
 
 from .args import RuntimeArgs, Trigger, parse_args

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from airflow_plugin.core.deployments import Deployments, State, Status
 from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.jobs.deployments import Deployments, State, Status
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.listener import (

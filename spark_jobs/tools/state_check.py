@@ -1,6 +1,6 @@
 """Deep verify, as its own Spark application: read every operator's state at batch N from a restored
 checkpoint with Spark's state data sources, and compare it row for row with the original checkpoint
-while that still holds batch N. Writes a JSON result; the engine (core/verify.py) reads it.
+while that still holds batch N. Writes a JSON result; the engine (core/snapshots/verify.py) reads it.
 
     spark-submit state_check.py --checkpoint DIR --batch N [--original LOCATION] --out result.json
 """

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import CheckpointChanged, CheckpointError, SavepointsError
+from ..parallel import DEFAULT_CONCURRENCY, run_parallel
+from ..progress import NullProgress, Progress
+from ..storage import ObjectInfo, Storage, copy_and_hash, open_storage
 from .checkpoint import RestartPoint, read_restart_point
-from .errors import CheckpointChanged, CheckpointError, SavepointsError
 from .manifest import FileEntry, Kind, Manifest, Status, Trigger, blob_key, check_name, new_snapshot_id, utc_now
-from .parallel import DEFAULT_CONCURRENCY, run_parallel
-from .progress import NullProgress, Progress
 from .sinks import sink_position
-from .storage import ObjectInfo, Storage, copy_and_hash, open_storage
 from .store import SnapshotStore
 
 log = logging.getLogger(__name__)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 
-from .errors import IntegrityError, NotFound
+from ..errors import IntegrityError, NotFound
+from ..parallel import run_parallel
+from ..storage import Storage
 from .manifest import Manifest, Status, check_name
-from .parallel import run_parallel
-from .storage import Storage
 
 log = logging.getLogger(__name__)
 

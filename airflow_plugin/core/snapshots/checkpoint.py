@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CheckpointError, NotFound
+from ..errors import CheckpointError, NotFound
+from ..storage import ObjectInfo, Storage
 from .state_files import files_for_version
-from .storage import ObjectInfo, Storage
 
 _BATCH = re.compile(r"^\d+$")
 _SOURCE_LOG = re.compile(r"^(\d+)(\.compact)?$")

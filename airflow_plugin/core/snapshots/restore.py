@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import IntegrityError, Refused
+from ..errors import IntegrityError, Refused
+from ..parallel import DEFAULT_CONCURRENCY, run_parallel
+from ..progress import NullProgress, Progress
+from ..storage import Storage, open_storage, sha256_file, spark_uri
 from .manifest import FileEntry, Manifest, Status
-from .parallel import DEFAULT_CONCURRENCY, run_parallel
-from .progress import NullProgress, Progress
 from .sinks import sink_position
-from .storage import Storage, open_storage, sha256_file, spark_uri
 from .store import SnapshotStore
 
 # transformWithState operator metadata v2 holds absolute schema file paths: state/<op>/_metadata/v2/<b>

@@ -7,16 +7,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .create import SnapshotRequest, create_snapshot
+from ..errors import Refused, SavepointsError, TimedOut
+from ..progress import Progress
+from ..snapshots.create import SnapshotRequest, create_snapshot
+from ..snapshots.manifest import Kind, Manifest, Trigger, utc_now
+from ..snapshots.store import SnapshotStore
+from ..storage import open_storage
 from .deploy import live_deployments
 from .deployments import ControlRequest, Deployment, Deployments, State, Status, new_request_id, observed_state
-from .errors import Refused, SavepointsError, TimedOut
-from .jobs import JobSpec
 from .launcher import force_kill
-from .manifest import Kind, Manifest, Trigger, utc_now
-from .progress import Progress
-from .storage import open_storage
-from .store import SnapshotStore
+from .spec import JobSpec
 
 
 @dataclass

@@ -3,15 +3,15 @@ What the savepoint operator, the savepoint DAG and the UI button call."""
 
 from __future__ import annotations
 
-from .create import SnapshotRequest, create_snapshot
+from ..errors import Refused
+from ..progress import Progress
+from ..snapshots.create import SnapshotRequest, create_snapshot
+from ..snapshots.manifest import Kind, Manifest, Trigger
+from ..snapshots.store import SnapshotStore
+from ..storage import open_storage
 from .deployments import Deployments
-from .errors import Refused
-from .jobs import JobSpec
-from .manifest import Kind, Manifest, Trigger
-from .progress import Progress
+from .spec import JobSpec
 from .stop import running_deployment, stop
-from .storage import open_storage
-from .store import SnapshotStore
 
 
 def take_savepoint(

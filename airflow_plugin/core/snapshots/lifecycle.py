@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from .errors import Refused
+from ..errors import Refused
 from .manifest import Manifest, in_flight
 from .store import SnapshotStore
 

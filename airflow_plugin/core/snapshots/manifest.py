@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from .errors import IntegrityError, InvalidInput
-from .storage import check_key
+from ..errors import IntegrityError, InvalidInput
+from ..storage import check_key
 
 FORMAT_VERSION = 1
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from .errors import IntegrityError, NotFound
-from .manifest import check_name, utc_now
-from .storage import Storage
+from ..errors import IntegrityError, NotFound
+from ..snapshots.manifest import check_name, utc_now
+from ..storage import Storage
 
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # seconds without a status update before a live state reads as LOST
 

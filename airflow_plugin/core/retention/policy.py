@@ -21,11 +21,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from .deployments import State
-from .errors import InvalidInput
-from .manifest import IN_FLIGHT_SECONDS, Kind, Manifest, Status, in_flight
-from .storage import ObjectInfo
-from .store import manifest_key
+from ..errors import InvalidInput
+from ..jobs.deployments import State
+from ..snapshots.manifest import IN_FLIGHT_SECONDS, Kind, Manifest, Status, in_flight
+from ..snapshots.store import manifest_key
+from ..storage import ObjectInfo
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$")
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}

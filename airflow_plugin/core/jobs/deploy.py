@@ -21,8 +21,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import read_restart_point
-from .create import SnapshotRequest, create_snapshot
+from ..errors import CheckpointError, NotFound, Refused
+from ..progress import Progress
+from ..snapshots.checkpoint import read_restart_point
+from ..snapshots.create import SnapshotRequest, create_snapshot
+from ..snapshots.manifest import Kind, Manifest, Trigger
+from ..snapshots.restore import execute_restore, plan_restore
+from ..snapshots.store import SnapshotStore
+from ..storage import open_storage
 from .deployments import (
     ControlRequest,
     Deployment,
@@ -33,8 +39,6 @@ from .deployments import (
     new_request_id,
     observed_state,
 )
-from .errors import CheckpointError, NotFound, Refused
-from .jobs import JobSpec, VersionSpec
 from .launcher import (
     CommandBuilder,
     LaunchFailed,
@@ -46,12 +50,8 @@ from .launcher import (
     log_tail,
     on_this_host,
 )
-from .manifest import Kind, Manifest, Trigger
-from .progress import Progress
 from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, repartition
-from .restore import execute_restore, plan_restore
-from .storage import open_storage
-from .store import SnapshotStore
+from .spec import JobSpec, VersionSpec
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
+from ..snapshots.store import SnapshotStore
 from .deployments import Deployment, Deployments, State, Status, observed_state
-from .jobs import JobSpec
-from .store import SnapshotStore
+from .spec import JobSpec
 
 
 class Verdict(StrEnum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .storage import Storage
+from ..storage import Storage
 
 _SINK_LOG = re.compile(r"^_spark_metadata/(\d+)(\.compact)?$")
 

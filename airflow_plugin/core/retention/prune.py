@@ -18,16 +18,16 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .checkpoint import read_restart_point
-from .create import SnapshotRequest, create_snapshot
-from .deployments import DEFAULT_HEARTBEAT_TIMEOUT, Deployments, State, observed_state
-from .errors import CheckpointError
-from .manifest import Kind, Manifest, Status, Trigger, check_name, in_flight
-from .parallel import DEFAULT_CONCURRENCY, chunked
-from .retention import Observed, ObservedDeployment, Plan, RetentionPolicy
-from .retention import plan as make_plan
-from .storage import Storage, open_storage
-from .store import SnapshotStore
+from ..errors import CheckpointError
+from ..jobs.deployments import DEFAULT_HEARTBEAT_TIMEOUT, Deployments, State, observed_state
+from ..parallel import DEFAULT_CONCURRENCY, chunked
+from ..snapshots.checkpoint import read_restart_point
+from ..snapshots.create import SnapshotRequest, create_snapshot
+from ..snapshots.manifest import Kind, Manifest, Status, Trigger, check_name, in_flight
+from ..snapshots.store import SnapshotStore
+from ..storage import Storage, open_storage
+from .policy import Observed, ObservedDeployment, Plan, RetentionPolicy
+from .policy import plan as make_plan
 
 log = logging.getLogger(__name__)
 

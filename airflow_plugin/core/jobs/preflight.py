@@ -25,16 +25,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import Refused
+from ..progress import Progress
+from ..snapshots.manifest import Manifest
+from ..snapshots.restore import execute_restore, plan_restore
+from ..snapshots.store import SnapshotStore
+from ..storage import Storage, open_storage
 from .deploy import submit_spec
 from .deployments import Deployments, State, deployment_prefix
-from .errors import Refused
-from .jobs import JobSpec
 from .launcher import CommandBuilder, default_command, exit_code, force_kill, launch, log_tail
-from .manifest import Manifest
-from .progress import Progress
-from .restore import execute_restore, plan_restore
-from .storage import Storage, open_storage
-from .store import SnapshotStore
+from .spec import JobSpec
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from .checkpoint import read_restart_point
-from .errors import CheckpointError, Refused
-from .manifest import Manifest
-from .spark_app import run_spark_tool
-from .storage import Storage, spark_uri
+from ..errors import CheckpointError, Refused
+from ..snapshots.checkpoint import read_restart_point
+from ..snapshots.manifest import Manifest
+from ..spark_app import run_spark_tool
+from ..storage import Storage, spark_uri
 
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"

@@ -11,13 +11,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import Refused
+from ..errors import Refused
+from ..parallel import DEFAULT_CONCURRENCY, run_parallel
+from ..progress import NullProgress, Progress
+from ..spark_app import run_spark_tool
+from ..storage import LocalStorage, sha256_file
 from .manifest import FileEntry, Status, utc_now
-from .parallel import DEFAULT_CONCURRENCY, run_parallel
-from .progress import NullProgress, Progress
 from .restore import execute_restore, plan_restore
-from .spark_app import run_spark_tool
-from .storage import LocalStorage, sha256_file
 from .store import SnapshotStore
 
 

@@ -14,14 +14,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import Refused, SavepointsError
+from ..progress import Progress
+from ..snapshots.store import SnapshotStore
 from .deploy import DeployRequest, deploy, live_deployments
 from .deployments import Deployment, Deployments, State
-from .errors import Refused, SavepointsError
-from .jobs import JobSpec
 from .launcher import CommandBuilder, default_command
-from .progress import Progress
+from .spec import JobSpec
 from .stop import kill, stop
-from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import SavepointsError
-from .storage import current_s3_settings
+from ..errors import SavepointsError
+from ..storage import current_s3_settings
 
 DETACH_CONF = {  # cluster managers' own "do not wait for the application" switches
     "yarn": {"spark.yarn.submit.waitAppCompletion": "false"},

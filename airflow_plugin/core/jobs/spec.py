@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidInput, NotFound
-from .manifest import check_name
+from ..errors import InvalidInput, NotFound
+from ..snapshots.manifest import check_name
 
 JOBS_ENV = "SAVEPOINTS_JOBS"
 DEFAULT_JOBS_FILE = "jobs.toml"

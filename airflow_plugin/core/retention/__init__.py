@@ -1,0 +1,1 @@
+"""Retention: the policy, the pure planner, and its execution (prune, garbage collection, retained checkpoints)."""

@@ -8,8 +8,9 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, Context
 
+from .core import layout
 from .core.snapshots.manifest import Manifest
-from .core.snapshots.store import SnapshotStore, manifest_key
+from .core.snapshots.store import SnapshotStore
 from .core.storage import LocalStorage
 
 SNAPSHOTS = AssetAlias("savepoints-snapshots")
@@ -19,12 +20,11 @@ def job_snapshots_uri(store: SnapshotStore, job: str) -> str:
     base = store.storage.uri
     if isinstance(store.storage, LocalStorage):
         base = f"file://{base}"
-    return f"{base.rstrip('/')}/jobs/{job}/snapshots"
+    return f"{base.rstrip('/')}/{layout.snapshots_prefix(job).rstrip('/')}"
 
 
 def snapshot_location(store: SnapshotStore, manifest: Manifest) -> str:
-    base = store.storage.uri.rstrip("/")
-    return f"{base}/{manifest_key(manifest.job, manifest.id).rsplit('/', 1)[0]}"
+    return f"{store.uri.rstrip('/')}/{layout.snapshot_prefix(manifest.job, manifest.id).rstrip('/')}"
 
 
 def snapshot_xcom(store: SnapshotStore, manifest: Manifest) -> dict[str, Any]:

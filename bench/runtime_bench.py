@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, State, Status, new_request_id
+from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State, new_request_id
 from airflow_plugin.core.storage import open_storage
 from bench.report import Results, Target, log, report
 from devtools.spark import local_spark
@@ -250,8 +250,8 @@ class Feeder:
 
 
 def wait_status(
-    deployments: Deployments, deployment: str, condition: Callable[[Status], bool], timeout: float = 180.0
-) -> Status:
+    deployments: Deployments, deployment: str, condition: Callable[[DeploymentStatus], bool], timeout: float = 180.0
+) -> DeploymentStatus:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = deployments.status(JOB, deployment)

@@ -19,12 +19,10 @@ import statistics
 import time
 from pathlib import Path
 
+from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, activate, deploy, prestart
 from airflow_plugin.core.jobs.deployments import Deployment
-from airflow_plugin.core.jobs.spec import JobSpec, get_job
 from airflow_plugin.core.jobs.stop import stop
-from airflow_plugin.core.snapshots.store import SnapshotStore
-from airflow_plugin.core.storage import open_storage
 from bench.report import Results, Target, log, report
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.java import require_java
@@ -54,45 +52,45 @@ def first_commit(deployment: Deployment, timeout: float = 180) -> float:
     return commit_time(deployment.checkpoint, own()[0])
 
 
-def setup(run: str) -> tuple[JobSpec, SnapshotStore, Feeder]:
+def setup(run: str) -> tuple[JobContext, Feeder]:
     """A fresh directory, input, output and store prefix per measurement: no run sees another's state."""
     directory = WORK / run
     directory.mkdir(parents=True)
-    store_uri = f"s3://bench-upgrade/{run}"
-    job = get_job("windowed", str(write_jobs_file(directory, store_uri)))
+    jobs_file = write_jobs_file(directory, f"s3://bench-upgrade/{run}")
+    job = Settings(jobs_file=str(jobs_file)).resolve().job("windowed")
     feeder = Feeder(directory / "input", events_per_round=200)
     feeder.round()
-    return job, SnapshotStore(open_storage(store_uri)), feeder
+    return job, feeder
 
 
 def cold_start(run: str) -> float:
-    job, store, feeder = setup(run)
+    job, feeder = setup(run)
     with BackgroundFeeder(feeder, interval=1.0):
         started = time.time()
-        deployment = deploy(DeployRequest(job, "v1"), store)
+        deployment = deploy(job, DeployRequest("v1"))
         seconds = first_commit(deployment) - started
-        stop(job, store)
+        stop(job)
     return seconds
 
 
 def upgrade(run: str, *, prestarted: bool) -> tuple[float, dict[str, float]]:
-    job, store, feeder = setup(run)
+    job, feeder = setup(run)
     with BackgroundFeeder(feeder, interval=1.0):
-        old = deploy(DeployRequest(job, "v1"), store)
+        old = deploy(job, DeployRequest("v1"))
         wait_for(lambda: len(batches(old.checkpoint, "commits")) >= WARM_BATCHES, "the old version to warm up")
-        standby = prestart(job, store, "v2") if prestarted else None
+        standby = prestart(job, "v2") if prestarted else None
         stopping = time.time()
-        savepoint = stop(job, store, savepoint=True).snapshot
+        savepoint = stop(job, savepoint=True).snapshot
         assert savepoint is not None
         stopped = time.time()
         if standby is not None:
-            new = activate(job, store, standby.id, savepoint.id)
+            new = activate(job, standby.id, savepoint.id)
         else:
-            new = deploy(DeployRequest(job, "v2", restore=savepoint.id), store)
+            new = deploy(job, DeployRequest("v2", restore=savepoint.id))
         started = time.time()
         first_new = first_commit(new)
         last_old = commit_time(old.checkpoint, batches(old.checkpoint, "commits")[-1])
-        stop(job, store)
+        stop(job)
     phases = {
         "last commit -> stop": stopping - last_old,
         "stop + savepoint": stopped - stopping,

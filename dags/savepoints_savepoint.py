@@ -36,7 +36,7 @@ with DAG(
             pattern=r"^$|^[A-Za-z0-9_.\-]+=.*$",
         ),
     },
-    render_template_as_native_obj=True,  # stop and pin stay booleans, labels a dict
+    render_template_as_native_obj=True,  # stop and pin stay booleans
     doc_md=__doc__,
 ):
     SavepointOperator(
@@ -44,7 +44,7 @@ with DAG(
         job="{{ params.job }}",
         stop="{{ params.stop }}",
         pin="{{ params.pin }}",
-        labels="{{ dict([params.label.split('=', 1)]) if params.label else {} }}",
+        labels="{{ params.label }}",  # "key=value" or empty: the operator checks it like the CLI's --label
         trigger="{{ params.trigger }}",
         jobs_file=JOBS_FILE,
     )

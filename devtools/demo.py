@@ -116,7 +116,7 @@ def _stop_leftovers(lifecycle: Lifecycle) -> None:
     """A failed step may leave a driver running: kill it so the demo never leaves processes behind."""
     if lifecycle.running():
         try:
-            kill(lifecycle.job, lifecycle.store)
+            kill(lifecycle.job)
         except SavepointsError as exc:
             console.print(f"could not kill the leftover deployment: {exc}")
 

@@ -19,12 +19,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State, observed_state
-from airflow_plugin.core.jobs.spec import JOBS_ENV, JobSpec, get_job
+from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.snapshots.manifest import Manifest
-from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
-from airflow_plugin.core.storage import open_storage
 from devtools.dag_runs import DagRunResult, run_dag
 from devtools.windowed import Feeder, output_complete, processed, wait_for, write_jobs_file
 from spark_jobs.jobs.windowed.output import read_output, summarize
@@ -78,8 +77,8 @@ class Lifecycle:
     def __post_init__(self) -> None:
         self.jobs_file = write_jobs_file(self.work, self.store_uri, job=JOB)
         os.environ[JOBS_ENV] = str(self.jobs_file)  # the DAGs read the same jobs file
-        self.job: JobSpec = get_job(JOB, str(self.jobs_file))
-        self.store = SnapshotStore(open_storage(self.store_uri))
+        self.job: JobContext = Settings(jobs_file=str(self.jobs_file)).resolve().job(JOB)
+        self.store = self.job.store
         self.feeder = Feeder(self.work / "input")
 
     # -- observations

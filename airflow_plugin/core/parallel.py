@@ -33,7 +33,7 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T], *, concurrency: int =
     it = iter(items)
     window = concurrency * 4
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="savepoints") as pool:
-        # Each task runs in a copy of the caller's context (e.g. the S3 settings of an Airflow connection).
+        # Each task runs in a copy of the caller's context variables (logging context, for one).
         def submit(item: T) -> Future[R]:
             return pool.submit(contextvars.copy_context().run, fn, item)
 

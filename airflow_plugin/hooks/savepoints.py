@@ -1,33 +1,30 @@
-"""SavepointsHook: the one place the Airflow layer meets the engine's configuration.
+"""SavepointsHook: the one place the Airflow layer meets the engine's configuration. It turns Airflow's
+connections into the engine's `Settings` and resolves a `Context` from them (core/context.py):
 
 - the jobs file (the same one the CLI reads: `jobs_file`, else $SAVEPOINTS_JOBS, else ./jobs.toml);
 - the store's S3 access from an Airflow AWS connection (login = access key id, password = secret access
   key, extras `endpoint_url` and `region_name`); without that connection, boto3's own chain
   (environment, profile, instance role) as the CLI uses it;
-- spark-submit from a Spark connection (`spark_default`: host = master, extra `deploy-mode`) through the
-  Spark provider's hook; without that connection, the master and deploy mode of the jobs file.
+- spark-submit from a Spark connection (`spark_default`: host = master, extra `deploy-mode`); without that
+  connection, the master and deploy mode of the jobs file.
 
-`engine()` is the context in which operators call the engine: every S3 location opened inside it, the
-store and the checkpoints, and every Spark driver launched from it use the connection's S3 access.
-Secrets never leave S3Settings (its repr hides them) and the drivers' environment.
+Secrets never leave S3Settings (its repr hides them) and the environment of the drivers it launches.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from ..core.context import Context, JobContext, Settings
 from ..core.jobs.health import Health, check_health
 from ..core.jobs.launcher import CommandBuilder, default_command
-from ..core.jobs.spec import JobSpec, get_job, load_jobs
-from ..core.snapshots.store import SnapshotStore
-from ..core.storage import S3Settings, open_storage, using_s3_settings
+from ..core.progress import NullProgress, Progress
+from ..core.storage import S3Settings
 
 log = logging.getLogger(__name__)
 _NO_AWS_CONNECTION = "S3 access from boto3's own chain (environment, profile, role)"
@@ -49,13 +46,6 @@ class SavepointsHook(BaseHook):
         self.aws_conn_id = aws_conn_id
         self.spark_conn_id = spark_conn_id
         self.jobs_file = jobs_file
-
-    # -- configuration
-    def jobs(self) -> dict[str, JobSpec]:
-        return load_jobs(self.jobs_file)
-
-    def job(self, name: str) -> JobSpec:
-        return get_job(name, self.jobs_file)
 
     def _connection(self, conn_id: str | None, what: str) -> Any | None:
         if not conn_id:
@@ -97,23 +87,30 @@ class SavepointsHook(BaseHook):
     def command_builder(self) -> CommandBuilder:
         if self._connection(self.spark_conn_id, "spark-submit with the jobs file's master and deploy mode") is None:
             return default_command
-        from .spark_submit import hook_command_builder  # the Spark provider, only when a connection asks for it
+        from .spark_submit import connection_command_builder  # only when a connection asks for it
 
         assert self.spark_conn_id is not None
-        return hook_command_builder(self.spark_conn_id)
+        return connection_command_builder(self.spark_conn_id)
 
-    # -- access
-    @contextmanager
-    def engine(self) -> Iterator[None]:
-        with using_s3_settings(self.s3_settings):
-            yield
+    def settings(self, *, requested_by: str = "", progress: Progress | None = None) -> Settings:
+        # spark-submit is built only for tasks that launch something (resolving it reads a connection)
+        return Settings(
+            jobs_file=self.jobs_file,
+            s3=self.s3_settings,
+            command_builder=self.command_builder if self.spark_conn_id else default_command,
+            progress=progress or NullProgress(),
+            requested_by=requested_by,
+        )
 
-    def store(self, job: JobSpec) -> SnapshotStore:
-        """The job's snapshot store; call inside `engine()` so that its S3 access is the connection's."""
-        return SnapshotStore(open_storage(job.store, self.s3_settings))
+    @cached_property
+    def context(self) -> Context:
+        """The jobs file and store, resolved once for this hook."""
+        return self.settings().resolve()
+
+    def job_context(self, name: str, *, requested_by: str = "", progress: Progress | None = None) -> JobContext:
+        """Everything one task needs to act on job `name`."""
+        return self.settings(requested_by=requested_by, progress=progress).resolve().job(name)
 
     def health(self, job_name: str, deployment_id: str, min_batches: int) -> Health:
         """The health verdict of one deployment (the sensor's poke, the trigger's poll; blocking I/O)."""
-        with self.engine():
-            job = self.job(job_name)
-            return check_health(self.store(job), job, deployment_id, min_batches=min_batches)
+        return check_health(self.job_context(job_name), deployment_id, min_batches=min_batches)

@@ -1,11 +1,14 @@
-"""What every savepoints operator shares: the hook (jobs file, AWS and Spark connections), the job by
-name, and errors as Airflow understands them: bad input and refusals fail the task without retries
-(a retry cannot fix an unknown job); anything else (an unreachable store) may be retried."""
+"""What every savepoints operator and sensor shares, written once (the amazon provider's AwsBaseOperator
+and its mixins): the job, connection and jobs file arguments and their template field, the hook built
+lazily from them, the job's resolved context, and errors as Airflow understands them: bad input and
+refusals fail the task without retries (a retry cannot fix an unknown job); anything else (an unreachable
+store) may be retried."""
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from enum import StrEnum
 from functools import cached_property
 from typing import Any, TypeVar
@@ -13,29 +16,21 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from ..core.context import JobContext
 from ..core.errors import InvalidInput, NotFound, Refused
-from ..core.jobs.spec import JobSpec
 from ..core.progress import LogProgress
-from ..core.snapshots.store import SnapshotStore
 from ..hooks.savepoints import SavepointsHook
 
+DEFAULT_SPARK_CONN = "spark_default"
 
-class SavepointsBaseOperator(BaseOperator):
-    """Calls `run(job, store, context)` inside the hook's engine context."""
 
-    template_fields: Sequence[str] = ("job",)
-    ui_color = "#e8f1fb"
+class SavepointsMixin:
+    """The job a task acts on and where its configuration comes from. Subclasses list their own
+    template fields after `("job",)`; the hook is built on first use, inside `execute`."""
 
-    def __init__(
-        self,
-        *,
-        job: str,
-        aws_conn_id: str | None = SavepointsHook.default_conn_name,
-        spark_conn_id: str | None = "spark_default",
-        jobs_file: str | None = None,
-        **kwargs: Any,
+    def _savepoints_args(
+        self, job: str, aws_conn_id: str | None, spark_conn_id: str | None, jobs_file: str | None
     ) -> None:
-        super().__init__(**kwargs)
         self.job = job
         self.aws_conn_id = aws_conn_id
         self.spark_conn_id = spark_conn_id
@@ -45,32 +40,65 @@ class SavepointsBaseOperator(BaseOperator):
     def hook(self) -> SavepointsHook:
         return SavepointsHook(aws_conn_id=self.aws_conn_id, spark_conn_id=self.spark_conn_id, jobs_file=self.jobs_file)
 
-    @cached_property
-    def progress(self) -> LogProgress:
-        return LogProgress()
+    def job_context(self, context: Context) -> JobContext:
+        return self.hook.job_context(self.job, requested_by=requested_by(context), progress=LogProgress())
+
+
+@contextmanager
+def task_errors() -> Iterator[None]:
+    """Engine errors no retry can fix (bad input, unknown names, refusals) fail the task at once."""
+    try:
+        yield
+    except (InvalidInput, NotFound, Refused) as exc:
+        raise AirflowFailException(str(exc)) from exc
+
+
+def requested_by(context: Context) -> str:
+    """Who asks, as recorded in manifests and control requests."""
+    return f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}"
+
+
+class SavepointsBaseOperator(SavepointsMixin, BaseOperator):
+    """Calls `run(job context, Airflow context)`; its return value is the task's XCom."""
+
+    template_fields: Sequence[str] = ("job",)
+    ui_color = "#e8f1fb"
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        aws_conn_id: str | None = SavepointsHook.default_conn_name,
+        spark_conn_id: str | None = DEFAULT_SPARK_CONN,
+        jobs_file: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._savepoints_args(job, aws_conn_id, spark_conn_id, jobs_file)
 
     def execute(self, context: Context) -> Any:
-        try:
-            with self.hook.engine():
-                job = self.hook.job(self.job)
-                return self.run(job, self.hook.store(job), context)
-        except (InvalidInput, NotFound, Refused) as exc:
-            raise AirflowFailException(str(exc)) from exc
+        with task_errors():
+            return self.run(self.job_context(context), context)
 
     @abstractmethod
-    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> Any:
+    def run(self, ctx: JobContext, context: Context) -> Any:
         """The operator's one engine call; its return value is the task's XCom."""
-
-    @staticmethod
-    def requested_by(context: Context) -> str:
-        """Who asks, as recorded in manifests and control requests."""
-        return f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}"
 
 
 def flag(value: object) -> bool:
     """A templated boolean: a real bool (native rendering) or its rendered text ("True", "false", ...);
     `bool("False")` would be True."""
     return value if isinstance(value, bool) else str(value).strip().lower() in ("true", "1", "yes")
+
+
+def optional_int(value: object, what: str) -> int | None:
+    """A templated whole number that may be unset ("", "None" once rendered)."""
+    if value in (None, "", "None"):
+        return None
+    try:
+        return int(str(value))
+    except ValueError:
+        raise InvalidInput(f"invalid {what} {value!r}: give a whole number") from None
 
 
 E = TypeVar("E", bound=StrEnum)

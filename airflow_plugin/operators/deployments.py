@@ -8,28 +8,18 @@ from typing import Any
 from airflow.sdk import Context
 
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
+from ..core.context import JobContext
 from ..core.jobs.deploy import DeployRequest, activate, deploy, prestart
-from ..core.jobs.deployments import Deployment, Deployments
-from ..core.jobs.spec import JobSpec
+from ..core.jobs.deployments import Deployment, describe
 from ..core.jobs.stop import stop
-from ..core.snapshots.store import SnapshotStore
+from ..core.snapshots.manifest import parse_labels
 from ..links import SnapshotLink, SparkUILink
-from .base import SavepointsBaseOperator
+from .base import SavepointsBaseOperator, flag, optional_int
 
 
-def deployment_xcom(store: SnapshotStore, deployment: Deployment) -> dict[str, Any]:
-    status = Deployments(store.storage).status(deployment.job, deployment.id)
-    return {
-        "job": deployment.job,
-        "deployment": deployment.id,
-        "version": deployment.version,
-        "checkpoint": deployment.checkpoint,
-        "restored_from": deployment.restored_from,
-        "restored_batch_id": deployment.restored_batch_id,
-        "state": str(status.state) if status else None,
-        "spark_ui": status.ui_url if status else None,
-        "app_id": status.app_id if status else None,
-    }
+def deployment_xcom(ctx: JobContext, deployment: Deployment) -> dict[str, Any]:
+    """A deployment as tasks return it: the engine's one shape (describe), as observed now."""
+    return describe(deployment, *ctx.observe(deployment))
 
 
 class DeployJobOperator(SavepointsBaseOperator):
@@ -63,29 +53,17 @@ class DeployJobOperator(SavepointsBaseOperator):
         self.wait_seconds = wait_seconds
         self.standby_deployment = standby_deployment
 
-    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
+    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
+        restore = self.restore or "none"
         if self.standby_deployment:
-            deployment = activate(
-                job,
-                store,
-                self.standby_deployment,
-                self.restore or "none",
-                wait_seconds=self.wait_seconds,
-                progress=self.progress,
-            )
+            deployment = activate(ctx, self.standby_deployment, restore, wait_seconds=self.wait_seconds)
         else:
-            request = DeployRequest(
-                job,
-                self.version or None,
-                restore=self.restore or "none",
-                partitions=int(self.partitions) if self.partitions not in (None, "", "None") else None,
-                wait_seconds=self.wait_seconds,
-                requested_by=self.requested_by(context),
-            )
-            deployment = deploy(request, store, command_builder=self.hook.command_builder, progress=self.progress)
+            partitions = optional_int(self.partitions, "partitions")
+            request = DeployRequest(self.version or None, restore, partitions, self.wait_seconds)
+            deployment = deploy(ctx, request)
         restored = deployment.restored_from or "nothing"
-        self.log.info("deployed %s %s as %s (restored from %s)", job.name, deployment.version, deployment.id, restored)
-        return deployment_xcom(store, deployment)
+        self.log.info("deployed %s %s as %s (restored from %s)", ctx.name, deployment.version, deployment.id, restored)
+        return deployment_xcom(ctx, deployment)
 
 
 class PrestartJobOperator(SavepointsBaseOperator):
@@ -100,12 +78,10 @@ class PrestartJobOperator(SavepointsBaseOperator):
         self.version = version
         self.wait_seconds = wait_seconds
 
-    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
-        deployment = prestart(
-            job, store, self.version or None, wait_seconds=self.wait_seconds, command_builder=self.hook.command_builder
-        )
-        self.log.info("pre-started %s %s as %s (STANDBY)", job.name, deployment.version, deployment.id)
-        return deployment_xcom(store, deployment)
+    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
+        deployment = prestart(ctx, self.version or None, wait_seconds=self.wait_seconds)
+        self.log.info("pre-started %s %s as %s (STANDBY)", ctx.name, deployment.version, deployment.id)
+        return deployment_xcom(ctx, deployment)
 
 
 class StopJobOperator(SavepointsBaseOperator):
@@ -121,7 +97,7 @@ class StopJobOperator(SavepointsBaseOperator):
         savepoint: bool = False,
         drain: bool = False,
         pin: bool = False,
-        labels: dict[str, str] | None = None,
+        labels: dict[str, str] | str | None = None,
         timeout_seconds: float | None = None,
         **kwargs: Any,
     ) -> None:
@@ -134,20 +110,17 @@ class StopJobOperator(SavepointsBaseOperator):
         self.labels = labels or {}
         self.timeout_seconds = timeout_seconds
 
-    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
+    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
         result = stop(
-            job,
-            store,
+            ctx,
             savepoint=self.savepoint,
             drain=self.drain,
             timeout=self.timeout_seconds,
-            requested_by=self.requested_by(context),
-            labels=dict(self.labels),
-            pin=self.pin,
-            progress=self.progress,
+            labels=parse_labels(self.labels),
+            pin=flag(self.pin),
         )
         value = result.to_dict()
         if result.snapshot is not None:
-            value["snapshot"] = snapshot_xcom(store, result.snapshot)
-            emit_snapshot_event(context, store, result.snapshot)
+            value["snapshot"] = snapshot_xcom(ctx.store, result.snapshot)
+            emit_snapshot_event(context, ctx.store, result.snapshot)
         return value

@@ -8,10 +8,9 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from ..core.jobs.spec import JobSpec, jobs_file
+from ..core.context import JobContext
 from ..core.retention.policy import parse_policy
 from ..core.retention.prune import prune, retain_checkpoints
-from ..core.snapshots.store import SnapshotStore
 from .base import SavepointsBaseOperator, flag
 
 
@@ -27,16 +26,19 @@ class RetentionOperator(SavepointsBaseOperator):
         self.checkpoints = checkpoints
         self.dry_run = dry_run
 
-    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
-        policy = parse_policy(job.retention, f"{jobs_file(self.jobs_file)} [jobs.{job.name}] retention")
+    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
+        job = ctx.spec
+        policy = parse_policy(job.retention, f"{self.hook.context.jobs_path} [jobs.{job.name}] retention")
         dry_run = flag(self.dry_run)
-        taken = []
-        if self.checkpoints and not dry_run:
-            outcomes = retain_checkpoints(
-                store, job.name, requested_by=self.requested_by(context), heartbeat_timeout=job.heartbeat_timeout
-            )
-            taken = [o.to_dict() for o in outcomes]
-        plan, result = prune(store, policy, job=job.name, dry_run=dry_run, heartbeat_timeout=job.heartbeat_timeout)
+        taken = [o.to_dict() for o in retain_checkpoints(ctx)] if self.checkpoints and not dry_run else []
+        plan, result = prune(
+            ctx.store,
+            policy,
+            job=job.name,
+            dry_run=dry_run,
+            heartbeat_timeout=job.heartbeat_timeout,
+            open_location=ctx.open,
+        )
         for row in plan.rows():
             self.log.info("%s", " | ".join(row))
         return {

@@ -9,10 +9,9 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
+from ..core.context import JobContext
 from ..core.jobs.savepoint import take_savepoint
-from ..core.jobs.spec import JobSpec
-from ..core.snapshots.manifest import Kind, Trigger
-from ..core.snapshots.store import SnapshotStore
+from ..core.snapshots.manifest import Kind, Trigger, parse_labels
 from ..core.snapshots.verify import verify_snapshot
 from ..links import SnapshotLink
 from .base import SavepointsBaseOperator, choice, flag
@@ -23,7 +22,8 @@ class SavepointOperator(SavepointsBaseOperator):
     stop-with-savepoint). Returns the snapshot (id, batch, location, ...) and emits an asset event.
 
     :param kind: savepoint (user-owned) or checkpoint (retention-managed)
-    :param labels: key/value labels stored in the manifest (templated)
+    :param labels: labels stored in the manifest: a dict, or one "key=value" text (a DAG form's field; empty
+        for none), templated
     """
 
     template_fields: Sequence[str] = ("job", "labels", "kind", "stop", "pin", "trigger")
@@ -33,10 +33,10 @@ class SavepointOperator(SavepointsBaseOperator):
         self,
         *,
         kind: str = "savepoint",
-        stop: bool = False,
+        stop: bool | str = False,
         drain: bool = False,
-        pin: bool = False,
-        labels: dict[str, str] | None = None,
+        pin: bool | str = False,
+        labels: dict[str, str] | str | None = None,
         trigger: str = "MANUAL",
         timeout_seconds: float | None = None,
         **kwargs: Any,
@@ -51,32 +51,29 @@ class SavepointOperator(SavepointsBaseOperator):
         self.trigger = trigger
         self.timeout_seconds = timeout_seconds
 
-    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
+    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
         manifest = take_savepoint(
-            job,
-            store,
+            ctx,
             kind=choice(Kind, self.kind, "snapshot kind"),
             stop_after=flag(self.stop),
             drain=self.drain,
             pin=flag(self.pin),
-            labels={str(k): str(v) for k, v in dict(self.labels).items()},
+            labels=parse_labels(self.labels),
             trigger=choice(Trigger, self.trigger, "trigger"),
-            requested_by=self.requested_by(context),
             timeout=self.timeout_seconds,
-            progress=self.progress,
         )
         self.log.info(
             "%s %s of %s at batch %s: %d files, %d bytes (%d uploaded)",
             manifest.kind,
             manifest.id,
-            job.name,
+            ctx.name,
             manifest.batch_id,
             len(manifest.files),
             manifest.total_bytes,
             manifest.uploaded_bytes,
         )
-        emit_snapshot_event(context, store, manifest)
-        return snapshot_xcom(store, manifest)
+        emit_snapshot_event(context, ctx.store, manifest)
+        return snapshot_xcom(ctx.store, manifest)
 
 
 class VerifySnapshotOperator(SavepointsBaseOperator):
@@ -91,11 +88,11 @@ class VerifySnapshotOperator(SavepointsBaseOperator):
         self.snapshot_id = snapshot_id
         self.deep = deep
 
-    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
-        report = verify_snapshot(store, job.name, self.snapshot_id, deep=self.deep, progress=self.progress)
+    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
+        report = verify_snapshot(ctx.store, ctx.name, self.snapshot_id, deep=self.deep, progress=ctx.progress)
         if not report.ok:
             raise AirflowFailException(
-                f"snapshot {report.snapshot} of job {job.name} does not verify: {'; '.join(report.problems[:5])}; "
-                f"restore another one (`savepoints list --job {job.name}`)"
+                f"snapshot {report.snapshot} of job {ctx.name} does not verify: {'; '.join(report.problems[:5])}; "
+                f"restore another one (`savepoints list --job {ctx.name}`)"
             )
-        return {**snapshot_xcom(store, store.get(job.name, report.snapshot)), "verify": report.to_dict()}
+        return {**snapshot_xcom(ctx.store, ctx.store.get(ctx.name, report.snapshot)), "verify": report.to_dict()}

@@ -8,10 +8,9 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from ..core.context import JobContext
 from ..core.jobs.preflight import DEFAULT_TIMEOUT, preflight
-from ..core.jobs.spec import JobSpec
 from ..core.jobs.upgrade import rollback
-from ..core.snapshots.store import SnapshotStore
 from ..links import SnapshotLink, SparkUILink
 from .base import SavepointsBaseOperator, flag
 from .deployments import deployment_xcom
@@ -40,17 +39,11 @@ class PreflightCheckOperator(SavepointsBaseOperator):
         self.allow_renames = allow_renames
         self.timeout_seconds = timeout_seconds
 
-    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
+    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
         report = preflight(
-            job,
-            store,
-            self.snapshot_id,
-            self.version,
-            allow_renames=flag(self.allow_renames),
-            timeout=self.timeout_seconds,
-            command_builder=self.hook.command_builder,
+            ctx, self.snapshot_id, self.version, allow_renames=flag(self.allow_renames), timeout=self.timeout_seconds
         )
-        self.log.info("pre-flight of %s %s: %s", job.name, self.version, report.reason)
+        self.log.info("pre-flight of %s %s: %s", ctx.name, self.version, report.reason)
         report.raise_if_blocked()
         return {**report.to_dict(), "id": report.snapshot}
 
@@ -68,16 +61,8 @@ class RollbackOperator(SavepointsBaseOperator):
         self.snapshot_id = snapshot_id
         self.stop_timeout_seconds = stop_timeout_seconds
 
-    def run(self, job: JobSpec, store: SnapshotStore, context: Context) -> dict[str, Any]:
-        result = rollback(
-            job,
-            store,
-            self.snapshot_id or None,
-            requested_by=self.requested_by(context),
-            stop_timeout=self.stop_timeout_seconds,
-            command_builder=self.hook.command_builder,
-            progress=self.progress,
-        )
-        self.log.warning("rollback of %s: %s (replaced: %s)", job.name, result.reason, result.replaced or "nothing")
-        running = deployment_xcom(store, result.deployment) if result.deployment else {}
+    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
+        result = rollback(ctx, self.snapshot_id or None, stop_timeout=self.stop_timeout_seconds)
+        self.log.warning("rollback of %s: %s (replaced: %s)", ctx.name, result.reason, result.replaced or "nothing")
+        running = deployment_xcom(ctx, result.deployment) if result.deployment else {}
         return {**running, **result.to_dict()}

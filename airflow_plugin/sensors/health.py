@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
@@ -15,10 +14,11 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.jobs.health import Verdict
 from ..hooks.savepoints import SavepointsHook
+from ..operators.base import SavepointsMixin, task_errors
 from ..triggers.health import DeploymentHealthTrigger
 
 
-class DeploymentHealthSensor(BaseSensorOperator):
+class DeploymentHealthSensor(SavepointsMixin, BaseSensorOperator):
     template_fields: Sequence[str] = ("job", "deployment_id", "min_batches")
     ui_color = "#e8f6ea"
 
@@ -36,19 +36,14 @@ class DeploymentHealthSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(poke_interval=poke_interval, timeout=timeout, **kwargs)
-        self.job = job
+        self._savepoints_args(job, aws_conn_id, None, jobs_file)  # launches nothing: no Spark connection
         self.deployment_id = deployment_id
         self.min_batches = min_batches
-        self.aws_conn_id = aws_conn_id
-        self.jobs_file = jobs_file
         self.deferrable = deferrable
 
-    @cached_property
-    def hook(self) -> SavepointsHook:
-        return SavepointsHook(aws_conn_id=self.aws_conn_id, spark_conn_id=None, jobs_file=self.jobs_file)
-
     def poke(self, context: Context) -> PokeReturnValue:
-        health = self.hook.health(self.job, self.deployment_id, int(self.min_batches))
+        with task_errors():
+            health = self.hook.health(self.job, self.deployment_id, int(self.min_batches))
         self.log.info("%s", health.reason)
         if health.verdict is Verdict.UNHEALTHY:
             raise AirflowFailException(f"job {self.job} is unhealthy: {health.reason}")

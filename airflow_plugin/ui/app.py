@@ -26,6 +26,7 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.snapshots.lifecycle import set_pinned
+from ..core.snapshots.manifest import parse_labels
 from . import runs, views
 from .errors import ApiError, engine_errors
 from .security import authenticated, can_read_runs, can_trigger, from_the_page, optional_user, permissions
@@ -92,8 +93,7 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
     @app.get("/api/jobs/{job}/deployments", dependencies=[Depends(authenticated)])
     def deployments(job: str) -> dict[str, Any]:
         with engine_errors(f"read the deployments of job {job}"):
-            hook = settings.hook()
-            return {"job": job, "deployments": views.deployments(hook, hook.job(job))}
+            return {"job": job, "deployments": views.deployments(settings.hook().job_context(job))}
 
     @app.get("/api/jobs/{job}/snapshots", dependencies=[Depends(authenticated)])
     def snapshots(
@@ -107,7 +107,7 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
         with engine_errors(f"list the snapshots of job {job}"):
             hook = settings.hook()
             return views.snapshots_page(
-                hook, hook.job(job), offset=offset, limit=limit, focus=focus, kind=kind, status=status
+                hook.job_context(job), hook.jobs_file, offset=offset, limit=limit, focus=focus, kind=kind, status=status
             )
 
     @app.get("/api/jobs/{job}/runs", dependencies=[Depends(authenticated), Depends(can_read_runs)])
@@ -127,7 +127,8 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
     )
     def trigger(job: str, body: SavepointRequest, request: Request, user: GetUserDep) -> dict[str, Any]:
         with engine_errors(f"trigger a savepoint of job {job}"):
-            settings.hook().job(job)  # an unknown job is a 404 naming the declared ones, not a DAG param error
+            settings.hook().context.spec(job)  # an unknown job is a 404 naming the declared ones, not a DAG param error
+            parse_labels(body.label)  # a bad label is a 400 naming it, before any run exists
             return runs.trigger_savepoint_run(
                 job,
                 stop=body.stop,
@@ -149,9 +150,8 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
     def pin(job: str, snapshot_id: str, body: PinRequest) -> dict[str, Any]:
         with engine_errors(f"{'pin' if body.pinned else 'unpin'} snapshot {snapshot_id} of job {job}"):
             hook = settings.hook()
-            spec = hook.job(job)
-            with hook.engine():
-                manifest = set_pinned(hook.store(spec), spec.name, snapshot_id, body.pinned)
-            return views.snapshot_row(manifest, spec, hook.jobs_file, views.utc_now())
+            ctx = hook.job_context(job)
+            manifest = set_pinned(ctx.store, ctx.name, snapshot_id, body.pinned)
+            return views.snapshot_row(manifest, ctx, hook.jobs_file, views.utc_now())
 
     return app

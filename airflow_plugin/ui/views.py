@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
+from ..core.context import JobContext
 from ..core.errors import InvalidInput
 from ..core.jobs.spec import JobSpec
 from ..core.jobs.stop import job_status
@@ -52,14 +53,14 @@ class PageSettings:
 
 
 def job_list(hook: SavepointsHook) -> dict[str, Any]:
-    jobs = hook.jobs()
+    jobs = hook.context.jobs
     return {
         "jobs_file": hook.jobs_file,
         "jobs": [
             {
                 "name": spec.name,
                 "description": spec.description,
-                "store": spec.store,
+                "store": hook.context.store_uri(spec.name),
                 "versions": sorted(spec.versions),
                 "default_version": spec.default_version,
                 "trigger_interval": spec.trigger_interval,
@@ -69,15 +70,14 @@ def job_list(hook: SavepointsHook) -> dict[str, Any]:
     }
 
 
-def deployments(hook: SavepointsHook, job: JobSpec) -> list[dict[str, Any]]:
+def deployments(job: JobContext) -> list[dict[str, Any]]:
     """One row per deployment, newest first (the engine's `savepoints status` rows)."""
-    with hook.engine():
-        return list(reversed(job_status(job, hook.store(job))))
+    return list(reversed(job_status(job)))
 
 
 def snapshots_page(
-    hook: SavepointsHook,
-    job: JobSpec,
+    ctx: JobContext,
+    jobs_file: str,
     *,
     offset: int = 0,
     limit: int = PAGE_SIZE,
@@ -91,8 +91,8 @@ def snapshots_page(
         raise InvalidInput(f"limit {limit} is out of range: use 1 to {MAX_PAGE_SIZE}")
     if offset < 0:
         raise InvalidInput(f"offset {offset} is negative: use 0 or more")
-    with hook.engine():
-        manifests = hook.store(job).list(job.name)  # oldest first
+    job = ctx.spec
+    manifests = ctx.store.list(job.name)  # oldest first
     newest_first = list(reversed(manifests))
     shown = [m for m in newest_first if (not kind or str(m.kind) == kind) and (not status or str(m.status) == status)]
     focus_found = None
@@ -104,14 +104,14 @@ def snapshots_page(
     now = utc_now()
     return {
         "job": job.name,
-        "store": job.store,
+        "store": ctx.store.uri,
         "total": len(shown),
         "all": len(manifests),
         "offset": offset,
         "limit": limit,
         "focus": focus,
         "focus_found": focus_found,
-        "snapshots": [snapshot_row(m, job, hook.jobs_file, now) for m in shown[offset : offset + limit]],
+        "snapshots": [snapshot_row(m, ctx, jobs_file, now) for m in shown[offset : offset + limit]],
         "timeline": [
             {
                 "id": m.id,
@@ -136,20 +136,20 @@ def _age_seconds(timestamp: str | None, now: datetime) -> float | None:
     return round((now - datetime.fromisoformat(timestamp.replace("Z", "+00:00"))).total_seconds(), 1)
 
 
-def snapshot_row(manifest: Manifest, job: JobSpec, jobs_file: str | None, now: datetime) -> dict[str, Any]:
+def snapshot_row(manifest: Manifest, ctx: JobContext, jobs_file: str | None, now: datetime) -> dict[str, Any]:
     return {
         **manifest.summary(),
         "job_version": manifest.job_version,
         "age_s": _age_seconds(manifest.created_at, now),
-        "commands": restore_commands(job, manifest, jobs_file),
+        "commands": restore_commands(ctx.spec, ctx.store.uri, manifest, jobs_file),
     }
 
 
-def restore_commands(job: JobSpec, manifest: Manifest, jobs_file: str | None) -> dict[str, str]:
-    """The `savepoints` commands that use this snapshot (the CLI's syntax, cli.py), ready to paste, most
-    useful first. Only COMPLETED snapshots restore; the others get their inspection command only."""
+def restore_commands(job: JobSpec, store: str, manifest: Manifest, jobs_file: str | None) -> dict[str, str]:
+    """The `savepoints` commands that use this snapshot (the CLI's syntax, airflow_plugin/cli), ready to
+    paste, most useful first. Only COMPLETED snapshots restore; the others get their inspection command."""
     q = shlex.quote
-    snapshot = f"--store {q(job.store)} --job {q(job.name)} {q(manifest.id)}"
+    snapshot = f"--store {q(store)} --job {q(job.name)} {q(manifest.id)}"
     commands: dict[str, str] = {}
     if str(manifest.status) == "COMPLETED":
         jobs = f" --jobs {q(jobs_file)}" if jobs_file else ""

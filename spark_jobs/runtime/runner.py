@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
-from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, State, Status
+from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
 
 from .args import RuntimeArgs, Trigger, parse_args
@@ -65,7 +65,7 @@ class Runner:
             self.deployments,
             args.job,
             args.deployment,
-            Status(State.STARTING, time.time(), pid=os.getpid(), handled_requests=list(handled)),
+            DeploymentStatus(State.STARTING, time.time(), pid=os.getpid(), handled_requests=list(handled)),
         )
         self.control = ControlChannel(self.deployments, args.job, args.deployment, handled)
         self.listener = ProgressListener(self.board)

@@ -1,4 +1,4 @@
-"""status.json: the one thing the engine reads about a running job. The board holds the current Status
+"""status.json: the one thing the engine reads about a running job. The board holds the current DeploymentStatus
 and writes it whole (the store replaces objects atomically) after every change: on each committed batch
 (from a StreamingQueryListener), on each state change, and from a heartbeat thread at least every few
 seconds so that liveness is a fresh `updated_at`. Writes are serialised under one lock, so a stale
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.streaming import StreamingQueryListener
 
 from airflow_plugin.core.errors import SavepointsError
-from airflow_plugin.core.jobs.deployments import Deployments, State, Status
+from airflow_plugin.core.jobs.deployments import Deployments, DeploymentStatus, State
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.listener import (
@@ -43,9 +43,9 @@ def _finite(value: Any) -> float | None:
 
 
 class StatusBoard:
-    """The current Status of one deployment and the only writer of its status.json."""
+    """The current DeploymentStatus of one deployment and the only writer of its status.json."""
 
-    def __init__(self, deployments: Deployments, job: str, deployment_id: str, initial: Status) -> None:
+    def __init__(self, deployments: Deployments, job: str, deployment_id: str, initial: DeploymentStatus) -> None:
         self._deployments = deployments
         self._job = job
         self._deployment_id = deployment_id
@@ -53,7 +53,7 @@ class StatusBoard:
         self._lock = threading.Lock()
 
     @property
-    def current(self) -> Status:
+    def current(self) -> DeploymentStatus:
         with self._lock:
             return replace(self._status, handled_requests=list(self._status.handled_requests))
 

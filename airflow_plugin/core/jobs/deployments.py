@@ -1,11 +1,8 @@
 """Deployments in the store: the record of each incarnation of a job, the heartbeat its runtime writes,
 and the control channel through which it is asked to stop. This is the whole contract between the
 engine (Airflow, CLI) and a running job (spark_jobs/runtime): no network path to the driver is needed.
-
-    jobs/<job>/deployments/<deployment_id>/deployment.json   written by the launcher
-    jobs/<job>/deployments/<deployment_id>/status.json       written by the runtime (heartbeat)
-    jobs/<job>/deployments/<deployment_id>/control/<request_id>.json   stop requests, written by the engine
-"""
+Where each lives in the store: layout.py. What a deployment looks like to a person or a DAG (status rows,
+XComs, the CLI's JSON): `describe`, the one shape."""
 
 from __future__ import annotations
 
@@ -18,8 +15,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from .. import layout
 from ..errors import IntegrityError, NotFound
-from ..snapshots.manifest import check_name, utc_now
+from ..snapshots.manifest import utc_now
 from ..storage import Storage
 
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # seconds without a status update before a live state reads as LOST
@@ -44,10 +42,6 @@ def new_deployment_id(now: datetime | None = None) -> str:
     return f"dp-{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{secrets.token_hex(2)}"
 
 
-def deployment_prefix(job: str, deployment_id: str) -> str:
-    return f"jobs/{check_name(job, 'job name')}/deployments/{check_name(deployment_id, 'deployment id')}/"
-
-
 @dataclass
 class Deployment:
     id: str
@@ -61,9 +55,12 @@ class Deployment:
     launcher: dict[str, Any] = field(default_factory=dict)  # mode, pid, log, driver id, app id, command
     retired_at: str | None = None
 
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), indent=1).encode()
+
 
 @dataclass
-class Status:
+class DeploymentStatus:
     state: State
     updated_at: float  # seconds since the epoch
     query_id: str | None = None
@@ -106,11 +103,10 @@ class Deployments:
 
     # -- records
     def put(self, deployment: Deployment) -> None:
-        key = deployment_prefix(deployment.job, deployment.id) + "deployment.json"
-        self.storage.write(key, json.dumps(asdict(deployment), indent=1).encode())
+        self.storage.write(layout.deployment_key(deployment.job, deployment.id), deployment.to_json())
 
     def get(self, job: str, deployment_id: str) -> Deployment:
-        key = deployment_prefix(job, deployment_id) + "deployment.json"
+        key = layout.deployment_key(job, deployment_id)
         try:
             data = json.loads(self.storage.read(key))
         except FileNotFoundError:
@@ -124,36 +120,37 @@ class Deployments:
 
     def list(self, job: str) -> list[Deployment]:
         """A job's deployments, oldest first."""
-        prefix = f"jobs/{check_name(job, 'job name')}/deployments/"
-        ids = sorted(
-            {
-                i.key[len(prefix) :].split("/")[0]
-                for i in self.storage.list(prefix)
-                if i.key.endswith("/deployment.json")
-            }
-        )
+        listing = self.storage.list(layout.deployments_prefix(job))
+        ids = sorted({d for info in listing if (d := layout.deployment_id_of(info.key, job))})
         return [self.get(job, deployment_id) for deployment_id in ids]
 
     # -- heartbeat
-    def write_status(self, job: str, deployment_id: str, status: Status) -> None:
-        self.storage.write(deployment_prefix(job, deployment_id) + "status.json", json.dumps(asdict(status)).encode())
+    def write_status(self, job: str, deployment_id: str, status: DeploymentStatus) -> None:
+        self.storage.write(layout.status_key(job, deployment_id), json.dumps(asdict(status)).encode())
 
-    def status(self, job: str, deployment_id: str) -> Status | None:
+    def status(self, job: str, deployment_id: str) -> DeploymentStatus | None:
         try:
-            data = json.loads(self.storage.read(deployment_prefix(job, deployment_id) + "status.json"))
+            data = json.loads(self.storage.read(layout.status_key(job, deployment_id)))
         except FileNotFoundError:
             return None
         data["state"] = State(data["state"])
-        return Status(**data)
+        return DeploymentStatus(**data)
 
     # -- control channel
     def request(self, job: str, deployment_id: str, request: ControlRequest) -> None:
-        key = deployment_prefix(job, deployment_id) + f"control/{check_name(request.id, 'request id')}.json"
-        self.storage.write(key, json.dumps(asdict(request)).encode())
+        self.storage.write(layout.control_key(job, deployment_id, request.id), json.dumps(asdict(request)).encode())
+
+    def withdraw(self, job: str, deployment_id: str, request: ControlRequest) -> None:
+        """Take back a request the job has not acted on (a stop that timed out)."""
+        self.storage.delete([layout.control_key(job, deployment_id, request.id)])
+
+    def remove(self, job: str, deployment_id: str) -> None:
+        """Delete a deployment's record, heartbeat and requests (a pre-flight's throwaway run)."""
+        self.storage.delete([info.key for info in self.storage.list(layout.deployment_prefix(job, deployment_id))])
 
     def requests(self, job: str, deployment_id: str, skip: Collection[str] = ()) -> list[ControlRequest]:
         """Control requests, oldest first; ids in `skip` (already handled) are not even read."""
-        prefix = deployment_prefix(job, deployment_id) + "control/"
+        prefix = layout.control_prefix(job, deployment_id)
         found = []
         for info in self.storage.list(prefix):
             request_id = info.key[len(prefix) :].removesuffix(".json")
@@ -170,7 +167,9 @@ def new_request_id() -> str:
     return f"rq-{int(time.time() * 1000)}-{secrets.token_hex(2)}"
 
 
-def observed_state(deployment: Deployment, status: Status | None, timeout: float = DEFAULT_HEARTBEAT_TIMEOUT) -> State:
+def observed_state(
+    deployment: Deployment, status: DeploymentStatus | None, timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+) -> State:
     """What a deployment really is now: its heartbeat's state, LOST when the heartbeat is stale, and LOST
     at once when its local driver process is known to be gone (a SIGKILL leaves RUNNING behind)."""
     from .launcher import alive, on_this_host
@@ -184,3 +183,26 @@ def observed_state(deployment: Deployment, status: Status | None, timeout: float
     if state.live and on_this_host(deployment.launcher) and not alive(deployment.launcher):
         return State.LOST
     return state
+
+
+def describe(deployment: Deployment, status: DeploymentStatus | None, state: State) -> dict[str, Any]:
+    """A deployment as people and DAGs see it: `savepoints status` rows, the CLI's JSON, task XComs and the
+    savepoints page all use this one shape."""
+    return {
+        "job": deployment.job,
+        "deployment": deployment.id,
+        "version": deployment.version,
+        "state": str(state),
+        "checkpoint": deployment.checkpoint,
+        "restored_from": deployment.restored_from,
+        "restored_batch_id": deployment.restored_batch_id,
+        "heartbeat_age_s": round(status.age(), 1) if status else None,
+        "last_batch_id": status.last_batch_id if status else None,
+        "rows_per_second": status.processed_rows_per_second if status else None,
+        "spark_ui": status.ui_url if status else None,
+        "app_id": status.app_id if status else None,
+        "error": f"{status.error_class}: {status.error_message}" if status and status.error_class else None,
+        "log": deployment.launcher.get("log"),
+        "created_at": deployment.created_at,
+        "retired_at": deployment.retired_at,
+    }

@@ -9,9 +9,8 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..snapshots.store import SnapshotStore
-from .deployments import Deployment, Deployments, State, Status, observed_state
-from .spec import JobSpec
+from ..context import JobContext
+from .deployments import Deployment, DeploymentStatus, State, observed_state
 
 
 class Verdict(StrEnum):
@@ -45,7 +44,7 @@ def target_batch(deployment: Deployment, min_batches: int) -> int:
 
 def assess(
     deployment: Deployment,
-    status: Status | None,
+    status: DeploymentStatus | None,
     *,
     min_batches: int,
     heartbeat_timeout: float,
@@ -75,9 +74,8 @@ def assess(
     return verdict(Verdict.WAITING, f"deployment {deployment.id} is {state}, {so_far}, waiting for batch {target}")
 
 
-def check_health(store: SnapshotStore, job: JobSpec, deployment_id: str, *, min_batches: int) -> Health:
+def check_health(ctx: JobContext, deployment_id: str, *, min_batches: int) -> Health:
     """Observe one deployment and assess it."""
-    deployments = Deployments(store.storage)
-    deployment = deployments.get(job.name, deployment_id)
-    status = deployments.status(job.name, deployment_id)
-    return assess(deployment, status, min_batches=min_batches, heartbeat_timeout=job.heartbeat_timeout)
+    deployment = ctx.deployments.get(ctx.name, deployment_id)
+    status = ctx.deployments.status(ctx.name, deployment_id)
+    return assess(deployment, status, min_batches=min_batches, heartbeat_timeout=ctx.spec.heartbeat_timeout)

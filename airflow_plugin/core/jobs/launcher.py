@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SavepointsError
-from ..storage import current_s3_settings
+from ..errors import LaunchFailed
+from ..spark_app import spark_submit_binary
 
 DETACH_CONF = {  # cluster managers' own "do not wait for the application" switches
     "yarn": {"spark.yarn.submit.waitAppCompletion": "false"},
@@ -36,10 +35,6 @@ _CLUSTER_IDS = {
     "driver_pod": re.compile(r"pod name: (\S+)"),
 }
 _SECRET_CONF = re.compile(r"secret|password|token|credential|access\.key", re.IGNORECASE)
-
-
-class LaunchFailed(SavepointsError):
-    exit_code = 9
 
 
 @dataclass(frozen=True)
@@ -62,13 +57,6 @@ class SubmitSpec:
 
 
 CommandBuilder = Callable[[SubmitSpec], list[str]]
-
-
-def spark_submit_binary() -> str:
-    found = shutil.which("spark-submit") or str(Path(sys.executable).parent / "spark-submit")
-    if not Path(found).exists():
-        raise LaunchFailed("spark-submit not found: install pyspark (the [spark] extra) or put Spark's bin on PATH")
-    return found
 
 
 def default_command(spec: SubmitSpec) -> list[str]:
@@ -105,14 +93,8 @@ def launch(spec: SubmitSpec, log_path: Path, build: CommandBuilder = default_com
     """Start spark-submit detached; return the handle to store in the deployment record."""
     command = build(spec)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    settings = current_s3_settings()  # the driver reaches the store the way this process does
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        **(settings.child_env() if settings else {}),
-        **spec.env,
-    }
+    # spec.env carries the store's S3 access (the job context's): the driver reaches the store as we do
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **spec.env}
     with log_path.open("ab") as log:
         try:
             process = subprocess.Popen(

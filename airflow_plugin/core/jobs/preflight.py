@@ -25,16 +25,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..context import JobContext
 from ..errors import Refused
-from ..progress import Progress
 from ..snapshots.manifest import Manifest
 from ..snapshots.restore import execute_restore, plan_restore
-from ..snapshots.store import SnapshotStore
-from ..storage import Storage, open_storage
+from ..storage import Storage
 from .deploy import submit_spec
-from .deployments import Deployments, State, deployment_prefix
-from .launcher import CommandBuilder, default_command, exit_code, force_kill, launch, log_tail
-from .spec import JobSpec
+from .deployments import State
+from .launcher import exit_code, force_kill, launch, log_tail
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +125,17 @@ class PreflightReport:
         return {**asdict(self), "renames": [r.describe() for r in self.renames]}
 
     def raise_if_blocked(self) -> None:
+        if (blocked := self.blocked()) is not None:
+            raise blocked
+
+    def blocked(self) -> UpgradeBlocked | None:
         if not self.passed:
-            raise UpgradeBlocked(
+            return UpgradeBlocked(
                 f"upgrade of job {self.job} to version {self.version} is blocked by the pre-flight on snapshot "
                 f"{self.snapshot} (batch {self.batch_id}): {self.reason.rstrip('.')}. The running deployment was "
                 "not touched"
             )
+        return None
 
 
 def _state_keys(location: Storage) -> list[str]:
@@ -168,11 +171,11 @@ def _drop_schemas(location: Storage, state_keys: list[str]) -> None:
     location.delete(doomed)
 
 
-def _prepare(store: SnapshotStore, manifest: Manifest, location: Storage, *, drop_schemas: bool) -> dict[str, bytes]:
+def _prepare(ctx: JobContext, manifest: Manifest, location: Storage, *, drop_schemas: bool) -> dict[str, bytes]:
     """Restore the snapshot into a scratch location and remove `commits/N` so that batch N is re-planned;
     for the schema probe also remove the stored schemas. Returns the stored schemas."""
-    plan = plan_restore(store, manifest.job, manifest.id, location, allow_sink_ahead=True)  # noop sink
-    execute_restore(store, plan)
+    plan = plan_restore(ctx.store, manifest.job, manifest.id, location, allow_sink_ahead=True)  # noop sink
+    execute_restore(ctx.store, plan)
     location.delete([f"commits/{manifest.batch_id}", f"commits/.{manifest.batch_id}.crc"])
     state_keys = _state_keys(location)
     schemas = _stored_schemas(location, state_keys)
@@ -181,58 +184,53 @@ def _prepare(store: SnapshotStore, manifest: Manifest, location: Storage, *, dro
     return schemas
 
 
-def _wait_for_exit(
-    deployments: Deployments, job: JobSpec, run_id: str, handle: dict[str, Any], timeout: float
-) -> State:
+def _wait_for_exit(ctx: JobContext, run_id: str, handle: dict[str, Any], timeout: float) -> State:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status = deployments.status(job.name, run_id)
+        status = ctx.deployments.status(ctx.name, run_id)
         if status is not None and status.state in (State.STOPPED, State.FAILED):
             return status.state
         if exit_code(handle) is not None:
-            status = deployments.status(job.name, run_id)
+            status = ctx.deployments.status(ctx.name, run_id)
             return status.state if status is not None and status.state is State.STOPPED else State.FAILED
         time.sleep(0.25)
     force_kill(handle)
     raise Refused(
-        f"pre-flight of job {job.name} did not finish within {timeout:.0f}s (log {handle.get('log')}); it was "
+        f"pre-flight of job {ctx.name} did not finish within {timeout:.0f}s (log {handle.get('log')}); it was "
         "killed. The running deployment was not touched"
     )
 
 
 def preflight(
-    job: JobSpec,
-    store: SnapshotStore,
+    ctx: JobContext,
     snapshot_id: str,
     version: str,
     *,
     allow_renames: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
-    command_builder: CommandBuilder = default_command,
-    progress: Progress | None = None,
 ) -> PreflightReport:
     """Run the pre-flight and return its report (`raise_if_blocked()` turns a block into an error)."""
+    job = ctx.spec
     spec_version = job.version(version)
-    manifest = store.get(job.name, snapshot_id)
+    manifest = ctx.store.get(job.name, snapshot_id)
     report = PreflightReport(job.name, spec_version.name, manifest.id, manifest.batch_id, renames_allowed=allow_renames)
     started = time.monotonic()
     run_id = f"pf-{manifest.id.split('-', 1)[1]}-{secrets.token_hex(2)}"
     root = f"{job.checkpoint_root.rstrip('/')}/{job.name}/_preflight/{run_id}"
     check_uri, probe_uri = f"{root}/spark-check", f"{root}/schema-probe"
-    spark_check, probe = open_storage(check_uri), open_storage(probe_uri)
-    deployments = Deployments(store.storage)
+    spark_check, probe = ctx.open(check_uri), ctx.open(probe_uri)
     try:
-        stored = _prepare(store, manifest, spark_check, drop_schemas=False)
-        _prepare(store, manifest, probe, drop_schemas=True)
+        stored = _prepare(ctx, manifest, spark_check, drop_schemas=False)
+        _prepare(ctx, manifest, probe, drop_schemas=True)
         conf = {**job.conf, **spec_version.conf, **manifest.spark_conf, **manifest.restore_conf}
-        spec = submit_spec(job, spec_version, run_id, check_uri, conf, ("--preflight", probe_uri))
+        spec = submit_spec(ctx, spec_version, run_id, check_uri, conf, ("--preflight", probe_uri))
         spec = replace(spec, name=f"{job.name}-{spec_version.name}-preflight")
         log_path = Path(job.log_dir) / job.name / f"{run_id}.log"
         report.log = str(log_path)
         log.info("pre-flight of %s %s on snapshot %s (batch %s)", job.name, version, manifest.id, manifest.batch_id)
-        handle = launch(spec, log_path, command_builder)
-        state = _wait_for_exit(deployments, job, run_id, handle, timeout)
-        status = deployments.status(job.name, run_id)
+        handle = launch(spec, log_path, ctx.command_builder)
+        state = _wait_for_exit(ctx, run_id, handle, timeout)
+        status = ctx.deployments.status(job.name, run_id)
         if state is not State.STOPPED:
             report.error_class = (status.error_class if status else None) or "PREFLIGHT_FAILED"
             detail = (status.error_message if status else None) or log_tail(handle)
@@ -259,7 +257,7 @@ def preflight(
         report.seconds = round(time.monotonic() - started, 3)
         for location in (spark_check, probe):
             location.delete([info.key for info in location.list("")])
-        store.storage.delete([info.key for info in store.storage.list(deployment_prefix(job.name, run_id))])
+        ctx.deployments.remove(job.name, run_id)
 
 
 def compare_schemas(report: PreflightReport, stored: dict[str, bytes], new: dict[str, bytes]) -> None:

@@ -43,7 +43,9 @@ def check_rescalable(manifest: Manifest, partitions: int) -> None:
         )
 
 
-def repartition(checkpoint: Storage, spark_conf: dict[str, str], partitions: int) -> int:
+def repartition(
+    checkpoint: Storage, spark_conf: dict[str, str], partitions: int, *, env: dict[str, str] | None = None
+) -> int:
     """Repartition a restored, never started checkpoint; return the batch id of the repartition batch."""
     before = read_restart_point(checkpoint).batch_id
     with tempfile.TemporaryDirectory(prefix="savepoints-rescale-") as tmp:
@@ -52,6 +54,7 @@ def repartition(checkpoint: Storage, spark_conf: dict[str, str], partitions: int
             "repartition",
             ["--checkpoint", spark_uri(checkpoint), "--partitions", str(partitions), "--out", str(out)],
             conf={**spark_conf, PARTITIONS_CONF: str(partitions)},
+            env=env,
         )
         result = json.loads(out.read_text())
     if not result.get("ok"):

@@ -59,7 +59,7 @@ class JobSpec:
     name: str
     versions: dict[str, VersionSpec]
     default_version: str
-    store: str
+    store: str | None  # the snapshot store; $SAVEPOINTS_STORE and --store win over it (context.py)
     checkpoint_root: str
     log_dir: str = ".runs/logs"  # spark-submit output of local and client-mode deployments
     spark_master: str = "local[2]"
@@ -72,12 +72,20 @@ class JobSpec:
     retention: dict[str, Any] = field(default_factory=dict)
     description: str = ""
 
+    @classmethod
+    def undeclared(cls, name: str) -> JobSpec:
+        """A job known only by name, for commands that need no jobs file (retained checkpoints and status
+        of its deployments, from the store alone): defaults everywhere, no versions to launch."""
+        return cls(name=check_name(name, "job name"), versions={}, default_version="", store=None, checkpoint_root="")
+
     @property
     def trigger_seconds(self) -> float:
         return interval_seconds(self.trigger_interval)
 
     def version(self, name: str | None) -> VersionSpec:
         name = name or self.default_version
+        if not self.versions:
+            raise NotFound(f"job {self.name} is not declared in a jobs file: declare it there (or pass --jobs FILE)")
         if name not in self.versions:
             raise NotFound(
                 f"job {self.name} has no version {name!r}: declared versions are {', '.join(sorted(self.versions))}"
@@ -147,14 +155,13 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
         delivery = str(merged.get("delivery", "exactly-once"))
         if delivery not in DELIVERY:
             raise InvalidInput(f"{where} delivery {delivery!r} is not one of {', '.join(DELIVERY)}")
-        for key in ("store", "checkpoint_root"):
-            if not merged.get(key):
-                raise InvalidInput(f"{where} needs {key} (in the job or in [defaults])")
+        if not merged.get("checkpoint_root"):
+            raise InvalidInput(f"{where} needs checkpoint_root (in the job or in [defaults])")
         spec = JobSpec(
             name=name,
             versions=versions,
             default_version=default_version,
-            store=os.environ.get("SAVEPOINTS_STORE") or _resolve(base, str(merged["store"])),
+            store=_resolve(base, str(merged["store"])) if merged.get("store") else None,
             checkpoint_root=_resolve(base, str(merged["checkpoint_root"])),
             log_dir=_resolve(base, str(merged.get("log_dir", ".runs/logs"))),
             spark_master=str(merged.get("spark_master", "local[2]")),
@@ -171,11 +178,3 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
         interval_seconds(spec.trigger_interval)
         jobs[name] = spec
     return jobs
-
-
-def get_job(name: str, path: str | None = None) -> JobSpec:
-    jobs = load_jobs(path)
-    if name not in jobs:
-        declared = ", ".join(sorted(jobs)) or "none"
-        raise NotFound(f"unknown job {name!r} in {jobs_file(path)}: declared jobs are {declared}")
-    return jobs[name]

@@ -14,13 +14,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from ..context import JobContext
 from ..errors import Refused, SavepointsError
-from ..progress import Progress
-from ..snapshots.store import SnapshotStore
 from .deploy import DeployRequest, deploy, live_deployments
-from .deployments import Deployment, Deployments, State
-from .launcher import CommandBuilder, default_command
-from .spec import JobSpec
+from .deployments import Deployment, State
 from .stop import kill, stop
 
 log = logging.getLogger(__name__)
@@ -45,58 +42,43 @@ class RollbackResult:
         }
 
 
-def _retire(job: JobSpec, store: SnapshotStore, deployment: Deployment, state: State, timeout: float | None) -> None:
+def _retire(ctx: JobContext, deployment: Deployment, state: State, timeout: float | None) -> None:
     """Stop a live deployment (a standby ends on a stop request too); kill it if it will not stop, or if
     it is LOST."""
     if state.live:
         try:
-            stop(job, store, timeout=timeout, deployment_id=deployment.id, requested_by="rollback")
+            stop(ctx, timeout=timeout, deployment_id=deployment.id)
             return
         except SavepointsError as exc:  # would not stop, failed or got lost while stopping
-            log.warning("rollback of %s: %s; force-killing it", job.name, exc)
+            log.warning("rollback of %s: %s; force-killing it", ctx.name, exc)
     with contextlib.suppress(Refused):  # already gone
-        kill(job, store, deployment.id)
+        kill(ctx, deployment.id)
 
 
-def rollback(
-    job: JobSpec,
-    store: SnapshotStore,
-    snapshot_id: str | None,
-    *,
-    requested_by: str = "",
-    stop_timeout: float | None = None,
-    command_builder: CommandBuilder = default_command,
-    progress: Progress | None = None,
-) -> RollbackResult:
-    deployments = Deployments(store.storage)
+def rollback(ctx: JobContext, snapshot_id: str | None, *, stop_timeout: float | None = None) -> RollbackResult:
     replaced = []
-    for deployment, state in live_deployments(deployments, job):
+    for deployment, state in live_deployments(ctx):
         if state is State.STANDBY:
-            _retire(job, store, deployment, state, stop_timeout)
+            _retire(ctx, deployment, state, stop_timeout)
             replaced.append(deployment.id)
     if not snapshot_id:
         return RollbackResult(
             "none", "no savepoint to roll back to: the old deployment was not stopped", None, replaced
         )
-    savepoint = store.get(job.name, snapshot_id)
+    savepoint = ctx.store.get(ctx.name, snapshot_id)
     if not savepoint.job_version:
         raise Refused(
-            f"snapshot {savepoint.id} of job {job.name} does not record the version it was taken from: "
-            f"deploy the old version by hand (`savepoints deploy {job.name} --version OLD --restore {savepoint.id}`)"
+            f"snapshot {savepoint.id} of job {ctx.name} does not record the version it was taken from: "
+            f"deploy the old version by hand (`savepoints deploy {ctx.name} --version OLD --restore {savepoint.id}`)"
         )
-    for deployment, state in live_deployments(deployments, job):
+    for deployment, state in live_deployments(ctx):
         if deployment.id == savepoint.deployment and state.live:
             reason = f"deployment {deployment.id} ({deployment.version}) that the savepoint came from still runs"
-            log.info("rollback of %s: nothing to do, %s", job.name, reason)
+            log.info("rollback of %s: nothing to do, %s", ctx.name, reason)
             return RollbackResult("none", reason, deployment, replaced)
-        log.warning("rollback of %s: replacing %s (%s, %s)", job.name, deployment.id, deployment.version, state)
-        _retire(job, store, deployment, state, stop_timeout)
+        log.warning("rollback of %s: replacing %s (%s, %s)", ctx.name, deployment.id, deployment.version, state)
+        _retire(ctx, deployment, state, stop_timeout)
         replaced.append(deployment.id)
-    restored = deploy(
-        DeployRequest(job, savepoint.job_version, restore=savepoint.id, requested_by=requested_by),
-        store,
-        command_builder=command_builder,
-        progress=progress,
-    )
+    restored = deploy(ctx, DeployRequest(savepoint.job_version, restore=savepoint.id))
     reason = f"version {savepoint.job_version} redeployed from savepoint {savepoint.id} (batch {savepoint.batch_id})"
     return RollbackResult("redeployed", reason, restored, replaced)

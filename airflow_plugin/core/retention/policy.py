@@ -23,8 +23,8 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ..jobs.deployments import State
-from ..snapshots.manifest import IN_FLIGHT_SECONDS, Kind, Manifest, Status, in_flight
-from ..snapshots.store import manifest_key
+from ..layout import manifest_key
+from ..snapshots.manifest import IN_FLIGHT_SECONDS, Kind, Manifest, SnapshotStatus, in_flight
 from ..storage import ObjectInfo
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$")
@@ -298,9 +298,9 @@ def _protected(observed: Observed) -> dict[str, str]:
 
 def _leftover_reason(m: Manifest, policy: RetentionPolicy, now: datetime) -> str | None:
     age = age_seconds(m, now)
-    if m.status is Status.FAILED and age > policy.failed_grace_s:
+    if m.status is SnapshotStatus.FAILED and age > policy.failed_grace_s:
         return f"FAILED, older than the grace period ({_human(policy.failed_grace_s)})"
-    if m.status is Status.IN_PROGRESS and age > policy.abandoned_after_s:
+    if m.status is SnapshotStatus.IN_PROGRESS and age > policy.abandoned_after_s:
         return f"IN_PROGRESS for longer than {_human(policy.abandoned_after_s)}: abandoned by a crash"
     return None
 
@@ -333,10 +333,12 @@ def _snapshot_decisions(
     kept: list[Kept] = []
     for (job, kind), manifests in sorted(groups.items()):
         job_policy = job_policies.get(job, policy)
-        completed = sorted((m for m in manifests if m.status is Status.COMPLETED), key=lambda m: m.id[3:], reverse=True)
+        completed = sorted(
+            (m for m in manifests if m.status is SnapshotStatus.COMPLETED), key=lambda m: m.id[3:], reverse=True
+        )
         reasons = _history_reasons(completed, job_policy.for_kind(kind), now)
         for m in manifests:
-            if m.status is not Status.COMPLETED:
+            if m.status is not SnapshotStatus.COMPLETED:
                 reason = _leftover_reason(m, job_policy, now)
                 if reason:
                     reasons[m.id] = reason

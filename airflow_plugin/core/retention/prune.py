@@ -18,12 +18,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..context import JobContext
 from ..errors import CheckpointError
 from ..jobs.deployments import DEFAULT_HEARTBEAT_TIMEOUT, Deployments, State, observed_state
-from ..parallel import DEFAULT_CONCURRENCY, chunked
+from ..jobs.snapshot import snapshot_deployment
+from ..layout import BLOBS, check_name
+from ..parallel import chunked
 from ..snapshots.checkpoint import read_restart_point
-from ..snapshots.create import SnapshotRequest, create_snapshot
-from ..snapshots.manifest import Kind, Manifest, Status, Trigger, check_name, in_flight
+from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, in_flight
 from ..snapshots.store import SnapshotStore
 from ..storage import Storage, open_storage
 from .policy import Observed, ObservedDeployment, Plan, RetentionPolicy
@@ -63,7 +65,7 @@ def observe(
         check_name(job, "job name")
     manifests = tuple(store.list())
     deployments = tuple(d for name in store.jobs() for d in _deployments(store, name, heartbeat_timeout, open_location))
-    blobs = tuple(store.storage.list("blobs/"))
+    blobs = tuple(store.storage.list(BLOBS))
     return Observed(manifests, deployments, blobs, frozenset({job}) if job else None)
 
 
@@ -172,34 +174,22 @@ class CheckpointOutcome:
 
 def _already_taken(manifests: list[Manifest], deployment: str, batch_id: int) -> str | None:
     for m in manifests:
-        if m.deployment == deployment and m.status is Status.COMPLETED and m.batch_id == batch_id:
+        if m.deployment == deployment and m.status is SnapshotStatus.COMPLETED and m.batch_id == batch_id:
             return m.id
     return None
 
 
-def retain_checkpoints(
-    store: SnapshotStore,
-    job: str,
-    *,
-    requested_by: str = "",
-    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    open_location: Callable[[str], Storage] = open_storage,
-) -> list[CheckpointOutcome]:
-    """Snapshot every RUNNING deployment of `job` as kind checkpoint, trigger PERIODIC (Flink's retained,
+def retain_checkpoints(ctx: JobContext) -> list[CheckpointOutcome]:
+    """Snapshot every RUNNING deployment of the job as kind checkpoint, trigger PERIODIC (Flink's retained,
     externalized checkpoints), skipping one whose last committed batch is already snapshotted. Any kind of
     existing snapshot of that deployment at that batch counts: a savepoint holds the same state."""
-    check_name(job, "job name")
-    records = Deployments(store.storage)
-    manifests = store.list(job)
+    manifests = ctx.store.list(ctx.name)
     outcomes = []
-    for d in records.list(job):
-        state = observed_state(d, records.status(job, d.id), heartbeat_timeout)
-        if state is not State.RUNNING:
+    for d in ctx.deployments.list(ctx.name):
+        if ctx.state_of(d) is not State.RUNNING:
             continue
-        location = open_location(d.checkpoint)
         try:
-            batch_id = read_restart_point(location).batch_id
+            batch_id = read_restart_point(ctx.open(d.checkpoint)).batch_id
         except CheckpointError as exc:
             outcomes.append(CheckpointOutcome(d.id, skipped=f"no usable checkpoint yet: {exc}"))
             continue
@@ -209,14 +199,6 @@ def retain_checkpoints(
                 CheckpointOutcome(d.id, taken, batch_id, f"batch {batch_id} is already in snapshot {taken}")
             )
             continue
-        request = SnapshotRequest(
-            job=job,
-            kind=Kind.CHECKPOINT,
-            trigger=Trigger.PERIODIC,
-            requested_by=requested_by,
-            deployment=d.id,
-            job_version=d.version,
-        )
-        manifest = create_snapshot(store, location, request, concurrency=concurrency, open_location=open_location)
+        manifest = snapshot_deployment(ctx, d, kind=Kind.CHECKPOINT, trigger=Trigger.PERIODIC)
         outcomes.append(CheckpointOutcome(d.id, manifest.id, manifest.batch_id))
     return outcomes

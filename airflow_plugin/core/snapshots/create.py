@@ -1,11 +1,12 @@
-"""Take a snapshot: consistent at the latest committed batch N, incremental, verified, manifest last.
+"""Take a snapshot: consistent at the latest committed batch N, incremental, checksummed, manifest last.
 
 Steps: read the restart point of batch N (checkpoint.py) -> write an IN_PROGRESS manifest -> copy every
 needed file into content-addressed blobs (files known from an earlier snapshot of the same location
-and files whose content the store already holds are not uploaded again) -> check that every blob is
-there -> write the COMPLETED manifest. If Spark's cleanup deletes a file mid-copy, start again at a
-newer N. A crash at any point leaves at most an IN_PROGRESS manifest and unreferenced blobs, never a
-COMPLETED snapshot with a missing file."""
+and files whose content the store already holds are not uploaded again) -> write the COMPLETED manifest.
+If Spark's cleanup deletes a file mid-copy (or a file changes size), start again at a newer N. A crash at
+any point leaves at most an IN_PROGRESS manifest and unreferenced blobs, never a COMPLETED snapshot with a
+missing file. Reused blobs are not checked one by one: deletions never race a create (the ordering
+argument is in docs/architecture.md, "Retention and garbage collection"); `verify` checks every blob."""
 
 from __future__ import annotations
 
@@ -19,11 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CheckpointChanged, CheckpointError, SavepointsError
+from ..layout import blob_key, check_name
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
 from ..storage import ObjectInfo, Storage, copy_and_hash, open_storage
 from .checkpoint import RestartPoint, read_restart_point
-from .manifest import FileEntry, Kind, Manifest, Status, Trigger, blob_key, check_name, new_snapshot_id, utc_now
+from .manifest import (
+    FileEntry,
+    Kind,
+    Manifest,
+    SnapshotStatus,
+    Trigger,
+    new_snapshot_id,
+    parse_labels,
+    utc_now,
+)
 from .sinks import sink_position
 from .store import SnapshotStore
 
@@ -58,7 +69,7 @@ class _Known:
         by_file: dict[tuple[str, int, float], str] = {}
         contents: set[str] = set()
         for manifest in store.list(job):
-            if manifest.status is not Status.COMPLETED:
+            if manifest.status is not SnapshotStatus.COMPLETED:
                 continue
             for entry in manifest.files:
                 contents.add(entry.sha256)
@@ -139,8 +150,7 @@ def create_snapshot(
     """Snapshot `checkpoint` into `store`. Nothing is written before the checkpoint is known to be a
     usable Spark checkpoint with a committed batch."""
     check_name(request.job, "job name")
-    for key in request.labels:
-        check_name(key, "label key")
+    labels = parse_labels(request.labels)
     progress = progress or NullProgress()
     started = time.monotonic()
     manifest = Manifest(
@@ -148,14 +158,14 @@ def create_snapshot(
         job=request.job,
         kind=request.kind,
         trigger=request.trigger,
-        status=Status.IN_PROGRESS,
+        status=SnapshotStatus.IN_PROGRESS,
         source=checkpoint.uri,
         created_at=utc_now(),
         requested_by=request.requested_by,
         deployment=request.deployment,
         job_version=request.job_version,
         pinned=request.pinned,
-        labels=dict(request.labels),
+        labels=labels,
     )
     point = _restart_point(checkpoint, max_attempts)  # bad input fails here, before anything is written
     store.put(manifest)
@@ -239,7 +249,7 @@ def _attempt(
         "copy_s": round(copied - planned, 3),
         "total_s": round(finished - started, 3),
     }
-    manifest.status = Status.COMPLETED
+    manifest.status = SnapshotStatus.COMPLETED
     manifest.completed_at = utc_now()
     store.put(manifest)  # the commit
     log.info(
@@ -258,7 +268,7 @@ def _mark_failed(store: SnapshotStore, manifest: Manifest, exc: BaseException) -
     """Best effort: a snapshot that cannot finish says so (an interrupted one stays IN_PROGRESS)."""
     if isinstance(exc, KeyboardInterrupt | SystemExit):
         return
-    manifest.status = Status.FAILED
+    manifest.status = SnapshotStatus.FAILED
     manifest.error = str(exc) if isinstance(exc, SavepointsError) else f"{type(exc).__name__}: {exc}"
     manifest.completed_at = utc_now()
     try:

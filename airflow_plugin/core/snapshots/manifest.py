@@ -6,20 +6,21 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from ..errors import IntegrityError, InvalidInput
+from ..layout import blob_key, check_name
 from ..storage import check_key
 
 FORMAT_VERSION = 1
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 
-class Status(StrEnum):
+class SnapshotStatus(StrEnum):
     IN_PROGRESS = "IN_PROGRESS"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
@@ -38,12 +39,34 @@ class Trigger(StrEnum):
     STOP = "STOP"
 
 
-def check_name(value: str, what: str) -> str:
-    if not _NAME.match(value or ""):
-        raise InvalidInput(
-            f"invalid {what} {value!r}: use letters, digits, '_', '.', '-' (at most 128, not starting with '.')"
-        )
-    return value
+MAX_LABEL_VALUE = 256
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def parse_labels(value: Mapping[str, object] | Iterable[str] | str | None) -> dict[str, str]:
+    """Labels as the CLI (`--label K=V`, repeatable), a DAG form (one `K=V` text, maybe empty) and the
+    operators (a dict) give them, checked once: keys are names, values one line of at most 256 characters.
+    Any other text (quotes, `<script>`) is kept as written: whoever shows a label renders it as text."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, Mapping):
+        pairs = [(str(k), v if isinstance(v, str) else str(v)) for k, v in value.items()]
+    else:
+        pairs = []
+        for item in [value] if isinstance(value, str) else value:
+            key, sep, text = str(item).partition("=")
+            if not sep or not key:
+                raise InvalidInput(f"invalid label {str(item)[:80]!r}: use KEY=VALUE (e.g. reason=upgrade)")
+            pairs.append((key, text))
+    labels = {}
+    for key, text in pairs:
+        check_name(key, "label key")
+        if _CONTROL.search(text):
+            raise InvalidInput(f"invalid value of label {key!r}: a line break or control character; use one line")
+        if len(text) > MAX_LABEL_VALUE:
+            raise InvalidInput(f"invalid value of label {key!r}: {len(text)} characters; use at most {MAX_LABEL_VALUE}")
+        labels[key] = text
+    return labels
 
 
 def new_snapshot_id(kind: Kind, now: datetime | None = None) -> str:
@@ -61,7 +84,7 @@ def in_flight(manifest: Manifest, now: datetime, abandoned_after_s: float = IN_F
     IN_PROGRESS manifest before it reads what the store holds, so while one is in flight no deletion may
     remove contents it could be about to reuse."""
     created = datetime.fromisoformat(manifest.created_at.replace("Z", "+00:00"))
-    return manifest.status is Status.IN_PROGRESS and (now - created).total_seconds() < abandoned_after_s
+    return manifest.status is SnapshotStatus.IN_PROGRESS and (now - created).total_seconds() < abandoned_after_s
 
 
 def utc_now() -> str:
@@ -80,18 +103,13 @@ class FileEntry:
         return blob_key(self.sha256)
 
 
-def blob_key(sha256: str) -> str:
-    """Contents are stored once, by checksum: snapshots share them, so deleting one breaks no other."""
-    return f"blobs/{sha256[:2]}/{sha256}"
-
-
 @dataclass(slots=True)
 class Manifest:
     id: str
     job: str
     kind: Kind
     trigger: Trigger
-    status: Status
+    status: SnapshotStatus
     source: str  # the checkpoint location the snapshot was taken from
     created_at: str
     requested_by: str = ""
@@ -144,7 +162,7 @@ class Manifest:
             manifest = cls(files=files, **data)
             manifest.kind = Kind(manifest.kind)
             manifest.trigger = Trigger(manifest.trigger)
-            manifest.status = Status(manifest.status)
+            manifest.status = SnapshotStatus(manifest.status)
             check_name(manifest.job, "job name")
         except InvalidInput as exc:
             raise IntegrityError(f"manifest {where} is unsafe: {exc}") from None

@@ -20,7 +20,7 @@ from ..errors import IntegrityError, Refused
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
 from ..storage import Storage, open_storage, sha256_file, spark_uri
-from .manifest import FileEntry, Manifest, Status
+from .manifest import FileEntry, Manifest, SnapshotStatus
 from .sinks import sink_position
 from .store import SnapshotStore
 
@@ -69,7 +69,7 @@ def plan_restore(
     open_location: Callable[[str], Storage] = open_storage,
 ) -> RestorePlan:
     manifest = store.get(job, snapshot_id)
-    if manifest.status is not Status.COMPLETED:
+    if manifest.status is not SnapshotStatus.COMPLETED:
         detail = f": {manifest.error}" if manifest.error else ""
         raise Refused(
             f"snapshot {manifest.id} of job {job} is {manifest.status}{detail}; nothing was restored. "

@@ -1,25 +1,19 @@
-"""The snapshot store's layout: manifests per job and content-addressed blobs shared by all snapshots.
-
-jobs/<job>/snapshots/<snapshot_id>/manifest.json
-blobs/<sha256[:2]>/<sha256>
-"""
+"""The snapshots of a store: manifests per job (their keys: layout.py), read, listed, written, removed."""
 
 from __future__ import annotations
 
 import logging
 
+from .. import layout
 from ..errors import IntegrityError, NotFound
+from ..layout import check_name, manifest_key
 from ..parallel import run_parallel
 from ..storage import Storage
-from .manifest import Manifest, Status, check_name
+from .manifest import Manifest, SnapshotStatus
 
 log = logging.getLogger(__name__)
 
 LATEST = "latest"
-
-
-def manifest_key(job: str, snapshot_id: str) -> str:
-    return f"jobs/{job}/snapshots/{snapshot_id}/manifest.json"
 
 
 class SnapshotStore:
@@ -33,16 +27,10 @@ class SnapshotStore:
         return self.storage.uri
 
     def jobs(self) -> list[str]:
-        names = {info.key.split("/")[1] for info in self.storage.list("jobs/") if info.key.count("/") >= 2}
-        return sorted(names)
+        return sorted({job for info in self.storage.list(layout.JOBS) if (job := layout.job_of(info.key))})
 
     def _manifest_keys(self, job: str | None) -> list[str]:
-        prefix = f"jobs/{check_name(job, 'job name')}/snapshots/" if job else "jobs/"
-        return [
-            info.key
-            for info in self.storage.list(prefix)
-            if info.key.endswith("/manifest.json") and "/snapshots/" in info.key
-        ]
+        return [info.key for info in self.storage.list(layout.snapshots_prefix(job)) if layout.is_manifest(info.key)]
 
     def list(self, job: str | None = None) -> list[Manifest]:
         """All readable manifests (of one job), oldest first."""
@@ -78,7 +66,9 @@ class SnapshotStore:
         return Manifest.from_json(raw, f"{self.uri}/{key}")
 
     def latest(self, job: str, kind: str | None = None) -> Manifest:
-        completed = [m for m in self.list(job) if m.status is Status.COMPLETED and (kind is None or m.kind == kind)]
+        completed = [
+            m for m in self.list(job) if m.status is SnapshotStatus.COMPLETED and (kind is None or m.kind == kind)
+        ]
         if not completed:
             if job not in self.jobs():
                 raise NotFound(f"job {job!r} has no snapshots in {self.uri}: check the job name with `savepoints list`")

@@ -16,7 +16,7 @@ from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
 from ..spark_app import run_spark_tool
 from ..storage import LocalStorage, sha256_file
-from .manifest import FileEntry, Status, utc_now
+from .manifest import FileEntry, SnapshotStatus, utc_now
 from .restore import execute_restore, plan_restore
 from .store import SnapshotStore
 
@@ -50,7 +50,7 @@ def verify_snapshot(
     concurrency: int = DEFAULT_CONCURRENCY,
 ) -> VerifyReport:
     manifest = store.get(job, snapshot_id)
-    if manifest.status is not Status.COMPLETED:
+    if manifest.status is not SnapshotStatus.COMPLETED:
         raise Refused(
             f"snapshot {manifest.id} of job {job} is {manifest.status}: only COMPLETED snapshots can be verified; "
             f"see `savepoints list --job {job}`"

@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlparse
 from ..errors import InvalidInput
 from .base import Digest, ObjectInfo, Storage, check_key, copy_and_hash, sha256_file
 from .local import LocalStorage
-from .s3 import S3Settings, S3Storage, current_s3_settings, using_s3_settings
+from .s3 import S3Settings, S3Storage
 
 __all__ = [
     "Digest",
@@ -20,11 +20,9 @@ __all__ = [
     "Storage",
     "check_key",
     "copy_and_hash",
-    "current_s3_settings",
     "open_storage",
     "sha256_file",
     "spark_uri",
-    "using_s3_settings",
 ]
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")

@@ -1,12 +1,12 @@
 """Storage on S3 (or any S3 API such as moto, MinIO) through boto3.
 
 Endpoint, region and credentials come from boto3's own chain (AWS_ENDPOINT_URL, AWS_PROFILE, ...)
-unless `S3Settings` names them (the Airflow layer fills it from an AWS connection). Transfers use
+unless `S3Settings` names them (the Airflow layer fills it from an AWS connection; the job context hands
+the same settings to every location it opens: core/context.py). Transfers use
 s3transfer (multipart above a threshold, retries per part); botocore retries throttling and 5xx."""
 
 from __future__ import annotations
 
-import contextvars
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -47,24 +47,6 @@ class S3Settings:
             "AWS_SESSION_TOKEN": self.session_token,
         }
         return {name: value for name, value in names.items() if value}
-
-
-# The settings S3 locations opened in this context use when none are given: the Airflow layer sets them
-# from a connection around each task, so every location the engine opens (store, checkpoints) shares them.
-_current: contextvars.ContextVar[S3Settings | None] = contextvars.ContextVar("s3_settings", default=None)
-
-
-@contextmanager
-def using_s3_settings(settings: S3Settings | None) -> Iterator[None]:
-    token = _current.set(settings)
-    try:
-        yield
-    finally:
-        _current.reset(token)
-
-
-def current_s3_settings() -> S3Settings | None:
-    return _current.get()
 
 
 _clients: dict[tuple[S3Settings, tuple[str | None, ...]], Any] = {}
@@ -152,7 +134,7 @@ class S3Storage(Storage):
     def __init__(self, bucket: str, prefix: str = "", settings: S3Settings | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.settings = settings or _current.get() or S3Settings()
+        self.settings = settings or S3Settings()
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
 
     @property

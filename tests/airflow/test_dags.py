@@ -82,7 +82,7 @@ def test_an_upgrade_that_requires_approval_waits_for_a_human(airflow_db: Path, a
 
     from devtools.dag_runs import load_dags, run_dag
     from devtools.windowed import wait_for
-    from tests.ui_support import bearer
+    from tests.support.ui_support import bearer
 
     load_dags()  # all imports done before the second thread touches the DB (lazy imports deadlock)
     api = TestClient(create_app(apps="core"))

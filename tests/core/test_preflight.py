@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.jobs.deploy import DeployRequest, activate, deploy, prestart
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
@@ -24,11 +25,9 @@ from airflow_plugin.core.jobs.preflight import (
     schema_field_names,
 )
 from airflow_plugin.core.jobs.savepoint import take_savepoint
-from airflow_plugin.core.jobs.spec import JobSpec, get_job
 from airflow_plugin.core.jobs.stop import stop
 from airflow_plugin.core.jobs.upgrade import rollback
 from airflow_plugin.core.snapshots.store import SnapshotStore
-from airflow_plugin.core.storage import open_storage
 from devtools.windowed import REPO, Feeder, batches, processed, wait_for, write_jobs_file
 
 TOTALS_APPS = REPO / "spark_jobs/jobs/user_totals"
@@ -80,51 +79,51 @@ def test_transform_with_state_schemas_compare_by_name_in_any_variable_order() ->
 
 
 @contextmanager
-def _running_v1(jobs_file: Path, name: str, rounds: int) -> Iterator[tuple[JobSpec, SnapshotStore, Deployment]]:
+def _running_v1(jobs_file: Path, name: str, rounds: int) -> Iterator[tuple[JobContext, SnapshotStore, Deployment]]:
     """Job `name` of `jobs_file` deployed at v1 (spark-submit) and through `rounds` rounds of input; stopped
     afterwards."""
-    job = get_job(name, str(jobs_file))
-    store = SnapshotStore(open_storage(job.store))
+    job = Settings(jobs_file=str(jobs_file)).resolve().job(name)
+    store = job.store
     feed = Feeder(jobs_file.parent / "input")
-    v1 = deploy(DeployRequest(job, "v1"), store)
+    v1 = deploy(job, DeployRequest("v1"))
     try:
         for _ in range(rounds):
             feed.round()
         wait_for(lambda: processed(v1.checkpoint, feed.rounds), f"v1 to process {rounds} rounds")
         yield job, store, v1
     finally:
-        stop(job, store, deployment_id=v1.id)
+        stop(job, deployment_id=v1.id)
 
 
 @pytest.mark.spark
 @pytest.mark.slow
 def test_preflight_passes_a_compatible_version_and_blocks_a_silent_regrouping(tmp_path: Path) -> None:
     with _running_v1(write_jobs_file(tmp_path, str(tmp_path / "store")), "windowed", rounds=3) as (job, store, v1):
-        savepoint = take_savepoint(job, store, labels={"purpose": "upgrade"})
+        savepoint = take_savepoint(job, labels={"purpose": "upgrade"})
         commits_before = batches(v1.checkpoint, "commits")
 
-        ok = preflight(job, store, savepoint.id, "v2")
+        ok = preflight(job, savepoint.id, "v2")
         assert ok.passed, ok.reason
         assert ok.schemas_compared >= 1 and ok.renames == []
         ok.raise_if_blocked()
 
-        blocked = preflight(job, store, savepoint.id, "regrouped")
+        blocked = preflight(job, savepoint.id, "regrouped")
         assert not blocked.passed and blocked.error_class is None  # Spark itself accepted it
         assert [r.schema_file for r in blocked.renames] and "user" in blocked.reason and "country" in blocked.reason
         with pytest.raises(UpgradeBlocked, match=r"regrouped.*not touched"):
             blocked.raise_if_blocked()
 
-        allowed = preflight(job, store, savepoint.id, "regrouped", allow_renames=True)
+        allowed = preflight(job, savepoint.id, "regrouped", allow_renames=True)
         assert allowed.passed and allowed.renames
 
-        standby = prestart(job, store, "v2")
+        standby = prestart(job, "v2")
         assert Deployments(store.storage).status(job.name, standby.id).state is State.STANDBY
         with pytest.raises(Refused, match=f"already has deployment {v1.id} in state RUNNING"):
-            activate(job, store, standby.id, savepoint.id)
+            activate(job, standby.id, savepoint.id)
         with pytest.raises(Refused, match=f"already has a pre-started deployment {standby.id}"):
-            prestart(job, store, "v3")
+            prestart(job, "v3")
         assert [d.id for d in Deployments(store.storage).list(job.name)] == [v1.id, standby.id]
-        cancelled = rollback(job, store, None)
+        cancelled = rollback(job, None)
         assert cancelled.action == "none" and cancelled.replaced == [standby.id]
         assert Deployments(store.storage).status(job.name, standby.id).state is State.STOPPED
 
@@ -146,14 +145,14 @@ def test_preflight_compares_transform_with_state_schemas_by_name(tmp_path: Path)
         tmp_path, str(tmp_path / "store"), job="totals", apps=TOTALS_APPS, versions=("v1", "regrouped")
     )
     with _running_v1(jobs_file, "totals", rounds=2) as (job, store, v1):
-        savepoint = take_savepoint(job, store)
+        savepoint = take_savepoint(job)
         assert any("/_stateSchema/" in f.path for f in savepoint.files)
 
-        same = preflight(job, store, savepoint.id, "v1")
+        same = preflight(job, savepoint.id, "v1")
         assert same.passed, same.reason
         assert same.schemas_compared == 1 and same.renames == []
 
-        blocked = preflight(job, store, savepoint.id, "regrouped")
+        blocked = preflight(job, savepoint.id, "regrouped")
         assert not blocked.passed and blocked.error_class is None  # Spark itself accepted it
         assert [r.schema_file for r in blocked.renames] == ["state/0/_stateSchema/default"]
         assert "key (user) -> (country)" in blocked.reason, blocked.reason

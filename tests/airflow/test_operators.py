@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State, Status
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.hooks.savepoints import SavepointsHook
 from airflow_plugin.operators.deployments import DeployJobOperator, StopJobOperator
@@ -24,8 +24,8 @@ from airflow_plugin.operators.snapshots import SavepointOperator, VerifySnapshot
 from airflow_plugin.operators.upgrade import PreflightCheckOperator, RollbackOperator
 from airflow_plugin.sensors.health import DeploymentHealthSensor
 from airflow_plugin.triggers.health import DeploymentHealthTrigger
-from tests.synthetic import tree
-from tests.test_jobs import write_jobs
+from tests.support.jobs import write_jobs
+from tests.support.synthetic import tree
 
 CONTEXT: Any = {"ti": SimpleNamespace(dag_id="test_dag", task_id="test_task")}
 
@@ -81,7 +81,7 @@ def _deployment(tmp_path: Path, state: State, last_batch: int | None, age: float
     records.write_status(
         "orders",
         "dp-1",
-        Status(
+        DeploymentStatus(
             state, time.time() - age, last_batch_id=last_batch, error_class="BOOM" if state is State.FAILED else None
         ),
     )
@@ -159,7 +159,7 @@ def test_the_sensor_defers_while_waiting_and_fails_fast_when_unhealthy(tmp_path:
         sensor.execute_complete(CONTEXT, {"status": "unhealthy", "message": "deployment dp-1 FAILED (BOOM: )"})
 
     Deployments(open_storage(str(tmp_path / "store"))).write_status(
-        "orders", deployment, Status(State.FAILED, time.time(), error_class="BOOM")
+        "orders", deployment, DeploymentStatus(State.FAILED, time.time(), error_class="BOOM")
     )
     with pytest.raises(AirflowFailException, match="unhealthy: deployment dp-1 FAILED"):
         sensor.execute(CONTEXT)  # no deferral for something that cannot become healthy
@@ -229,7 +229,7 @@ def test_an_unreachable_store_fails_with_a_message_that_names_it(
 def test_a_rollback_to_a_snapshot_that_names_no_version_is_refused(tmp_path: Path) -> None:
     from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
     from airflow_plugin.core.snapshots.store import SnapshotStore
-    from tests.synthetic import write_checkpoint
+    from tests.support.synthetic import write_checkpoint
 
     jobs, _ = _deployment(tmp_path, State.STOPPED, 3)
     store = SnapshotStore(open_storage(str(tmp_path / "store")))

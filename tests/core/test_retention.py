@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from synthetic import add_batch, tree, write_checkpoint
 
 from airflow_plugin.cli import main
+from airflow_plugin.core.context import JobContext
 from airflow_plugin.core.errors import InvalidInput
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
-from airflow_plugin.core.jobs.deployments import Status as Heartbeat
+from airflow_plugin.core.jobs.deployments import DeploymentStatus as Heartbeat
+from airflow_plugin.core.jobs.spec import JobSpec
 from airflow_plugin.core.parallel import run_parallel
 from airflow_plugin.core.retention.policy import (
     KindPolicy,
@@ -37,14 +38,23 @@ from airflow_plugin.core.retention.policy import (
 )
 from airflow_plugin.core.retention.prune import execute, observe, prune, retain_checkpoints
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.snapshots.manifest import FileEntry, Kind, Manifest, Status, Trigger, blob_key, new_snapshot_id
+from airflow_plugin.core.snapshots.manifest import (
+    FileEntry,
+    Kind,
+    Manifest,
+    SnapshotStatus,
+    Trigger,
+    blob_key,
+    new_snapshot_id,
+)
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import LocalStorage, ObjectInfo, Storage, open_storage
+from tests.support.synthetic import add_batch, tree, write_checkpoint
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 HOUR = 3600.0
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sha(n: int) -> str:
@@ -54,7 +64,7 @@ def sha(n: int) -> str:
 def snap(
     job: str = "orders",
     kind: Kind = Kind.SAVEPOINT,
-    status: Status = Status.COMPLETED,
+    status: SnapshotStatus = SnapshotStatus.COMPLETED,
     age_h: float = 1.0,
     *,
     pinned: bool = False,
@@ -124,11 +134,11 @@ def test_snapshot_a_live_deployment_was_restored_from_is_kept() -> None:
 
 def test_failed_and_abandoned_in_progress_go_after_their_grace_period() -> None:
     ms = [
-        snap(status=Status.FAILED, age_h=30),
-        snap(status=Status.FAILED, age_h=2),
-        snap(status=Status.IN_PROGRESS, age_h=7),
-        snap(status=Status.IN_PROGRESS, age_h=1),
-        snap(status=Status.FAILED, age_h=50, pinned=True),
+        snap(status=SnapshotStatus.FAILED, age_h=30),
+        snap(status=SnapshotStatus.FAILED, age_h=2),
+        snap(status=SnapshotStatus.IN_PROGRESS, age_h=7),
+        snap(status=SnapshotStatus.IN_PROGRESS, age_h=1),
+        snap(status=SnapshotStatus.FAILED, age_h=50, pinned=True),
     ]
     p = plan(Observed(tuple(ms)), RetentionPolicy(), NOW)
     assert deleted_ids(p) == {ms[0].id, ms[2].id}
@@ -145,7 +155,7 @@ def test_blobs_unreferenced_by_remaining_snapshots_and_older_than_grace() -> Non
 
 
 def test_no_blob_is_deleted_while_a_snapshot_is_in_flight() -> None:
-    ms = (snap(age_h=5, files=(1,)), snap(age_h=1), snap(status=Status.IN_PROGRESS, age_h=0.5))
+    ms = (snap(age_h=5, files=(1,)), snap(age_h=1), snap(status=SnapshotStatus.IN_PROGRESS, age_h=0.5))
     p = plan(Observed(ms, blobs=(blob(1), blob(9))), RetentionPolicy(savepoint=KindPolicy(keep_last=1)), NOW)
     assert deleted_ids(p) == {ms[0].id} and p.blob_keys == []
     assert "in flight" in p.notes[0] and ms[2].id in p.notes[0]
@@ -227,7 +237,7 @@ def histories(draw: st.DrawFn) -> tuple[Observed, RetentionPolicy]:
             st.tuples(
                 st.sampled_from(["orders", "billing"]),
                 st.sampled_from(list(Kind)),
-                st.sampled_from(list(Status)),
+                st.sampled_from(list(SnapshotStatus)),
                 st.floats(0.01, 400.0),
                 st.booleans(),
                 st.frozensets(st.integers(0, 12), max_size=4),
@@ -271,7 +281,9 @@ def test_the_plan_never_deletes_what_must_stay(history: tuple[Observed, Retentio
     remaining = [m for m in observed.manifests if m.id not in deleted]
     for job in ("orders", "billing"):
         for kind in Kind:
-            completed = [m for m in observed.manifests if (m.job, m.kind, m.status) == (job, kind, Status.COMPLETED)]
+            completed = [
+                m for m in observed.manifests if (m.job, m.kind, m.status) == (job, kind, SnapshotStatus.COMPLETED)
+            ]
             if completed:
                 assert max(completed, key=lambda m: m.id[3:]).id not in deleted
     assert not any(m.pinned for m in observed.manifests if m.id in deleted)
@@ -279,7 +291,9 @@ def test_the_plan_never_deletes_what_must_stay(history: tuple[Observed, Retentio
     assert not running_sources & deleted
     referenced = {e.blob for m in remaining for e in m.files}
     assert not referenced & set(p.blob_keys)
-    if any(m.status is Status.IN_PROGRESS and (NOW - _created(m)).total_seconds() < 6 * HOUR for m in remaining):
+    if any(
+        m.status is SnapshotStatus.IN_PROGRESS and (NOW - _created(m)).total_seconds() < 6 * HOUR for m in remaining
+    ):
         assert p.blob_keys == []
     assert all(a.reason for a in p.actions)
     live = {d.id for d in observed.deployments if State(d.state).live or d.state == "LOST"}
@@ -302,7 +316,7 @@ def _snapshots(store: SnapshotStore, ckpt: Path, job: str, count: int, first_bat
 
 
 def _all_completed_verify(store: SnapshotStore) -> int:
-    completed = [m for m in store.list() if m.status is Status.COMPLETED]
+    completed = [m for m in store.list() if m.status is SnapshotStatus.COMPLETED]
     for m in completed:
         report = verify_snapshot(store, m.job, m.id)
         assert report.ok, (m.id, report.problems)
@@ -390,14 +404,15 @@ def test_checkpoint_snapshots_running_deployments_once_per_batch(tmp_path: Path)
     ckpt = write_checkpoint(tmp_path / "ckpt", batches=3)
     _running(store, "dp-1", ckpt)
     Deployments(store.storage).put(Deployment("dp-0", "orders", "v1", str(tmp_path / "gone"), retired_at="x"))
-    first = retain_checkpoints(store, "orders")
+    orders = JobContext(JobSpec.undeclared("orders"), store)
+    first = retain_checkpoints(orders)
     assert [(o.deployment, o.batch_id, o.skipped) for o in first] == [("dp-1", 2, None)]
     manifest = store.get("orders", first[0].snapshot or "")
     assert (manifest.kind, manifest.trigger, manifest.deployment) == (Kind.CHECKPOINT, Trigger.PERIODIC, "dp-1")
-    second = retain_checkpoints(store, "orders")
+    second = retain_checkpoints(orders)
     assert second[0].skipped and "already in snapshot" in second[0].skipped and len(store.list("orders")) == 1
     add_batch(ckpt, 3)
-    third = retain_checkpoints(store, "orders")
+    third = retain_checkpoints(orders)
     assert third[0].batch_id == 3 and len(store.list("orders")) == 2
 
 
@@ -448,7 +463,7 @@ def test_prune_racing_a_create_does_not_break_it(tmp_path: Path) -> None:
     creator.join(30)
     assert result is not None and old[0].id in {a.target for a in decided.snapshots}
     assert result.blobs == 0 and "in flight" in " ".join(decided.notes)
-    assert made and made[0].status is Status.COMPLETED
+    assert made and made[0].status is SnapshotStatus.COMPLETED
     assert verify_snapshot(store, "orders", made[0].id).ok
     _, after = prune(store, policy)  # nothing in flight now: the orphans go, the new snapshot stays whole
     assert after is not None and after.blobs > 0
@@ -472,7 +487,7 @@ def test_execute_rechecks_in_flight_before_deleting_blobs(tmp_path: Path) -> Non
 def _in_progress() -> Manifest:
     now = datetime.now(UTC)
     return Manifest(new_snapshot_id(Kind.SAVEPOINT, now), "orders", Kind.SAVEPOINT, Trigger.MANUAL,
-                    Status.IN_PROGRESS, "/x", now.isoformat())  # fmt: skip
+                    SnapshotStatus.IN_PROGRESS, "/x", now.isoformat())  # fmt: skip
 
 
 def wait_for(condition: Any, timeout: float = 60.0) -> bool:

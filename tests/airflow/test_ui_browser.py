@@ -13,23 +13,21 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from ui_support import AirflowStack
 
+from airflow_plugin.core.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.savepoint import take_savepoint
-from airflow_plugin.core.jobs.spec import get_job
 from airflow_plugin.core.jobs.stop import kill
-from airflow_plugin.core.snapshots.store import SnapshotStore
-from airflow_plugin.core.storage import open_storage
 from airflow_plugin.links import snapshot_page_url
 from airflow_plugin.ui.security import SAVEPOINT_DAG_ID
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.windowed import Feeder, processed, wait_for, write_jobs_file
+from tests.support.ui_support import AirflowStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
 
 def _wait_ready(airflow: AirflowStack) -> str:
@@ -57,19 +55,19 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
     from playwright.sync_api import expect, sync_playwright
 
     jobs_file = write_jobs_file(tmp_path, s3_store)
-    job = get_job("windowed", str(jobs_file))
-    store = SnapshotStore(open_storage(job.store))
+    job = Settings(jobs_file=str(jobs_file)).resolve().job("windowed")
+    store = job.store
     env = {"SAVEPOINTS_JOBS": str(jobs_file), "AIRFLOW_CONN_AWS_DEFAULT": s3_server.airflow_connection()}
     ARTIFACTS.mkdir(exist_ok=True)
 
     with AirflowStack(tmp_path / "airflow", env) as airflow:
         feed = Feeder(tmp_path / "input")
-        deployment = deploy(DeployRequest(job, "v1"), store)  # while Airflow starts
+        deployment = deploy(job, DeployRequest("v1"))  # while Airflow starts
         try:
             for reason in ("first", "second"):  # two earlier savepoints: something on the timeline
                 feed.round()
                 wait_for(lambda: processed(deployment.checkpoint, feed.rounds), f"the job to process round {reason}")
-                take_savepoint(job, store, labels={"reason": reason})
+                take_savepoint(job, labels={"reason": reason})
             feed.round()
             wait_for(lambda: processed(deployment.checkpoint, feed.rounds), "the job to process the third round")
             token = _wait_ready(airflow)
@@ -154,5 +152,5 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                 page.screenshot(path=str(ARTIFACTS / "savepoints-page.png"), full_page=True)
                 browser.close()
         finally:
-            kill(job, store)
+            kill(job)
     assert store.get(job.name, new_id).status == "COMPLETED"

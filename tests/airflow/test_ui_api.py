@@ -19,8 +19,6 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from synthetic import add_batch, tree, write_checkpoint
-from ui_support import bearer, serialize_dags, token
 
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.manifest import Kind
@@ -29,6 +27,8 @@ from airflow_plugin.core.storage import open_storage
 from airflow_plugin.ui.app import create_app
 from airflow_plugin.ui.security import PAGE_HEADER, SAVEPOINT_DAG_ID
 from airflow_plugin.ui.views import PAGE_SIZE, PageSettings
+from tests.support.synthetic import add_batch, tree, write_checkpoint
+from tests.support.ui_support import bearer, serialize_dags, token
 
 SNAPSHOTS = 200  # "hundreds": four pages of 50
 CHECKPOINT_EVERY = 4  # every 4th snapshot is of kind checkpoint

@@ -7,8 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from spark_kinds import KINDS, run_rounds
-from synthetic import tree
 
 from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.jobs.rescale import check_rescalable, current_partitions, repartition
@@ -17,6 +15,8 @@ from airflow_plugin.core.snapshots.manifest import Manifest
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
+from tests.support.spark_kinds import KINDS, run_rounds
+from tests.support.synthetic import tree
 
 pytestmark = pytest.mark.spark
 

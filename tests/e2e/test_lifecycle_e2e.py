@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from airflow_plugin.core.context import Settings
+from airflow_plugin.core.errors import LaunchFailed
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
-from airflow_plugin.core.jobs.launcher import LaunchFailed, alive
-from airflow_plugin.core.jobs.spec import JobSpec, get_job
+from airflow_plugin.core.jobs.launcher import alive
 from airflow_plugin.core.jobs.stop import stop
 from airflow_plugin.core.snapshots.store import SnapshotStore
-from airflow_plugin.core.storage import open_storage
 from devtools.windowed import Feeder, batches, output_complete, processed, wait_for, write_jobs_file
 from spark_jobs.jobs.windowed.output import read_output, summarize
 
@@ -35,18 +35,18 @@ def status_state(store: SnapshotStore, deployment: Deployment) -> State | None:
 
 
 def test_upgrade_crash_and_restore_count_every_event_exactly_once(tmp_path: Path, s3_store: str) -> None:
-    job: JobSpec = get_job("windowed", str(write_jobs_file(tmp_path, s3_store)))
-    store = SnapshotStore(open_storage(job.store))
+    job = Settings(jobs_file=str(write_jobs_file(tmp_path, s3_store))).resolve().job("windowed")
+    store = job.store
     feed = Feeder(tmp_path / "input")
 
-    v1 = deploy(DeployRequest(job, "v1"), store)
+    v1 = deploy(job, DeployRequest("v1"))
     for _ in range(3):
         feed.round()
     wait_for(lambda: processed(v1.checkpoint, feed.rounds), "v1 to process 3 rounds")
-    savepoint = stop(job, store, savepoint=True).snapshot
+    savepoint = stop(job, savepoint=True).snapshot
     assert savepoint is not None and savepoint.deployment == v1.id
 
-    v2 = deploy(DeployRequest(job, "v2", restore=savepoint.id), store)
+    v2 = deploy(job, DeployRequest("v2", restore=savepoint.id))
     assert v2.restored_from == savepoint.id
     for _ in range(2):
         feed.round()
@@ -70,14 +70,14 @@ def test_upgrade_crash_and_restore_count_every_event_exactly_once(tmp_path: Path
     wait_for(lambda: not alive(v2.launcher), "the killed driver to be gone", timeout=30)
     assert batches(v2.checkpoint, "offsets")[-1] > batches(v2.checkpoint, "commits")[-1]
 
-    v2b = deploy(DeployRequest(job, "v2", restore="latest-state"), store)
+    v2b = deploy(job, DeployRequest("v2", restore="latest-state"))
     restored_from = store.get(job.name, v2b.restored_from)
     assert restored_from.deployment == v2.id and restored_from.pending_batch_id is not None
     feed.round()
     feed.flush()
     wait_for(lambda: processed(v2b.checkpoint, feed.rounds), "the last deployment to process everything")
     wait_output_complete(tmp_path / "output", feed.events)
-    final = stop(job, store, savepoint=True)
+    final = stop(job, savepoint=True)
 
     summary = summarize(read_output(tmp_path / "output"))
     assert summary.events == feed.events, "every event counted exactly once"
@@ -92,7 +92,7 @@ def test_upgrade_crash_and_restore_count_every_event_exactly_once(tmp_path: Path
     # v3 groups by country too: Spark refuses the old state on its first batch with new data
     feed.round()
     try:
-        v3 = deploy(DeployRequest(job, "v3", restore=final.snapshot.id), store)
+        v3 = deploy(job, DeployRequest("v3", restore=final.snapshot.id))
     except LaunchFailed as exc:
         assert "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in str(exc)
         v3 = Deployments(store.storage).list(job.name)[-1]

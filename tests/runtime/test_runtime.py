@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, State, Status, new_request_id
+from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State, new_request_id
 from airflow_plugin.core.storage import open_storage
 from devtools.embedded_s3 import EmbeddedS3
 from spark_jobs import generate
@@ -41,7 +41,7 @@ from spark_jobs.runtime.delivery import check, plan
 from spark_jobs.runtime.failure import describe
 from spark_jobs.runtime.status import StatusBoard
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WINDOWED = ROOT / "spark_jobs" / "jobs" / "windowed"
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 JOB = "windowed"
@@ -133,7 +133,7 @@ def test_failure_names_the_cause_not_the_wrapper() -> None:
 
 def test_status_board_never_overwrites_a_final_state(tmp_path: Path) -> None:
     deployments = Deployments(open_storage(str(tmp_path)))
-    board = StatusBoard(deployments, "j", "d", Status(State.STARTING, time.time()))
+    board = StatusBoard(deployments, "j", "d", DeploymentStatus(State.STARTING, time.time()))
     assert board.promote(State.STARTING, State.RUNNING) and not board.promote(State.STARTING, State.RUNNING)
     board.acknowledge("rq-1", State.STOPPING)
     board.finish(State.STOPPED)
@@ -163,7 +163,7 @@ class _FakeSession:
     streams = SimpleNamespace(addListener=lambda listener: None, removeListener=lambda listener: None)
 
 
-def _run_without_spark(tmp_path: Path, build: Callable[..., Any]) -> tuple[Status, int]:
+def _run_without_spark(tmp_path: Path, build: Callable[..., Any]) -> tuple[DeploymentStatus, int]:
     """Runner.run on a fake session, exactly-once; the final status and the exit code."""
     common = ["--store", str(tmp_path), "--job", "j", "--deployment", "d", "--checkpoint", str(tmp_path / "c")]
     args, job_args = parse_args([*common, "--trigger-interval", "1 second", "--delivery", "exactly-once", "--flag"])
@@ -243,13 +243,15 @@ class Launch:
     deployment: str
     states: list[State] = field(default_factory=list)
 
-    def status(self) -> Status | None:
+    def status(self) -> DeploymentStatus | None:
         status = self.deployments.status(JOB, self.deployment)
         if status is not None and (not self.states or self.states[-1] is not status.state):
             self.states.append(status.state)
         return status
 
-    def wait_for(self, condition: Callable[[Status], bool], what: str, timeout: float = LAUNCH_TIMEOUT) -> Status:
+    def wait_for(
+        self, condition: Callable[[DeploymentStatus], bool], what: str, timeout: float = LAUNCH_TIMEOUT
+    ) -> DeploymentStatus:
         """Poll status.json until `condition`; fail with the log's tail if the process ends first."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -342,7 +344,7 @@ class StoppedV1:
     request: ControlRequest
     stop_seconds: float
     exit_code: int
-    status: Status
+    status: DeploymentStatus
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-from synthetic import add_batch, tree, write_checkpoint
 
 from airflow_plugin.core.errors import CheckpointError, IntegrityError, Refused
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.lifecycle import delete_snapshot, set_pinned
-from airflow_plugin.core.snapshots.manifest import Kind, Status
+from airflow_plugin.core.snapshots.manifest import Kind, SnapshotStatus
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import LocalStorage, open_storage
+from tests.support.synthetic import add_batch, tree, write_checkpoint
 
 
 def snapshot(store_uri: str, checkpoint: Path | str, **request: object):
@@ -30,7 +30,7 @@ def test_snapshot_holds_exactly_the_files_of_the_latest_committed_batch(tmp_path
     (ckpt / "state/0/0/.5.delta.crc").write_text("hadoop checksum")
     _, manifest = snapshot(str(tmp_path / "store"), ckpt)
 
-    assert manifest.status is Status.COMPLETED and manifest.batch_id == 4 and manifest.pending_batch_id is None
+    assert manifest.status is SnapshotStatus.COMPLETED and manifest.batch_id == 4 and manifest.pending_batch_id is None
     paths = {f.path for f in manifest.files}
     assert {"metadata", "offsets/3", "offsets/4", "commits/4", "sources/0/0"} <= paths
     assert not {"offsets/2", "commits/3"} & paths
@@ -120,7 +120,7 @@ def test_verify_finds_a_corrupt_blob_and_restore_leaves_the_target_empty(tmp_pat
 
 def test_failed_and_in_progress_snapshots_cannot_be_restored(tmp_path: Path) -> None:
     store, manifest = snapshot(str(tmp_path / "store"), write_checkpoint(tmp_path / "ckpt", batches=2))
-    for status, error in ((Status.FAILED, "disk full"), (Status.IN_PROGRESS, None)):
+    for status, error in ((SnapshotStatus.FAILED, "disk full"), (SnapshotStatus.IN_PROGRESS, None)):
         manifest.status, manifest.error = status, error
         store.put(manifest)
         with pytest.raises(Refused, match=f"is {status}.*Pick a COMPLETED one"):
@@ -183,7 +183,7 @@ def test_file_deleted_mid_copy_retries_at_a_newer_batch(tmp_path: Path) -> None:
     ckpt = write_checkpoint(tmp_path / "ckpt", batches=5)
     store = SnapshotStore(open_storage(str(tmp_path / "store")))
     manifest = create_snapshot(store, CleanupDuringCopy(ckpt), SnapshotRequest(job="orders"), concurrency=1)
-    assert manifest.status is Status.COMPLETED and manifest.attempts == 2 and manifest.batch_id == 6
+    assert manifest.status is SnapshotStatus.COMPLETED and manifest.attempts == 2 and manifest.batch_id == 6
     paths = {f.path for f in manifest.files}
     # partition 1 now rebuilds version 7 from its snapshot 6 plus delta 7
     assert {"state/0/1/6.snapshot", "state/0/1/7.delta"} <= paths and "state/0/1/1.delta" not in paths
@@ -200,6 +200,6 @@ def test_gives_up_and_marks_failed_when_files_keep_vanishing(tmp_path: Path) -> 
     with pytest.raises(CheckpointError, match="gave up after 3 attempts"):
         create_snapshot(store, AlwaysCleaning(ckpt), SnapshotRequest(job="orders"), max_attempts=3)
     [failed] = store.list("orders")
-    assert failed.status is Status.FAILED and "gave up" in failed.error
+    assert failed.status is SnapshotStatus.FAILED and "gave up" in failed.error
     with pytest.raises(Refused):
         plan_restore(store, "orders", failed.id, open_storage(str(tmp_path / "r")))

@@ -10,16 +10,14 @@ from pathlib import Path
 import pytest
 from test_lifecycle_e2e import Feeder, processed, wait_for, wait_output_complete
 
+from airflow_plugin.core.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.spec import get_job
 from airflow_plugin.core.jobs.stop import stop
-from airflow_plugin.core.snapshots.store import SnapshotStore
-from airflow_plugin.core.storage import open_storage
 from devtools.standalone import StandaloneCluster
 from spark_jobs.jobs.windowed.output import read_output, summarize
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_savepoint_and_restore_on_a_standalone_cluster(tmp_path: Path, s3_store: str) -> None:
@@ -46,24 +44,23 @@ versions.v1 = {{ application = "{apps}/v1.py" }}
 "spark.pyspark.python" = "{sys.executable}"
 """
         )
-        job = get_job("windowed", str(tmp_path / "jobs.toml"))
-        store = SnapshotStore(open_storage(job.store))
+        job = Settings(jobs_file=str(tmp_path / "jobs.toml")).resolve().job("windowed")
         feed = Feeder(tmp_path / "input")
 
-        first = deploy(DeployRequest(job, "v1"), store)
+        first = deploy(job, DeployRequest("v1"))
         assert first.launcher["master"] == cluster.master_url
         feed.round()
         feed.round()
         wait_for(lambda: processed(first.checkpoint, feed.rounds), "the first deployment to process 2 rounds")
-        savepoint = stop(job, store, savepoint=True).snapshot
+        savepoint = stop(job, savepoint=True).snapshot
 
-        second = deploy(DeployRequest(job, "v1", restore="latest-savepoint"), store)
+        second = deploy(job, DeployRequest("v1", restore="latest-savepoint"))
         assert second.restored_from == savepoint.id
         feed.round()
         feed.flush()
         wait_for(lambda: processed(second.checkpoint, feed.rounds), "the restored deployment to catch up")
         wait_output_complete(tmp_path / "output", feed.events)
-        stop(job, store)
+        stop(job)
 
         summary = summarize(read_output(tmp_path / "output"))
         assert summary.events == feed.events and summary.duplicates == []

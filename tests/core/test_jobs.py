@@ -11,37 +11,17 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.cli import main
+from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import InvalidInput, NotFound
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State, Status, observed_state
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
 from airflow_plugin.core.jobs.launcher import cluster_ids, redact
-from airflow_plugin.core.jobs.spec import get_job, load_jobs
+from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.storage import open_storage
-
-
-def write_jobs(tmp_path: Path, application: str = "job.py", extra: str = "") -> Path:
-    path = tmp_path / "jobs.toml"
-    path.write_text(
-        f"""
-[defaults]
-store = "store"
-checkpoint_root = "checkpoints"
-log_dir = "logs"
-
-[jobs.orders]
-trigger_interval = "1 second"
-delivery = "exactly-once"
-args = ["--input", "in", "--output", "out"]
-conf = {{ "spark.sql.shuffle.partitions" = "3" }}
-versions.v1 = {{ application = "{application}" }}
-versions.v2 = {{ application = "{application}", args = ["--variant", "2"] }}
-{extra}
-"""
-    )
-    return path
+from tests.support.jobs import write_jobs
 
 
 def test_jobs_file_is_parsed_with_paths_relative_to_it(tmp_path: Path) -> None:
-    job = get_job("orders", str(write_jobs(tmp_path)))
+    job = Settings(jobs_file=str(write_jobs(tmp_path))).resolve().spec("orders")
     assert job.store == str(tmp_path / "store") and job.checkpoint_root == str(tmp_path / "checkpoints")
     assert job.args == ["--input", str(tmp_path / "in"), "--output", str(tmp_path / "out")]
     assert job.default_version == "v1" and job.version("v2").args == ["--variant", "2"]
@@ -65,7 +45,7 @@ def test_bad_jobs_files(tmp_path: Path, extra: str, error: type, message: str) -
 def test_unknown_job_and_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     jobs = str(write_jobs(tmp_path))
     with pytest.raises(NotFound, match=r"unknown job 'payments'.*declared jobs are orders"):
-        get_job("payments", jobs)
+        Settings(jobs_file=jobs).resolve().spec("payments")
     assert main(["deploy", "orders", "--version", "v9", "--jobs", jobs]) == 3
     assert "job orders has no version 'v9': declared versions are v1, v2" in capsys.readouterr().err
     assert main(["deploy", "orders", "--jobs", str(tmp_path / "missing.toml")]) == 3
@@ -102,7 +82,7 @@ def test_stop_without_a_running_deployment(tmp_path: Path, capsys: pytest.Captur
     assert "job orders has no running deployment: nothing to stop" in capsys.readouterr().err
     deployments = Deployments(open_storage(str(tmp_path / "store")))
     deployments.put(Deployment(id="dp-20261121T000000000Z-0001", job="orders", version="v1", checkpoint="c"))
-    deployments.write_status("orders", "dp-20261121T000000000Z-0001", Status(State.STOPPED, time.time()))
+    deployments.write_status("orders", "dp-20261121T000000000Z-0001", DeploymentStatus(State.STOPPED, time.time()))
     assert main(["stop", "orders", "--jobs", jobs, "--savepoint"]) == 4
     assert "(its latest deployment dp-20261121T000000000Z-0001 is STOPPED)" in capsys.readouterr().err
     assert (
@@ -113,11 +93,11 @@ def test_stop_without_a_running_deployment(tmp_path: Path, capsys: pytest.Captur
 
 def test_a_heartbeat_that_stops_reads_as_lost() -> None:
     deployment = Deployment(id="dp-1", job="orders", version="v1", checkpoint="c")
-    fresh = Status(State.RUNNING, updated_at=time.time())
-    stale = Status(State.RUNNING, updated_at=time.time() - 31)
+    fresh = DeploymentStatus(State.RUNNING, updated_at=time.time())
+    stale = DeploymentStatus(State.RUNNING, updated_at=time.time() - 31)
     assert observed_state(deployment, fresh, timeout=30) is State.RUNNING
     assert observed_state(deployment, stale, timeout=30) is State.LOST
-    assert observed_state(deployment, Status(State.STOPPED, time.time() - 999), timeout=30) is State.STOPPED
+    assert observed_state(deployment, DeploymentStatus(State.STOPPED, time.time() - 999), timeout=30) is State.STOPPED
     import socket
 
     gone = Deployment(
@@ -155,7 +135,9 @@ def test_a_job_that_does_not_stop_in_time_keeps_running(tmp_path: Path, capsys: 
 
     def heartbeat() -> None:
         while not done.is_set():
-            deployments.write_status("orders", deployment.id, Status(State.RUNNING, time.time(), last_batch_id=7))
+            deployments.write_status(
+                "orders", deployment.id, DeploymentStatus(State.RUNNING, time.time(), last_batch_id=7)
+            )
             done.wait(0.2)
 
     beating = threading.Thread(target=heartbeat)
@@ -176,7 +158,7 @@ def test_a_job_that_does_not_stop_in_time_keeps_running(tmp_path: Path, capsys: 
 def test_a_checkpoint_location_another_deployment_owns_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from airflow_plugin.core import deploy as deploy_module
+    from airflow_plugin.core.jobs import deploy as deploy_module
 
     jobs = str(write_jobs(tmp_path))
     owned = tmp_path / "checkpoints/orders/dp-20261121T000000000Z-0003"
@@ -184,7 +166,7 @@ def test_a_checkpoint_location_another_deployment_owns_is_refused(
     (owned / "metadata").write_text('{"id": "q"}')
     deployments = Deployments(open_storage(str(tmp_path / "store")))
     deployments.put(Deployment(id="dp-20261121T000000000Z-0003", job="orders", version="v1", checkpoint=str(owned)))
-    deployments.write_status("orders", "dp-20261121T000000000Z-0003", Status(State.STOPPED, time.time()))
+    deployments.write_status("orders", "dp-20261121T000000000Z-0003", DeploymentStatus(State.STOPPED, time.time()))
     monkeypatch.setattr(deploy_module, "new_deployment_id", lambda: "dp-20261121T000000000Z-0003")
     assert main(["deploy", "orders", "--jobs", jobs]) == 4
     assert "owned by deployment dp-20261121T000000000Z-0003: every deployment needs its own" in capsys.readouterr().err
@@ -193,15 +175,16 @@ def test_a_checkpoint_location_another_deployment_owns_is_refused(
 
 STUBBORN_JOB = """
 import argparse, time
-from airflow_plugin.core.jobs.deployments import Deployments, State, Status
+from airflow_plugin.core.jobs.deployments import Deployments, State, DeploymentStatus
 from airflow_plugin.core.storage import open_storage
+from tests.support.jobs import write_jobs
 p = argparse.ArgumentParser()
 for name in ("--store", "--job", "--deployment", "--checkpoint", "--trigger-interval", "--delivery"):
     p.add_argument(name)
 args, _ = p.parse_known_args()
 deployments = Deployments(open_storage(args.store))
 while True:  # a heartbeat, and never a look at the control channel
-    deployments.write_status(args.job, args.deployment, Status(State.RUNNING, time.time(), last_batch_id=1))
+    deployments.write_status(args.job, args.deployment, DeploymentStatus(State.RUNNING, time.time(), last_batch_id=1))
     time.sleep(0.2)
 """
 

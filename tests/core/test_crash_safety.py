@@ -12,12 +12,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from synthetic import write_checkpoint
-
-from airflow_plugin.core.snapshots.manifest import Status
+from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
+from tests.support.synthetic import write_checkpoint
 
 
 def start_create(store: str, ckpt: Path) -> subprocess.Popen[bytes]:
@@ -68,9 +67,9 @@ def test_sigkill_at_random_points_never_leaves_a_broken_completed_snapshot(tmp_p
         process.send_signal(signal.SIGKILL)
         process.wait()
         new = [m for m in store.list("orders") if m.id not in before]
-        killed_mid_copy += any(m.status is Status.IN_PROGRESS for m in new)
+        killed_mid_copy += any(m.status is SnapshotStatus.IN_PROGRESS for m in new)
         for manifest in store.list("orders"):
-            if manifest.status is Status.COMPLETED:
+            if manifest.status is SnapshotStatus.COMPLETED:
                 assert verify_snapshot(store, "orders", manifest.id).ok, manifest.id
 
     assert killed_mid_copy >= 2, "the kills should have hit snapshots in the middle of their copy"
@@ -78,5 +77,5 @@ def test_sigkill_at_random_points_never_leaves_a_broken_completed_snapshot(tmp_p
     _, err = process.communicate(timeout=120)
     assert process.returncode == 0, err.decode()
     latest = store.latest("orders")
-    assert latest.status is Status.COMPLETED and latest.batch_id == 39
+    assert latest.status is SnapshotStatus.COMPLETED and latest.batch_id == 39
     assert verify_snapshot(store, "orders", latest.id).ok

@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from spark_kinds import KINDS, Kind, last_commit, read_state, run_rounds
 
 from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
@@ -17,6 +16,7 @@ from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
+from tests.support.spark_kinds import KINDS, Kind, last_commit, read_state, run_rounds
 
 pytestmark = pytest.mark.spark
 TRIGGER = {"processingTime": "200 milliseconds"}

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import spark_kinds as sk
 
 from airflow_plugin.core.errors import CheckpointChanged, CheckpointError
 from airflow_plugin.core.snapshots.state_files import files_for_version
+from tests.support import spark_kinds as sk
 
 # ---------------------------------------------------------------- synthetic store files
 

@@ -17,7 +17,7 @@ import pytest
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.jobs.stop import kill
-from airflow_plugin.core.snapshots.manifest import Status
+from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from devtools.scenario import JOB, Lifecycle
 
@@ -56,7 +56,7 @@ def test_the_lifecycle_through_airflow_loses_no_event_and_rolls_back_a_failed_up
     assert versions == ["v1", "v2", "broken", "v2"]
 
     manifests = lifecycle.store.list(JOB)
-    assert manifests and all(m.status is Status.COMPLETED for m in manifests)
+    assert manifests and all(m.status is SnapshotStatus.COMPLETED for m in manifests)
     for manifest in manifests:
         assert verify_snapshot(lifecycle.store, JOB, manifest.id).ok
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
-from ui_support import free_port
 
 from devtools.airflow_env import REPO
 from devtools.windowed import wait_for
+from tests.support.ui_support import free_port
 
 pytestmark = [pytest.mark.slow]
 

@@ -1,0 +1,12 @@
+"""The `savepoints` command line: the engine for people on call, no Airflow needed (pip's layout).
+
+main.py        parse, resolve the context once, run, render, exit code
+parser.py      the shared options and the sub-commands
+commands/      one module per group of commands: snapshots, jobs, retention
+render.py      JSON or text and tables; progress bars
+exit_codes.py  the one mapping from errors to exit codes
+"""
+
+from .main import main
+
+__all__ = ["main"]

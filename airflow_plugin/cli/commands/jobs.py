@@ -1,0 +1,106 @@
+"""Managed jobs: deploy, status, stop, kill, and the pre-flight of an upgrade."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ...core.context import Context
+from ...core.jobs.deploy import RESTORE_MODES, DeployRequest, deploy
+from ...core.jobs.deployments import describe
+from ...core.jobs.preflight import preflight
+from ...core.jobs.stop import job_status, kill, stop
+from ..render import Output, out, say, status_table
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    deploy_cmd = commands.add_parser("deploy", parents=[common], help="launch a job version as a new deployment")
+    deploy_cmd.add_argument("job")
+    deploy_cmd.add_argument("--version", help="a version declared in the jobs file (default: its default_version)")
+    deploy_cmd.add_argument(
+        "--restore",
+        default="none",
+        metavar="|".join([*RESTORE_MODES, "ID"]),
+        help="where the state comes from (default none)",
+    )
+    deploy_cmd.add_argument(
+        "--partitions", type=int, help="state partitions; differing from the snapshot's rescales its state first"
+    )
+    deploy_cmd.add_argument("--wait", type=float, default=180, help="seconds to wait for RUNNING (default 180)")
+    deploy_cmd.add_argument(
+        "--spark-conn", metavar="CONN_ID", help="build spark-submit from this Airflow connection (the [airflow] extra)"
+    )
+    deploy_cmd.set_defaults(run=run_deploy)
+
+    preflight_cmd = commands.add_parser(
+        "preflight", parents=[common], help="would this version run on that snapshot's state? (touches nothing live)"
+    )
+    preflight_cmd.add_argument("job")
+    preflight_cmd.add_argument("--version", required=True, help="the new version, declared in the jobs file")
+    preflight_cmd.add_argument("--snapshot", default="latest", help="snapshot id (default: latest)")
+    preflight_cmd.add_argument(
+        "--allow-renames", action="store_true", help="accept state field renames (Spark does not check names)"
+    )
+    preflight_cmd.set_defaults(run=run_preflight)
+
+    status_cmd = commands.add_parser("status", parents=[common], help="deployments with state and heartbeat")
+    status_cmd.add_argument("job", nargs="?")
+    status_cmd.set_defaults(run=run_status)
+
+    stop_cmd = commands.add_parser("stop", parents=[common], help="stop the running deployment at a batch boundary")
+    stop_cmd.add_argument("job")
+    stop_cmd.add_argument("--savepoint", action="store_true", help="then snapshot the quiescent checkpoint")
+    stop_cmd.add_argument("--drain", action="store_true", help="process what is available first")
+    stop_cmd.add_argument("--timeout", type=float, help="seconds (default: trigger interval + 60)")
+    stop_cmd.set_defaults(run=run_stop)
+
+    kill_cmd = commands.add_parser("kill", parents=[common], help="force-kill a deployment that will not stop")
+    kill_cmd.add_argument("job")
+    kill_cmd.set_defaults(run=run_kill)
+
+
+def run_deploy(args: argparse.Namespace, ctx: Context) -> Output:
+    job = ctx.job(args.job)
+    request = DeployRequest(args.version, restore=args.restore, partitions=args.partitions, wait_seconds=args.wait)
+    deployment = deploy(job, request)
+    status, state = job.observe(deployment)
+    return Output(describe(deployment, status, state), lambda: say(deployment.id))
+
+
+def run_preflight(args: argparse.Namespace, ctx: Context) -> Output:
+    job = ctx.job(args.job)
+    report = preflight(job, args.snapshot, args.version, allow_renames=args.allow_renames)
+
+    def human() -> None:
+        verdict = "PASSED" if report.passed else "BLOCKED"
+        say(f"pre-flight of {job.name} {report.version} on {report.snapshot} (batch {report.batch_id}): {verdict}")
+        say(report.reason)
+
+    return Output(report.to_dict(), human, error=report.blocked())  # refused (exit 4) after the report
+
+
+def run_status(args: argparse.Namespace, ctx: Context) -> Output:
+    names = [args.job] if args.job else sorted(ctx.jobs)
+    rows = [row for name in names for row in job_status(ctx.job(name))]
+    return Output(rows, lambda: out.print(status_table(rows) if rows else "no deployments"))
+
+
+def run_stop(args: argparse.Namespace, ctx: Context) -> Output:
+    result = stop(ctx.job(args.job), savepoint=args.savepoint, drain=args.drain, timeout=args.timeout)
+
+    def human() -> None:
+        if result.snapshot:
+            say(result.snapshot.id)
+        else:
+            say(f"deployment {result.deployment.id} {result.state} after {result.seconds:.1f}s")
+
+    return Output(result.to_dict(), human)
+
+
+def run_kill(args: argparse.Namespace, ctx: Context) -> Output:
+    job = ctx.job(args.job)
+    deployment = kill(job)
+    return Output(
+        {"job": job.name, "deployment": deployment.id, "state": "FAILED"},
+        lambda: say(f"killed deployment {deployment.id} of job {job.name}"),
+    )

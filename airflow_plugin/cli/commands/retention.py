@@ -1,0 +1,110 @@
+"""Retention: prune (the jobs file's policies, flags over them, then garbage collection) and retained
+checkpoints of running deployments."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ...core.context import Context
+from ...core.retention.policy import RetentionPolicy, parse_policy
+from ...core.retention.prune import prune, retain_checkpoints
+from ..render import Output, out, plan_table, say
+
+_POLICY_KEYS = ("failed_grace", "abandoned_after", "on_cancellation", "retired_retention", "blob_grace")
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    prune_cmd = commands.add_parser(
+        "prune", parents=[common], help="apply retention: delete old snapshots and leftovers"
+    )
+    prune_cmd.add_argument("--job", help="only this job's snapshots and deployments (blobs are store-wide)")
+    prune_cmd.add_argument("--dry-run", action="store_true", help="print the plan, delete nothing")
+    for kind in ("checkpoint", "savepoint"):
+        prune_cmd.add_argument(f"--{kind}-keep-last", type=int, metavar="N", help=f"keep the newest N {kind}s")
+        prune_cmd.add_argument(f"--{kind}-max-age", metavar="AGE", help=f"delete {kind}s older than AGE (e.g. 2d)")
+    prune_cmd.add_argument("--failed-grace", metavar="AGE", help="keep FAILED snapshots this long (default 1d)")
+    prune_cmd.add_argument("--abandoned-after", metavar="AGE", help="IN_PROGRESS this old crashed (default 6h)")
+    prune_cmd.add_argument(
+        "--on-cancellation", choices=["retain", "delete"], help="retired deployments' live checkpoints"
+    )
+    prune_cmd.add_argument("--retired-retention", metavar="AGE", help="retain-on-cancellation period (default 7d)")
+    prune_cmd.add_argument("--blob-grace", metavar="AGE", help="leave unreferenced contents this long (default 1h)")
+    prune_cmd.set_defaults(run=run_prune)
+
+    checkpoint_cmd = commands.add_parser(
+        "checkpoint", parents=[common], help="retained checkpoints: snapshot every running deployment of a job"
+    )
+    checkpoint_cmd.add_argument("--job", required=True)
+    checkpoint_cmd.set_defaults(run=run_checkpoint)
+
+
+def _policy_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The retention flags as a retention table (same keys and validation as the jobs file)."""
+    raw: dict[str, Any] = {}
+    for kind in ("checkpoint", "savepoint"):
+        limits = {
+            key: value
+            for key, value in (
+                ("keep_last", getattr(args, f"{kind}_keep_last")),
+                ("max_age", getattr(args, f"{kind}_max_age")),
+            )
+            if value is not None
+        }
+        if limits:
+            raw[kind] = limits
+    raw.update({key: getattr(args, key) for key in _POLICY_KEYS if getattr(args, key) is not None})
+    return raw
+
+
+def run_prune(args: argparse.Namespace, ctx: Context) -> Output:
+    """Defaults <- the job's `retention` in the jobs file (when there is one) <- flags (flags win)."""
+    flags = _policy_flags(args)
+    default = parse_policy(flags, "retention flags")
+    jobs = ctx.declared_jobs()
+    per_job: dict[str, RetentionPolicy] = {
+        name: parse_policy(
+            flags, "retention flags", parse_policy(spec.retention, f"{ctx.jobs_path} [jobs.{name}] retention")
+        )
+        for name, spec in jobs.items()
+    }
+    timeout = jobs[args.job].heartbeat_timeout if args.job in jobs else 30.0
+    plan, result = prune(
+        ctx.store(args.job),
+        default,
+        job=args.job,
+        job_policies=per_job,
+        dry_run=args.dry_run,
+        heartbeat_timeout=timeout,
+        open_location=ctx.open,
+    )
+    data = {"dry_run": args.dry_run, "plan": plan.to_dict(), "result": result.to_dict() if result else None}
+
+    def human() -> None:
+        out.print(plan_table(plan) if plan.rows() else "nothing to delete")
+        for note in plan.notes:
+            say(f"note: {note}")
+        if result is None:
+            say("dry run: nothing was deleted")
+        else:
+            say(
+                f"deleted {result.snapshots} snapshots, {result.checkpoints} retired checkpoint locations "
+                f"and {result.blobs} stored files ({result.deferred_blobs} left for the next run)"
+            )
+
+    return Output(data, human)
+
+
+def run_checkpoint(args: argparse.Namespace, ctx: Context) -> Output:
+    outcomes = retain_checkpoints(ctx.job(args.job))
+
+    def human() -> None:
+        if not outcomes:
+            say(f"job {args.job} has no RUNNING deployment: nothing to checkpoint")
+        for o in outcomes:
+            if o.skipped:
+                say(f"deployment {o.deployment}: skipped ({o.skipped})")
+            else:
+                say(f"deployment {o.deployment}: checkpoint {o.snapshot} at batch {o.batch_id}")
+
+    return Output([o.to_dict() for o in outcomes], human)

@@ -1,0 +1,188 @@
+"""Snapshots of any checkpoint: create, list, show, verify, delete, pin, unpin, restore."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ...core.context import Context
+from ...core.snapshots.create import SnapshotRequest, create_snapshot
+from ...core.snapshots.lifecycle import delete_snapshot, set_pinned
+from ...core.snapshots.manifest import Kind, Trigger, parse_labels
+from ...core.snapshots.restore import execute_restore, plan_restore
+from ...core.snapshots.verify import verify_snapshot
+from .. import exit_codes
+from ..render import Output, human_bytes, key_values, out, say, snapshot_table, warn
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    one = argparse.ArgumentParser(add_help=False, parents=[common])
+    one.add_argument("--job", required=True, help="job name")
+    one.add_argument("id", help="snapshot id, or 'latest' for the newest COMPLETED one")
+
+    create = commands.add_parser("create", parents=[common], help="snapshot a checkpoint (live or stopped)")
+    create.add_argument("--job", required=True)
+    create.add_argument("--checkpoint", required=True, help="checkpoint location: path, file://, s3:// or s3a://")
+    create.add_argument("--kind", choices=[k.value for k in Kind], default=Kind.SAVEPOINT.value)
+    create.add_argument("--trigger", choices=[t.value for t in Trigger], default=Trigger.MANUAL.value)
+    create.add_argument("--label", action="append", default=[], metavar="K=V")
+    create.add_argument("--pin", action="store_true", help="never delete by retention")
+    create.add_argument(
+        "--sink",
+        action="append",
+        default=[],
+        metavar="LOCATION",
+        help="output location of a file sink whose position to record (repeatable)",
+    )
+    create.add_argument("--requested-by", default="")
+    create.set_defaults(run=run_create)
+
+    listing = commands.add_parser("list", parents=[common], help="list snapshots")
+    listing.add_argument("--job")
+    listing.set_defaults(run=run_list)
+
+    commands.add_parser("show", parents=[one], help="show one snapshot's manifest").set_defaults(run=run_show)
+    verify = commands.add_parser("verify", parents=[one], help="check every stored file's checksum")
+    verify.add_argument("--deep", action="store_true", help="also restore to scratch and read all state with Spark")
+    verify.set_defaults(run=run_verify)
+    delete = commands.add_parser("delete", parents=[one], help="delete a snapshot")
+    delete.add_argument("--force", action="store_true", help="delete even if pinned")
+    delete.set_defaults(run=run_delete)
+    commands.add_parser("pin", parents=[one], help="protect from retention").set_defaults(run=run_pin)
+    commands.add_parser("unpin", parents=[one], help="remove the protection").set_defaults(run=run_pin)
+    restore = commands.add_parser("restore", parents=[one], help="restore into a new checkpoint location")
+    restore.add_argument("--to", required=True, help="an empty or absent location")
+    restore.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    restore.add_argument(
+        "--allow-sink-ahead",
+        action="store_true",
+        help="restore even if a recorded file sink committed batches beyond the snapshot",
+    )
+    restore.set_defaults(run=run_restore)
+
+
+def run_create(args: argparse.Namespace, ctx: Context) -> Output:
+    request = SnapshotRequest(
+        job=args.job,
+        kind=Kind(args.kind),
+        trigger=Trigger(args.trigger),
+        requested_by=args.requested_by or ctx.settings.requested_by,
+        labels=parse_labels(args.label),
+        pinned=args.pin,
+        sinks=tuple(args.sink),
+    )
+    manifest = create_snapshot(
+        ctx.store(args.job),
+        ctx.open(args.checkpoint),
+        request,
+        progress=ctx.settings.progress,
+        concurrency=ctx.settings.concurrency,
+        open_location=ctx.open,
+    )
+
+    def human() -> None:
+        say(
+            f"snapshot {manifest.id} of job {manifest.job} {manifest.status} at batch {manifest.batch_id}: "
+            f"{len(manifest.files)} files, {human_bytes(manifest.total_bytes)}, "
+            f"{human_bytes(manifest.uploaded_bytes)} uploaded in {manifest.timings.get('total_s', 0):.1f}s"
+        )
+
+    return Output(manifest.summary() | {"timings": manifest.timings}, human)
+
+
+def run_list(args: argparse.Namespace, ctx: Context) -> Output:
+    manifests = ctx.store(args.job).list(args.job)
+    return Output(
+        [m.summary() for m in manifests], lambda: out.print(snapshot_table(manifests) if manifests else "no snapshots")
+    )
+
+
+def run_show(args: argparse.Namespace, ctx: Context) -> Output:
+    manifest = ctx.store(args.job).get(args.job, args.id)
+    data = manifest.summary() | {
+        "query_id": manifest.query_id,
+        "pending_batch_id": manifest.pending_batch_id,
+        "watermark_ms": manifest.watermark_ms,
+        "source_offsets": manifest.source_offsets,
+        "operators": manifest.operators,
+        "sinks": manifest.sinks,
+        "spark_conf": manifest.spark_conf,
+        "restore_conf": manifest.restore_conf,
+        "timings": manifest.timings,
+        "attempts": manifest.attempts,
+        "verification": manifest.verification,
+    }
+    return Output(data, lambda: out.print(key_values(data)))
+
+
+def run_verify(args: argparse.Namespace, ctx: Context) -> Output:
+    report = verify_snapshot(
+        ctx.store(args.job),
+        args.job,
+        args.id,
+        deep=args.deep,
+        progress=ctx.settings.progress,
+        concurrency=ctx.settings.concurrency,
+    )
+
+    def human() -> None:
+        verdict = "OK" if report.ok else "FAILED"
+        kind = "deep " if args.deep else ""
+        say(
+            f"{kind}verify of snapshot {report.snapshot} (batch {report.batch_id}): {verdict}, "
+            f"{report.files} files, {human_bytes(report.bytes)} in {report.seconds:.1f}s"
+        )
+        for problem in report.problems:
+            say(f"  - {problem}")
+        for op in (report.deep or {}).get("operators", []):
+            say(
+                f"  operator {op.get('operator')} store {op.get('store')}: {op.get('rows')} rows, "
+                f"partitions {op.get('partitions')}, matches original: {op.get('matches_original')}"
+            )
+
+    return Output(report.to_dict(), human, exit_codes.OK if report.ok else exit_codes.VERIFY_FAILED)
+
+
+def run_delete(args: argparse.Namespace, ctx: Context) -> Output:
+    result = delete_snapshot(ctx.store(args.job), args.job, args.id, force=args.force)
+    return Output(
+        result,
+        lambda: say(
+            f"deleted snapshot {result['snapshot']} of job {args.job} ({result['deleted_blobs']} stored files freed)"
+        ),
+    )
+
+
+def run_pin(args: argparse.Namespace, ctx: Context) -> Output:
+    manifest = set_pinned(ctx.store(args.job), args.job, args.id, args.command == "pin")
+    return Output(manifest.summary(), lambda: say(f"snapshot {manifest.id} {args.command}ned"))
+
+
+def run_restore(args: argparse.Namespace, ctx: Context) -> Output:
+    store = ctx.store(args.job)
+    plan = plan_restore(
+        store, args.job, args.id, ctx.open(args.to), allow_sink_ahead=args.allow_sink_ahead, open_location=ctx.open
+    )
+    if args.dry_run:
+        result = plan.describe()
+    else:
+        result = execute_restore(store, plan, progress=ctx.settings.progress, concurrency=ctx.settings.concurrency)
+    result["dry_run"] = args.dry_run
+
+    def human() -> None:
+        verb = "would restore" if args.dry_run else "restored"
+        say(
+            f"{verb} snapshot {plan.manifest.id} (batch {plan.manifest.batch_id}) into {plan.target.uri}: "
+            f"{len(plan.files)} files, {human_bytes(plan.total_bytes)}; the query resumes at batch "
+            f"{result['resumes_at_batch']}"
+        )
+        for path in plan.rewrites:
+            say(f"  rewrote absolute paths in {path}")
+        for warning in plan.warnings:
+            warn(warning)
+        if plan.spark_conf:
+            say("start the restored query with these Spark confs:")
+            for key, value in sorted(plan.spark_conf.items()):
+                say(f"  --conf {key}={value}")
+
+    return Output(result, human)

@@ -1,0 +1,169 @@
+"""One resolved context for everything a command, an operator or a DAG does to a job (the Flink operator's
+FlinkResourceContext): the jobs file, the snapshot store, S3 access, the spark-submit builder, who asks and
+where progress goes. It is resolved ONCE, at the edge (CLI, Airflow hook), and handed down; nothing below
+looks up a setting again.
+
+Precedence, one rule for every setting that has several sources: flag > environment > jobs file > default.
+
+    jobs file   --jobs FILE          > $SAVEPOINTS_JOBS   > ./jobs.toml
+    store       --store URI          > $SAVEPOINTS_STORE  > the job's `store` (or [defaults])  > none: an error
+    S3 access   an Airflow AWS connection > boto3's own chain (AWS_ENDPOINT_URL, AWS_PROFILE, role, ...)
+
+S3 access reaches every location the same way: the store, checkpoints and sinks are opened through
+`open`, and launched drivers get it in their environment (`child_env`), never on their command line."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+
+from .errors import InvalidInput, NotFound
+from .jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
+from .jobs.launcher import CommandBuilder, default_command
+from .jobs.spec import JOBS_ENV, JobSpec, jobs_file, load_jobs
+from .parallel import DEFAULT_CONCURRENCY
+from .progress import NullProgress, Progress
+from .snapshots.store import SnapshotStore
+from .storage import S3Settings, Storage, open_storage
+
+STORE_ENV = "SAVEPOINTS_STORE"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the caller brings: its flags, an Airflow connection's S3 access, its spark-submit builder."""
+
+    jobs_file: str | None = None  # None: $SAVEPOINTS_JOBS, else ./jobs.toml
+    store: str | None = None  # None: $SAVEPOINTS_STORE, else the jobs file's
+    s3: S3Settings | None = None  # None: boto3's own chain
+    command_builder: CommandBuilder = default_command
+    progress: Progress = field(default_factory=NullProgress)
+    requested_by: str = ""
+    concurrency: int = DEFAULT_CONCURRENCY  # parallel transfers of one operation
+
+    def resolve(self) -> Context:
+        return Context(self)
+
+
+class Context:
+    """The jobs file and the store, resolved once per command, task or page request."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.jobs_path: Path = jobs_file(settings.jobs_file)
+
+    @cached_property
+    def jobs(self) -> dict[str, JobSpec]:
+        """Every declared job; a missing or invalid jobs file is an error naming it."""
+        return load_jobs(str(self.jobs_path))
+
+    @property
+    def jobs_file_given(self) -> bool:
+        """Whether a jobs file was asked for (flag or environment) rather than the ./jobs.toml default."""
+        return bool(self.settings.jobs_file or os.environ.get(JOBS_ENV))
+
+    def declared_jobs(self) -> dict[str, JobSpec]:
+        """The declared jobs, or none when no jobs file was asked for and ./jobs.toml does not exist (commands
+        that work on any store, such as `list`, need no jobs file)."""
+        if not self.jobs_file_given and not self.jobs_path.exists():
+            return {}
+        return self.jobs
+
+    def spec(self, name: str) -> JobSpec:
+        """A declared job; with no jobs file at all (none asked for, no ./jobs.toml) a job known by name only."""
+        if not self.jobs_file_given and not self.jobs_path.exists():
+            return JobSpec.undeclared(name)
+        jobs = self.jobs
+        if name not in jobs:
+            declared = ", ".join(sorted(jobs)) or "none"
+            raise NotFound(f"unknown job {name!r} in {self.jobs_path}: declared jobs are {declared}")
+        return jobs[name]
+
+    def store_uri(self, job: str | None = None) -> str:
+        """flag > $SAVEPOINTS_STORE > the job's store in the jobs file > the one store its jobs share."""
+        uri = self.settings.store or os.environ.get(STORE_ENV)
+        if not uri:
+            jobs = self.declared_jobs()
+            if job is not None and job in jobs:
+                uri = jobs[job].store
+            else:
+                stores = sorted({spec.store for spec in jobs.values() if spec.store})
+                if len(stores) > 1:
+                    raise InvalidInput(
+                        f"the jobs in {self.jobs_path} use {len(stores)} stores ({', '.join(stores)}): name one "
+                        f"with --store or {STORE_ENV}" + ("" if job else ", or a declared job with --job")
+                    )
+                uri = stores[0] if stores else None
+        if not uri:
+            raise InvalidInput(
+                f"no snapshot store: pass --store URI, set {STORE_ENV}, or declare `store` in the jobs file "
+                f"({self.jobs_path})"
+            )
+        return uri
+
+    def store(self, job: str | None = None) -> SnapshotStore:
+        return SnapshotStore(self.open(self.store_uri(job)))
+
+    def open(self, uri: str) -> Storage:
+        """Any location (store, checkpoint, sink) with this context's S3 access."""
+        return open_storage(uri, self.settings.s3)
+
+    def job(self, name: str) -> JobContext:
+        spec = self.spec(name)
+        return JobContext(spec, self.store(name), self.settings)
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Everything one operation on one job needs, resolved: its spec, its store, S3 access, the
+    spark-submit builder, who asks and where progress goes."""
+
+    spec: JobSpec
+    store: SnapshotStore
+    settings: Settings = field(default_factory=Settings)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def progress(self) -> Progress:
+        return self.settings.progress
+
+    @property
+    def requested_by(self) -> str:
+        return self.settings.requested_by
+
+    @property
+    def command_builder(self) -> CommandBuilder:
+        return self.settings.command_builder
+
+    @cached_property
+    def deployments(self) -> Deployments:
+        return Deployments(self.store.storage)
+
+    def observe(self, deployment: Deployment) -> tuple[DeploymentStatus | None, State]:
+        """Its heartbeat, and what the deployment really is now (LOST when the heartbeat is stale or its
+        process is gone)."""
+        status = self.deployments.status(self.name, deployment.id)
+        return status, observed_state(deployment, status, self.spec.heartbeat_timeout)
+
+    def state_of(self, deployment: Deployment) -> State:
+        return self.observe(deployment)[1]
+
+    def open(self, uri: str) -> Storage:
+        """A checkpoint or sink location of this job, with the same S3 access as the store."""
+        return open_storage(uri, self.settings.s3)
+
+    def child_env(self) -> dict[str, str]:
+        """What a launched driver or Spark tool needs in its environment to reach the store as we do."""
+        return self.settings.s3.child_env() if self.settings.s3 else {}
+
+    def checkpoint_location(self, deployment_id: str) -> str:
+        """Each deployment's own live checkpoint location."""
+        return f"{self.spec.checkpoint_root.rstrip('/')}/{self.name}/{deployment_id}"
+
+    def with_progress(self, progress: Progress) -> JobContext:
+        return replace(self, settings=replace(self.settings, progress=progress))

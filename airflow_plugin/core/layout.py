@@ -1,0 +1,104 @@
+"""The store's layout: which key holds what. Every key of the store is spelled here and nowhere else; the
+engine, the Airflow layer and the job runtime ask this module.
+
+    jobs/<job>/snapshots/<snapshot_id>/manifest.json             a snapshot; status COMPLETED is its commit
+    jobs/<job>/deployments/<deployment_id>/deployment.json       the deployment record (the launcher's)
+    jobs/<job>/deployments/<deployment_id>/status.json           its heartbeat (written by the job runtime)
+    jobs/<job>/deployments/<deployment_id>/control/<request>.json  requests to the running job (stop, start)
+    jobs/<job>/lease.json                                        the job lease: one operation at a time
+    blobs/<sha256[:2]>/<sha256>                                  file contents, stored once, shared by snapshots
+
+Names that become part of a key (jobs, snapshot and deployment ids, request ids, label keys) pass
+`check_name`: no '/', no '..', nothing that could escape its place."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidInput
+
+JOBS = "jobs/"
+BLOBS = "blobs/"
+MANIFEST = "manifest.json"
+DEPLOYMENT = "deployment.json"
+STATUS = "status.json"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+def check_name(value: str, what: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        shown = value if not isinstance(value, str) or len(value) <= 40 else f"{value[:40]}... ({len(value)} chars)"
+        raise InvalidInput(
+            f"invalid {what} {shown!r}: use letters, digits, '_', '.', '-' (at most 128, not starting with '.')"
+        )
+    return value
+
+
+def job_prefix(job: str) -> str:
+    return f"{JOBS}{check_name(job, 'job name')}/"
+
+
+def snapshots_prefix(job: str | None = None) -> str:
+    """Where manifests live: of one job, or (None) of every job (filter keys with `is_manifest`)."""
+    return f"{job_prefix(job)}snapshots/" if job else JOBS
+
+
+def snapshot_prefix(job: str, snapshot_id: str) -> str:
+    return f"{snapshots_prefix(job)}{check_name(snapshot_id, 'snapshot id')}/"
+
+
+def manifest_key(job: str, snapshot_id: str) -> str:
+    return snapshot_prefix(job, snapshot_id) + MANIFEST
+
+
+def is_manifest(key: str) -> bool:
+    parts = key.split("/")
+    return len(parts) == 5 and parts[0] == "jobs" and parts[2] == "snapshots" and parts[4] == MANIFEST
+
+
+def deployments_prefix(job: str) -> str:
+    return f"{job_prefix(job)}deployments/"
+
+
+def deployment_prefix(job: str, deployment_id: str) -> str:
+    return f"{deployments_prefix(job)}{check_name(deployment_id, 'deployment id')}/"
+
+
+def deployment_key(job: str, deployment_id: str) -> str:
+    return deployment_prefix(job, deployment_id) + DEPLOYMENT
+
+
+def deployment_id_of(key: str, job: str) -> str | None:
+    """The deployment id of a deployment record's key (None for any other key)."""
+    prefix = deployments_prefix(job)
+    if not key.startswith(prefix) or not key.endswith("/" + DEPLOYMENT):
+        return None
+    return key[len(prefix) :].split("/")[0]
+
+
+def status_key(job: str, deployment_id: str) -> str:
+    return deployment_prefix(job, deployment_id) + STATUS
+
+
+def control_prefix(job: str, deployment_id: str) -> str:
+    return deployment_prefix(job, deployment_id) + "control/"
+
+
+def control_key(job: str, deployment_id: str, request_id: str) -> str:
+    return control_prefix(job, deployment_id) + f"{check_name(request_id, 'request id')}.json"
+
+
+def lease_key(job: str) -> str:
+    return job_prefix(job) + "lease.json"
+
+
+def job_of(key: str) -> str | None:
+    """The job a key under jobs/ belongs to."""
+    parts = key.split("/")
+    return parts[1] if len(parts) >= 3 and parts[0] == "jobs" else None
+
+
+def blob_key(sha256: str) -> str:
+    """Contents are stored once, by checksum: snapshots share them, so deleting one breaks no other."""
+    return f"{BLOBS}{sha256[:2]}/{sha256}"

@@ -168,18 +168,23 @@ def new_request_id() -> str:
 
 
 def observed_state(
-    deployment: Deployment, status: DeploymentStatus | None, timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+    deployment: Deployment,
+    status: DeploymentStatus | None,
+    timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+    now: float | None = None,
 ) -> State:
-    """What a deployment really is now: its heartbeat's state, LOST when the heartbeat is stale, and LOST
-    at once when its local driver process is known to be gone (a SIGKILL leaves RUNNING behind)."""
+    """What a deployment really is at `now` (default: now): its heartbeat's state, LOST when the heartbeat
+    is stale, and LOST at once when its local driver process is known to be gone (a SIGKILL leaves RUNNING
+    behind)."""
     from .launcher import alive, on_this_host
 
+    now = time.time() if now is None else now
     if status is None:
         state = State.STARTING
-        if time.time() - datetime.fromisoformat(deployment.created_at.replace("Z", "+00:00")).timestamp() > timeout:
+        if now - datetime.fromisoformat(deployment.created_at.replace("Z", "+00:00")).timestamp() > timeout:
             state = State.LOST
     else:
-        state = status.effective_state(timeout)
+        state = status.effective_state(timeout, now)
     if state.live and on_this_host(deployment.launcher) and not alive(deployment.launcher):
         return State.LOST
     return state

@@ -51,7 +51,7 @@ def assess(
     now: float | None = None,
 ) -> Health:
     now = time.time() if now is None else now
-    state = observed_state(deployment, status, heartbeat_timeout)
+    state = observed_state(deployment, status, heartbeat_timeout, now)
     target = target_batch(deployment, min_batches)
     last = status.last_batch_id if status else None
     age = round(status.age(now), 1) if status else None

@@ -1,0 +1,72 @@
+"""health.py directly: the one health rule (fresh heartbeat, K new batches since the start or restore,
+no error) as a pure verdict, and `check_health` reading it from a store."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_plugin.core.context import JobContext
+from airflow_plugin.core.errors import NotFound
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.health import Verdict, assess, check_health, target_batch
+from airflow_plugin.core.jobs.spec import JobSpec
+from airflow_plugin.core.snapshots.store import SnapshotStore
+from airflow_plugin.core.storage import LocalStorage
+
+NOW = 1_800_000_000.0
+
+
+def _deployment(restored_batch_id: int | None = None, **launcher: object) -> Deployment:
+    return Deployment("dp-1", "orders", "v2", "/ck", restored_batch_id=restored_batch_id, launcher=dict(launcher))
+
+
+def test_the_target_batch_counts_from_the_restored_batch_or_a_fresh_start() -> None:
+    assert target_batch(_deployment(restored_batch_id=41), 3) == 44  # resumes at 42: 42, 43, 44
+    assert target_batch(_deployment(), 3) == 2  # a fresh start: 0, 1, 2
+    assert target_batch(_deployment(restored_batch_id=41), 0) == 42  # at least one batch, always
+
+
+@pytest.mark.parametrize(
+    ("status", "verdict", "reason"),
+    [
+        (DeploymentStatus(State.RUNNING, NOW - 1, last_batch_id=44), Verdict.HEALTHY, "batch 44 committed"),
+        (DeploymentStatus(State.RUNNING, NOW - 1, last_batch_id=43), Verdict.WAITING, "waiting for batch 44"),
+        (DeploymentStatus(State.STARTING, NOW - 1), Verdict.WAITING, "no batch yet"),
+        (None, Verdict.WAITING, "is STARTING"),
+        (
+            DeploymentStatus(State.FAILED, NOW - 1, last_batch_id=50, error_class="BOOM", error_message="sink"),
+            Verdict.UNHEALTHY,
+            "FAILED (BOOM: sink)",
+        ),
+        (DeploymentStatus(State.RUNNING, NOW - 31, last_batch_id=50), Verdict.UNHEALTHY, "LOST"),
+        (DeploymentStatus(State.STOPPED, NOW - 1, last_batch_id=50), Verdict.UNHEALTHY, "STOPPED, not running"),
+    ],
+)
+def test_verdicts(status: DeploymentStatus | None, verdict: Verdict, reason: str) -> None:
+    deployment = _deployment(restored_batch_id=41)
+    deployment.created_at = "2099-01-01T00:00:00.000Z"  # no heartbeat yet, but just launched: STARTING
+    health = assess(deployment, status, min_batches=3, heartbeat_timeout=30, now=NOW)
+    assert health.verdict is verdict and reason in health.reason
+    assert health.to_dict()["verdict"] == str(verdict) and health.target_batch_id == 44
+
+
+def test_a_driver_whose_process_is_gone_is_unhealthy_at_once() -> None:
+    gone = _deployment(mode="local", pid=2**22 + 17, host=socket.gethostname())
+    status = DeploymentStatus(State.RUNNING, NOW - 1, last_batch_id=99)
+    assert assess(gone, status, min_batches=1, heartbeat_timeout=30, now=NOW).verdict is Verdict.UNHEALTHY
+
+
+def test_check_health_reads_the_store(tmp_path: Path) -> None:
+    store = SnapshotStore(LocalStorage(tmp_path / "store"))
+    job = JobContext(JobSpec.undeclared("orders"), store)
+    records = Deployments(store.storage)
+    records.put(_deployment(restored_batch_id=1))
+    records.write_status("orders", "dp-1", DeploymentStatus(State.RUNNING, time.time(), last_batch_id=3))
+    assert check_health(job, "dp-1", min_batches=2).verdict is Verdict.HEALTHY
+    assert check_health(job, "dp-1", min_batches=3).verdict is Verdict.WAITING
+    with pytest.raises(NotFound, match="deployment dp-9 of job orders does not exist"):
+        check_health(job, "dp-9", min_batches=1)

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 from rich.text import Text
 
-from ..core.retention.policy import Plan
+from ..core.retention.plan import Plan
 from ..core.snapshots.manifest import Manifest
 
 # Piped output (grep, logs) gets wide lines instead of a table squeezed to 80 columns.

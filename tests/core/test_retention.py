@@ -27,15 +27,8 @@ from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
 from airflow_plugin.core.jobs.deployments import DeploymentStatus as Heartbeat
 from airflow_plugin.core.jobs.spec import JobSpec
 from airflow_plugin.core.parallel import run_parallel
-from airflow_plugin.core.retention.policy import (
-    KindPolicy,
-    Observed,
-    ObservedDeployment,
-    OnCancellation,
-    RetentionPolicy,
-    parse_policy,
-    plan,
-)
+from airflow_plugin.core.retention.plan import Observed, ObservedDeployment, plan
+from airflow_plugin.core.retention.policy import KindPolicy, OnCancellation, RetentionPolicy, parse_policy
 from airflow_plugin.core.retention.prune import execute, observe, prune, retain_checkpoints
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.manifest import (

@@ -28,8 +28,9 @@ from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, in_flight
 from ..snapshots.store import SnapshotStore
 from ..storage import Storage, open_storage
-from .policy import Observed, ObservedDeployment, Plan, RetentionPolicy
-from .policy import plan as make_plan
+from .plan import Observed, ObservedDeployment, Plan
+from .plan import plan as make_plan
+from .policy import RetentionPolicy
 
 log = logging.getLogger(__name__)
 

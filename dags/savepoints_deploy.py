@@ -22,6 +22,13 @@ with DAG(
         "job": job_param(JOBS),
         "version": version_param(JOBS),
         "restore": restore_param(),
+        "rewind_sink": Param(
+            False,
+            type="boolean",
+            title="Rewind the sink",
+            description="if the file sink committed batches after the snapshot, move that output into the sink's "
+            "_savepoints_quarantine/ and write it again (otherwise the deploy is refused: records would be lost)",
+        ),
         "min_batches": Param(2, type="integer", minimum=1, title="Healthy after this many new batches"),
     },
     doc_md=__doc__,
@@ -31,6 +38,7 @@ with DAG(
         job="{{ params.job }}",
         version="{{ params.version }}",
         restore="{{ params.restore }}",
+        rewind_sink="{{ params.rewind_sink }}",
         jobs_file=JOBS_FILE,
     )
     healthy = DeploymentHealthSensor(

@@ -86,6 +86,7 @@ with DAG(
         job="{{ params.job }}",
         standby_deployment="{{ ti.xcom_pull(task_ids='prestart_new')['deployment'] }}",
         restore=STOP_SAVEPOINT,
+        rewind_sink=True,  # a batch the stop interrupted after its sink commit is replayed, not skipped
         wait_seconds=0,  # start only: the health gate decides, and a failure there rolls back
         jobs_file=JOBS_FILE,
     )

@@ -3,17 +3,20 @@ deferrable triggers, real spark-submit drivers, the snapshot store on the embedd
 the demo (`make demo`, which prints it) and the end-to-end test (which asserts it).
 
     deploy v1 -> savepoint (pinned, labelled) -> retention -> upgrade to v2 (passes) -> upgrade to v3
-    (blocked by the pre-flight: v2 keeps running) -> [upgrade to `broken`: the health gate fails and
-    the rollback puts v2 back from the same savepoint] -> stop-with-savepoint -> exactly-once check
+    (blocked by the pre-flight: v2 keeps running) -> [upgrade to `poisoned`: it commits batches to the
+    sink, then fails; the health gate fails and the rollback rewinds the sink and puts v2 back from the
+    same savepoint] -> stop-with-savepoint -> exactly-once check
 
 Events are fed continuously while the DAGs run (the health gate waits for new batches), then flushed,
 so the final output can be compared with every event fed."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -22,6 +25,7 @@ from typing import Any
 from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State, observed_state
 from airflow_plugin.core.jobs.spec import JOBS_ENV
+from airflow_plugin.core.sinks.file import QUARANTINE
 from airflow_plugin.core.snapshots.manifest import Manifest
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from devtools.dag_runs import DagRunResult, run_dag
@@ -46,16 +50,38 @@ class Check:
 
 
 class BackgroundFeeder:
-    """Feeds a round of events every `interval` seconds on a thread, until stopped."""
+    """Feeds a round of events every `interval` seconds on a thread, until stopped. While `poisoning`, it
+    writes one poison event as soon as its condition holds, and then feeds nothing more until the block
+    ends (so the poisoned version reaches the poison within a few batches)."""
 
     def __init__(self, feeder: Feeder, interval: float = 1.5) -> None:
         self.feeder, self.interval = feeder, interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
+        self._poison_when: Callable[[], bool] | None = None
+        self._poisoned = threading.Event()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.feeder.round()
+            condition = self._poison_when
+            if condition is None:
+                self.feeder.round()
+            elif not self._poisoned.is_set():
+                if condition():
+                    self.feeder.poison()
+                    self._poisoned.set()
+                else:
+                    self.feeder.round()
+
+    @contextmanager
+    def poisoning(self, condition: Callable[[], bool]) -> Iterator[threading.Event]:
+        """Poison once `condition()` holds; yields the event that is set when it was written."""
+        self._poisoned.clear()
+        self._poison_when = condition
+        try:
+            yield self._poisoned
+        finally:
+            self._poison_when = None
 
     def __enter__(self) -> BackgroundFeeder:
         self._thread.start()
@@ -143,9 +169,14 @@ class Lifecycle:
         )
         return result
 
-    def upgrade(self, version: str, expect: Outcome) -> DagRunResult:
+    def upgrade(self, version: str, expect: Outcome, feeding: BackgroundFeeder | None = None) -> DagRunResult:
         before = self.running()
-        result = self._run("savepoints_upgrade", {"job": JOB, "version": version, "min_batches": 3})
+        if expect is Outcome.ROLLED_BACK and feeding is not None:  # poisoned after 2 batches of its own
+            with feeding.poisoning(lambda: self._committed_since_restore(version) >= 2) as poisoned:
+                result = self._run("savepoints_upgrade", {"job": JOB, "version": version, "min_batches": 10})
+            self.check(poisoned.is_set(), f"{version} committed 2 batches to the sink, then read a poison event")
+        else:
+            result = self._run("savepoints_upgrade", {"job": JOB, "version": version, "min_batches": 3})
         after = self.running()
         old = before[0].version if before else "-"
         if expect is Outcome.BLOCKED:
@@ -168,6 +199,12 @@ class Lifecycle:
                 f"rollback: {old} redeployed from the same savepoint {stop_savepoint}",
             )
             self.check([d.version for d in after] == [old], "the old version runs again")
+            rewinds = [json.loads(p.read_text()) for p in (self.work / "output").glob(f"{QUARANTINE}*/rewind.json")]
+            self.check(
+                len(rewinds) == 1 and rewinds[0]["state"] == "done" and rewinds[0]["data"],
+                f"the sink was rewound: {len(rewinds[0]['data']) if rewinds else 0} data files of {version} moved "
+                f"into {QUARANTINE} and written again by {old}",
+            )
             return result
         self.check(result.succeeded, f"upgrade DAG to {version}: savepoint, pre-flight, cutover, healthy")
         self.check(
@@ -175,6 +212,17 @@ class Lifecycle:
             f"{version} runs, restored from the stop-with-savepoint {stop_savepoint}",
         )
         return result
+
+    def _committed_since_restore(self, version: str) -> int:
+        """Batches the newest deployment of `version` committed after the one it was restored at."""
+        deployments = [d for d in self.deployments() if d.version == version]
+        if not deployments:
+            return 0
+        newest = deployments[-1]
+        status = Deployments(self.store.storage).status(JOB, newest.id)
+        if status is None or status.last_batch_id is None or newest.restored_batch_id is None:
+            return 0
+        return status.last_batch_id - newest.restored_batch_id
 
     def finish(self) -> Manifest:
         """Flush, let the job process everything, stop it with a savepoint, check the output."""
@@ -190,11 +238,15 @@ class Lifecycle:
             f"exactly once: {self.feeder.events} events fed, {summary.events} counted, "
             f"{len(summary.duplicates)} windows emitted twice",
         )
+        self.check(
+            "poisoned" not in summary.versions,
+            f"the live output holds no row of a rolled-back version (rows per version: {summary.versions})",
+        )
         return self.store.get(JOB, result.value("savepoint")["id"])
 
     def run(self, *, rollback: bool = False) -> None:
         self.say("deploy v1 (deploy DAG), feeding events")
-        with BackgroundFeeder(self.feeder):
+        with BackgroundFeeder(self.feeder) as feeding:
             self.deploy("v1")
             self.say("savepoint (savepoint DAG, as the UI form would trigger it)")
             self.savepoint()
@@ -205,7 +257,7 @@ class Lifecycle:
             self.say("upgrade to v3: state-incompatible")
             self.upgrade("v3", Outcome.BLOCKED)
             if rollback:
-                self.say("upgrade to broken: its sink fails after the cutover")
-                self.upgrade("broken", Outcome.ROLLED_BACK)
+                self.say("upgrade to poisoned: it commits batches to the sink, then fails")
+                self.upgrade("poisoned", Outcome.ROLLED_BACK, feeding)
         self.say("stop feeding; stop with a savepoint (savepoint DAG); exactly-once check")
         self.finish()

@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from spark_jobs.generate import write_flush, write_round
+from spark_jobs.generate import write_flush, write_poison, write_round
 from spark_jobs.jobs.windowed.output import read_output, summarize
 
 REPO = Path(__file__).resolve().parents[1]
 APPS = REPO / "spark_jobs/jobs/windowed"
-VERSIONS = ("v1", "v2", "v3", "regrouped", "broken")
+VERSIONS = ("v1", "v2", "v3", "regrouped", "poisoned")
 SPARK_UI = '"spark.ui.enabled" = "true", "spark.ui.port" = "0"'  # each driver's UI on a free port
 
 
@@ -85,6 +85,11 @@ class Feeder:
 
     def round(self) -> None:
         self.events += write_round(self.input_dir, self.rounds, self.events_per_round).events
+        self.rounds += 1
+
+    def poison(self) -> None:
+        """One poison event (an ordinary event to every version but `poisoned`) as the next round."""
+        self.events += write_poison(self.input_dir, self.rounds).events
         self.rounds += 1
 
     def flush(self) -> None:

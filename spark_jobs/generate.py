@@ -31,6 +31,7 @@ from pathlib import Path
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 ROUND_SPAN = timedelta(minutes=5)
 FLUSH_USER = "__flush__"
+POISON_USER = "poison"  # an ordinary event for every version but `poisoned`, whose batch fails on it
 FLUSH_TIME = datetime(2100, 1, 1, tzinfo=UTC)
 COUNTRIES = ("DE", "FR", "NL", "PL", "SE")
 SEQ_PER_ROUND = 10**9  # seq = round * SEQ_PER_ROUND + i: unique over all rounds
@@ -110,6 +111,16 @@ def write_flush(input_dir: Path, round_no: int) -> Written:
     path = input_dir / f"events-r{round_no:05d}-flush.json"
     _write_atomically(path, [json.dumps(event, separators=(",", ":"))])
     return Written(str(path), round_no, 0, 0, str(event["event_time"]), str(event["event_time"]), flush=True)
+
+
+def write_poison(input_dir: Path, round_no: int) -> Written:
+    """One ordinary event of POISON_USER in round `round_no`'s time span, as one new file: it counts like
+    any event, and the `poisoned` version of the windowed job fails the batch that reads it."""
+    input_dir.mkdir(parents=True, exist_ok=True)
+    event = {**round_events(round_no, 1)[0], "user": POISON_USER}
+    path = input_dir / f"events-r{round_no:05d}-poison.json"
+    _write_atomically(path, [json.dumps(event, separators=(",", ":"))])
+    return Written(str(path), round_no, 0, 1, str(event["event_time"]), str(event["event_time"]))
 
 
 def _parser() -> argparse.ArgumentParser:

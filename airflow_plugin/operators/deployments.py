@@ -31,9 +31,11 @@ class DeployJobOperator(SavepointsBaseOperator):
     :param partitions: state partitions, when different from the snapshot's (a rescale)
     :param standby_deployment: a driver pre-started by PrestartJobOperator: restore into it and start it
         (its version is the one it was launched with)
+    :param rewind_sink: a file sink that committed batches after the snapshot is rewound to it (its later
+        output moved into the sink's quarantine and written again) instead of failing the task
     """
 
-    template_fields: Sequence[str] = ("job", "version", "restore", "partitions", "standby_deployment")
+    template_fields: Sequence[str] = ("job", "version", "restore", "partitions", "standby_deployment", "rewind_sink")
     operator_extra_links = (SparkUILink(),)
 
     def __init__(
@@ -44,9 +46,11 @@ class DeployJobOperator(SavepointsBaseOperator):
         partitions: int | str | None = None,
         wait_seconds: float = 180.0,
         standby_deployment: str | None = None,
+        rewind_sink: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.rewind_sink = rewind_sink
         self.version = version
         self.restore = restore
         self.partitions = partitions
@@ -54,12 +58,14 @@ class DeployJobOperator(SavepointsBaseOperator):
         self.standby_deployment = standby_deployment
 
     def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
-        restore = self.restore or "none"
+        restore, rewind = self.restore or "none", flag(self.rewind_sink)
         if self.standby_deployment:
-            deployment = activate(ctx, self.standby_deployment, restore, wait_seconds=self.wait_seconds)
+            deployment = activate(
+                ctx, self.standby_deployment, restore, wait_seconds=self.wait_seconds, rewind_sink=rewind
+            )
         else:
             partitions = optional_int(self.partitions, "partitions")
-            request = DeployRequest(self.version or None, restore, partitions, self.wait_seconds)
+            request = DeployRequest(self.version or None, restore, partitions, self.wait_seconds, rewind)
             deployment = deploy(ctx, request)
         restored = deployment.restored_from or "nothing"
         self.log.info("deployed %s %s as %s (restored from %s)", ctx.name, deployment.version, deployment.id, restored)

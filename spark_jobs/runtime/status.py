@@ -150,6 +150,7 @@ class ProgressListener(StreamingQueryListener):
             processed_rows_per_second=_finite(progress.get("processedRowsPerSecond")),
             batch_duration_ms=progress.get("batchDuration"),
             watermark=(progress.get("eventTime") or {}).get("watermark"),
+            sink=(progress.get("sink") or {}).get("description"),
         )
         self._board.promote(State.STARTING, State.RUNNING)
 

@@ -14,6 +14,10 @@ from pyspark.sql import SparkSession
 def run_tool(app_name: str, out: str, work: Callable[[SparkSession], dict[str, Any]]) -> None:
     spark = SparkSession.builder.appName(app_name).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    # Spark 4.2's state readers (and offline repartition) load state stores, which report to the
+    # StateStoreCoordinator; only the session's streaming query manager registers it, and a tool starts no
+    # query: without this they fail with CANNOT_LOAD_STATE_STORE (RpcEndpointNotFoundException).
+    spark.streams.active  # noqa: B018
     try:
         result = work(spark)
     finally:

@@ -5,18 +5,22 @@ source, exactly-once sinks)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from airflow_plugin.core.errors import Refused
+from airflow_plugin.core.sinks import FILE, SinkRef
+from airflow_plugin.core.sinks import file as file_sink
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
 from tests.support.spark_kinds import KINDS, Kind, last_commit, read_state, run_rounds
+from tests.support.synthetic import tree
 
 pytestmark = pytest.mark.spark
 TRIGGER = {"processingTime": "200 milliseconds"}
@@ -42,7 +46,7 @@ def test_live_snapshot_restore_resume(spark, tmp_path: Path, s3_store: str, name
     if not file_sink:
         kind.feed(inputs, 3)  # batches keep running while the snapshot copies
     manifest = create_snapshot(
-        store, open_storage(ckpt), SnapshotRequest(job=name, sinks=(output,) if file_sink else ())
+        store, open_storage(ckpt), SnapshotRequest(job=name, sinks=(SinkRef(FILE, output),) if file_sink else ())
     )
     assert query.isActive, "the snapshot was taken while the query ran"
     n = manifest.batch_id
@@ -75,23 +79,45 @@ def test_live_snapshot_restore_resume(spark, tmp_path: Path, s3_store: str, name
     assert kind.final_output(spark, resumed_output) == uninterrupted_output(spark, kind, Path(inputs), tmp_path)
 
 
-def test_restore_refuses_when_the_file_sink_is_ahead(spark, tmp_path: Path) -> None:
-    kind = KINDS["file_source"]
+@pytest.mark.parametrize("name", ["join", "file_source"])
+def test_a_sink_ahead_is_refused_then_rewound_and_every_record_lands_once(spark, tmp_path: Path, name: str) -> None:
+    """A restore behind its file sink: refused untouched; with the rewind, the batches after N run again
+    (for the stateful join: its state is written again too) and the output equals an uninterrupted run."""
+    kind = KINDS[name]
     store = SnapshotStore(open_storage(str(tmp_path / "store")))
     ckpt, inputs, output = (str(tmp_path / d) for d in ("ckpt", "in", "out"))
     query = kind.start(spark, ckpt, inputs, output)
     try:
         run_rounds(query, kind, inputs, range(2))
-        manifest = create_snapshot(store, open_storage(ckpt), SnapshotRequest(job="files", sinks=(output,)))
-        run_rounds(query, kind, inputs, range(2, 4))
+        manifest = create_snapshot(store, open_storage(ckpt), SnapshotRequest(job=name, sinks=(SinkRef(FILE, output),)))
+        for round_no in range(2, 14):  # past the sink log's compaction (every 10 batches)
+            run_rounds(query, kind, inputs, [round_no])
     finally:
         query.stop()
+    ahead = file_sink.position(open_storage(output))
+    assert ahead is not None and ahead >= 10 > manifest.batch_id
     target = tmp_path / "restored"
-    with pytest.raises(Refused, match=rf"beyond batch {manifest.batch_id}.*--allow-sink-ahead"):
-        plan_restore(store, "files", manifest.id, open_storage(str(target)))
-    assert not target.exists()
-    plan = plan_restore(store, "files", manifest.id, open_storage(str(target)), allow_sink_ahead=True)
-    assert any("would be lost" in w for w in plan.warnings)
+    before = tree(Path(output))
+    with pytest.raises(Refused, match=rf"beyond batch {manifest.batch_id}.*--rewind-sink"):
+        plan_restore(store, name, manifest.id, open_storage(str(target)))
+    assert not target.exists() and tree(Path(output)) == before
+
+    plan = plan_restore(store, name, manifest.id, open_storage(str(target)), rewind_sink=True)
+    assert tree(Path(output)) == before  # a plan writes nothing
+    execute_restore(store, plan)
+    assert file_sink.position(open_storage(output)) == manifest.batch_id
+    [(_, rewind)] = plan.rewinds
+    quarantined = Path(output) / rewind.quarantine
+    assert json.loads((quarantined / "rewind.json").read_text())["state"] == "done"
+    assert len(list((quarantined / "data").rglob("part-*"))) == len(rewind.data) > 0
+    shutil.rmtree(ckpt)
+
+    resumed = kind.start(spark, str(target), inputs, output)
+    try:
+        resumed.processAllAvailable()
+    finally:
+        resumed.stop()
+    assert kind.final_output(spark, output) == uninterrupted_output(spark, kind, Path(inputs), tmp_path)
 
 
 def test_deep_verify_reads_every_operator_through_spark(spark, tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
 """End to end through Airflow: every DAG runs with `dag.test()` (real tasks and deferrable triggers) against
 the moto server, with real spark-submit drivers. The store is reached through the Airflow AWS connection.
 The scenario (devtools/scenario.py, also the demo) deploys v1, takes a savepoint, runs retention, upgrades
-to v2, is blocked upgrading to v3, upgrades to a version whose sink fails after the cutover (the health
-gate fails and the rollback puts v2 back from the same savepoint), stops with a savepoint, and compares
-the output with every event fed."""
+to v2, is blocked upgrading to v3, upgrades to a version that commits batches to its file sink and then
+fails (the health gate fails; the rollback rewinds the sink and puts v2 back from the same savepoint),
+stops with a savepoint, and compares the live output with every event fed: each exactly once."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_the_lifecycle_through_airflow_loses_no_event_and_rolls_back_a_failed_up
     finally:
         if lifecycle.running():
             with contextlib.suppress(SavepointsError):
-                kill(lifecycle.job, lifecycle.store)
+                kill(lifecycle.job)
     assert lifecycle.failures == []
 
     deployed = next(r for r in lifecycle.runs if r.dag_id == "savepoints_deploy")
@@ -53,7 +53,7 @@ def test_the_lifecycle_through_airflow_loses_no_event_and_rolls_back_a_failed_up
     assert upgrades[2].tasks["rollback"] == "success" and upgrades[2].tasks["upgrade_failed"] == "failed"
     assert upgrades[0].value("prestart_new")["deployment"] == upgrades[0].value("deploy_new")["deployment"]
     versions = [d.version for d in lifecycle.deployments()]
-    assert versions == ["v1", "v2", "broken", "v2"]
+    assert versions == ["v1", "v2", "poisoned", "v2"]
 
     manifests = lifecycle.store.list(JOB)
     assert manifests and all(m.status is SnapshotStatus.COMPLETED for m in manifests)

@@ -26,6 +26,12 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     deploy_cmd.add_argument(
         "--partitions", type=int, help="state partitions; differing from the snapshot's rescales its state first"
     )
+    deploy_cmd.add_argument(
+        "--rewind-sink",
+        action="store_true",
+        help="a file sink that committed batches after the snapshot is rewound to it (its later output is "
+        "moved into the sink's _savepoints_quarantine/ and written again) instead of refusing",
+    )
     deploy_cmd.add_argument("--wait", type=float, default=180, help="seconds to wait for RUNNING (default 180)")
     deploy_cmd.add_argument(
         "--spark-conn", metavar="CONN_ID", help="build spark-submit from this Airflow connection (the [airflow] extra)"
@@ -61,7 +67,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def run_deploy(args: argparse.Namespace, ctx: Context) -> Output:
     job = ctx.job(args.job)
-    request = DeployRequest(args.version, restore=args.restore, partitions=args.partitions, wait_seconds=args.wait)
+    request = DeployRequest(
+        args.version,
+        restore=args.restore,
+        partitions=args.partitions,
+        wait_seconds=args.wait,
+        rewind_sink=args.rewind_sink,
+    )
     deployment = deploy(job, request)
     status, state = job.observe(deployment)
     return Output(describe(deployment, status, state), lambda: say(deployment.id))

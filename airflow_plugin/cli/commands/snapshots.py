@@ -6,6 +6,9 @@ import argparse
 from typing import Any
 
 from ...core.context import Context
+from ...core.errors import Refused
+from ...core.jobs.deploy import live_deployments
+from ...core.sinks import FILE, SinkRef
 from ...core.snapshots.create import SnapshotRequest, create_snapshot
 from ...core.snapshots.lifecycle import delete_snapshot, set_pinned
 from ...core.snapshots.manifest import Kind, Trigger, parse_labels
@@ -54,9 +57,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     restore.add_argument("--to", required=True, help="an empty or absent location")
     restore.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     restore.add_argument(
-        "--allow-sink-ahead",
+        "--rewind-sink",
         action="store_true",
-        help="restore even if a recorded file sink committed batches beyond the snapshot",
+        help="a recorded file sink that committed batches after the snapshot is rewound to it (its later "
+        "output is moved into the sink's _savepoints_quarantine/) instead of refusing; no query may write it",
     )
     restore.set_defaults(run=run_restore)
 
@@ -69,7 +73,7 @@ def run_create(args: argparse.Namespace, ctx: Context) -> Output:
         requested_by=args.requested_by or ctx.settings.requested_by,
         labels=parse_labels(args.label),
         pinned=args.pin,
-        sinks=tuple(args.sink),
+        sinks=tuple(SinkRef(FILE, location) for location in args.sink),
     )
     manifest = create_snapshot(
         ctx.store(args.job),
@@ -160,8 +164,15 @@ def run_pin(args: argparse.Namespace, ctx: Context) -> Output:
 
 def run_restore(args: argparse.Namespace, ctx: Context) -> Output:
     store = ctx.store(args.job)
+    if args.rewind_sink and args.job in ctx.declared_jobs():  # a managed job: none of its queries may run
+        job = ctx.job(args.job)
+        for deployment, state in live_deployments(job):
+            raise Refused(
+                f"job {args.job} has deployment {deployment.id} in state {state}, which may write the sink: stop it "
+                f"first (`savepoints stop {args.job}`); nothing was written"
+            )
     plan = plan_restore(
-        store, args.job, args.id, ctx.open(args.to), allow_sink_ahead=args.allow_sink_ahead, open_location=ctx.open
+        store, args.job, args.id, ctx.open(args.to), rewind_sink=args.rewind_sink, open_location=ctx.open
     )
     if args.dry_run:
         result = plan.describe()

@@ -50,6 +50,7 @@ class DeployRequest:
     restore: str = "none"
     partitions: int | None = None  # state partitions; differs from the snapshot's: rescale (repartition)
     wait_seconds: float = 180.0  # until the job reports RUNNING (Spark start-up on a busy machine); 0: do not wait
+    rewind_sink: bool = False  # a sink ahead of the snapshot is rewound to it instead of refusing
 
 
 def live_deployments(ctx: JobContext) -> list[tuple[Deployment, State]]:
@@ -101,10 +102,11 @@ def _restore_source(ctx: JobContext, mode: str, exclude: str | None = None) -> M
     return newest
 
 
-def _plan(ctx: JobContext, source: Manifest | None, checkpoint: str) -> RestorePlan | None:
-    return (
-        plan_restore(ctx.store, ctx.name, source.id, ctx.open(checkpoint), open_location=ctx.open) if source else None
-    )
+def _plan(ctx: JobContext, source: Manifest | None, checkpoint: str, rewind_sink: bool) -> RestorePlan | None:
+    if source is None:
+        return None
+    target = ctx.open(checkpoint)
+    return plan_restore(ctx.store, ctx.name, source.id, target, rewind_sink=rewind_sink, open_location=ctx.open)
 
 
 def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
@@ -114,7 +116,7 @@ def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
 
     deployment_id = new_deployment_id()
     checkpoint = _claimable_location(ctx, deployment_id)
-    plan = _plan(ctx, source, checkpoint)
+    plan = _plan(ctx, source, checkpoint, request.rewind_sink)
     rescale_to = None
     if source and request.partitions and request.partitions != current_partitions(source):
         check_rescalable(source, request.partitions)  # before anything is written
@@ -193,7 +195,9 @@ def prestart(ctx: JobContext, version_name: str | None, *, wait_seconds: float =
     return deployment
 
 
-def activate(ctx: JobContext, deployment_id: str, restore: str, *, wait_seconds: float = 180.0) -> Deployment:
+def activate(
+    ctx: JobContext, deployment_id: str, restore: str, *, wait_seconds: float = 180.0, rewind_sink: bool = False
+) -> Deployment:
     """Restore state into a pre-started deployment's location and start its query. Refused while any
     other deployment of the job is live (stop the old version first) or if it is not in STANDBY."""
     deployment = ctx.deployments.get(ctx.name, deployment_id)
@@ -205,7 +209,7 @@ def activate(ctx: JobContext, deployment_id: str, restore: str, *, wait_seconds:
         )
     _refuse_while_live(ctx, besides=deployment_id)
     source = _restore_source(ctx, restore, exclude=deployment_id)
-    plan = _plan(ctx, source, deployment.checkpoint)
+    plan = _plan(ctx, source, deployment.checkpoint, rewind_sink)
     if plan is not None and source is not None:
         execute_restore(ctx.store, plan, progress=ctx.progress)
         deployment.restored_from, deployment.restored_batch_id = source.id, source.batch_id

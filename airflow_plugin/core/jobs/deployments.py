@@ -72,6 +72,7 @@ class DeploymentStatus:
     watermark: str | None = None
     app_id: str | None = None
     ui_url: str | None = None  # the driver's Spark UI, when enabled
+    sink: str | None = None  # the query's sink as Spark describes it in its progress (FileSink[<path>], ...)
     pid: int | None = None
     error_class: str | None = None
     error_message: str | None = None

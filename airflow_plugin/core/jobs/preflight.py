@@ -174,7 +174,7 @@ def _drop_schemas(location: Storage, state_keys: list[str]) -> None:
 def _prepare(ctx: JobContext, manifest: Manifest, location: Storage, *, drop_schemas: bool) -> dict[str, bytes]:
     """Restore the snapshot into a scratch location and remove `commits/N` so that batch N is re-planned;
     for the schema probe also remove the stored schemas. Returns the stored schemas."""
-    plan = plan_restore(ctx.store, manifest.job, manifest.id, location, allow_sink_ahead=True)  # noop sink
+    plan = plan_restore(ctx.store, manifest.job, manifest.id, location, check_sinks=False)  # noop sink
     execute_restore(ctx.store, plan)
     location.delete([f"commits/{manifest.batch_id}", f"commits/.{manifest.batch_id}.crc"])
     state_keys = _state_keys(location)

@@ -4,8 +4,8 @@ Observe (the job's live deployments, the savepoint), decide (is the old deployme
 there is nothing to undo? is a failed new deployment still live and must be stopped first?), act (stop or
 kill it, then deploy the savepoint's version from the savepoint). A pre-started driver the upgrade left
 in STANDBY is stopped in every case. The savepoint is the state at the old
-version's last batch, so no event is lost; if the new version committed sink output beyond it, the
-restore refuses rather than skip those batches (see restore.py)."""
+version's last batch, so no event is lost; the batches the new version committed to the sink after it are
+rewound (moved aside into the sink's quarantine, sinks/file.py) and the old version writes them again."""
 
 from __future__ import annotations
 
@@ -55,7 +55,9 @@ def _retire(ctx: JobContext, deployment: Deployment, state: State, timeout: floa
         kill(ctx, deployment.id)
 
 
-def rollback(ctx: JobContext, snapshot_id: str | None, *, stop_timeout: float | None = None) -> RollbackResult:
+def rollback(
+    ctx: JobContext, snapshot_id: str | None, *, stop_timeout: float | None = None, rewind_sink: bool = True
+) -> RollbackResult:
     replaced = []
     for deployment, state in live_deployments(ctx):
         if state is State.STANDBY:
@@ -79,6 +81,6 @@ def rollback(ctx: JobContext, snapshot_id: str | None, *, stop_timeout: float | 
         log.warning("rollback of %s: replacing %s (%s, %s)", ctx.name, deployment.id, deployment.version, state)
         _retire(ctx, deployment, state, stop_timeout)
         replaced.append(deployment.id)
-    restored = deploy(ctx, DeployRequest(savepoint.job_version, restore=savepoint.id))
+    restored = deploy(ctx, DeployRequest(savepoint.job_version, restore=savepoint.id, rewind_sink=rewind_sink))
     reason = f"version {savepoint.job_version} redeployed from savepoint {savepoint.id} (batch {savepoint.batch_id})"
     return RollbackResult("redeployed", reason, restored, replaced)

@@ -18,11 +18,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import CheckpointChanged, CheckpointError, SavepointsError
 from ..layout import blob_key, check_name
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
+from ..sinks import FILE, SinkRef
+from ..sinks import file as file_sink
 from ..storage import ObjectInfo, Storage, copy_and_hash, open_storage
 from .checkpoint import RestartPoint, read_restart_point
 from .manifest import (
@@ -33,9 +36,9 @@ from .manifest import (
     Trigger,
     new_snapshot_id,
     parse_labels,
+    sink_log_prefix,
     utc_now,
 )
-from .sinks import sink_position
 from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -52,7 +55,7 @@ class SnapshotRequest:
     requested_by: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     pinned: bool = False
-    sinks: tuple[str, ...] = ()  # output locations of file sinks whose position to record
+    sinks: tuple[SinkRef, ...] = ()  # sinks whose position (and file sink log) to record
     deployment: str | None = None
     job_version: str | None = None
 
@@ -82,22 +85,32 @@ class _Copier:
     """Copies the files of one attempt; thread-safe; uploads each content at most once. The bytes that
     are hashed are exactly the bytes that are stored (read once, or copied once to a private file)."""
 
-    def __init__(self, store: SnapshotStore, checkpoint: Storage, known: _Known, progress: Progress) -> None:
+    def __init__(
+        self,
+        store: SnapshotStore,
+        checkpoint: Storage,
+        known: _Known,
+        progress: Progress,
+        prefix: str = "",
+        claimed: set[str] | None = None,
+    ) -> None:
         self.store, self.checkpoint, self.known, self.progress = store, checkpoint, known, progress
+        self.prefix = prefix  # where the files go in the manifest: "" for the checkpoint, a sink's log elsewhere
         self.lock = threading.Lock()
-        self.claimed: set[str] = set()
+        self.claimed: set[str] = set() if claimed is None else claimed  # shared: one upload per content
         self.uploaded_bytes = 0
         self.uploaded_files = 0
 
     def __call__(self, info: ObjectInfo) -> FileEntry:
-        sha = self.known.by_file.get((info.key, info.size, info.mtime))
+        path = self.prefix + info.key
+        sha = self.known.by_file.get((path, info.size, info.mtime))
         if sha is None:
             try:
                 sha = self._copy_small(info) if info.size <= SMALL_FILE else self._copy_large(info)
             except FileNotFoundError:
                 raise CheckpointChanged(f"{self.checkpoint.uri}/{info.key} was deleted while being copied") from None
         self.progress.advance(info.size)
-        return FileEntry(info.key, info.size, sha, info.mtime)
+        return FileEntry(path, info.size, sha, info.mtime)
 
     def _copy_small(self, info: ObjectInfo) -> str:
         data = self.checkpoint.read(info.key)
@@ -238,11 +251,12 @@ def _attempt(
     manifest.spark_conf = point.spark_conf
     manifest.restore_conf = point.restore_conf
     manifest.operators = point.operators
-    manifest.sinks = [{"location": uri, "last_batch_id": sink_position(open_location(uri))} for uri in request.sinks]
+    sink_copiers = _record_sinks(manifest, request.sinks, point.batch_id, open_location, copier)
+    files = sorted([*files, *(f for c in sink_copiers for f in c.files)], key=lambda f: f.path)
     manifest.files = files
     manifest.total_bytes = sum(f.size for f in files)
-    manifest.uploaded_bytes = copier.uploaded_bytes
-    manifest.uploaded_files = copier.uploaded_files
+    manifest.uploaded_bytes = copier.uploaded_bytes + sum(c.copier.uploaded_bytes for c in sink_copiers)
+    manifest.uploaded_files = copier.uploaded_files + sum(c.copier.uploaded_files for c in sink_copiers)
     finished = time.monotonic()
     manifest.timings = {
         "plan_s": round(planned - started, 3),
@@ -262,6 +276,40 @@ def _attempt(
         manifest.uploaded_bytes,
     )
     return manifest
+
+
+@dataclass
+class _SinkCopy:
+    copier: _Copier
+    files: list[FileEntry]
+
+
+def _record_sinks(
+    manifest: Manifest,
+    sinks: tuple[SinkRef, ...],
+    batch_id: int,
+    open_location: Callable[[str], Storage],
+    copier: _Copier,
+) -> list[_SinkCopy]:
+    """Record each sink; of a file sink also its position and its log as it was at `batch_id` (copied into
+    the snapshot under `sink_log_prefix`), so that a restore can check it and rewind it."""
+    manifest.sinks = []
+    copies = []
+    for index, sink in enumerate(sinks):
+        record: dict[str, Any] = {"kind": sink.kind, "location": sink.location}
+        if sink.kind == FILE:
+            output = open_location(sink.location)
+            logs = file_sink.log_at(output, batch_id)
+            prefix = sink_log_prefix(index)
+            sink_copier = _Copier(copier.store, output, copier.known, copier.progress, prefix, copier.claimed)
+            try:
+                copied = list(run_parallel(sink_copier, logs))
+            except CheckpointChanged as exc:  # compacted and cleaned up meanwhile: the next attempt reads anew
+                raise CheckpointChanged(f"file sink {sink.location}: {exc}") from None
+            copies.append(_SinkCopy(sink_copier, copied))
+            record |= {"last_batch_id": file_sink.position(output), "log": prefix}
+        manifest.sinks.append(record)
+    return copies
 
 
 def _mark_failed(store: SnapshotStore, manifest: Manifest, exc: BaseException) -> None:

@@ -76,6 +76,13 @@ def new_snapshot_id(kind: Kind, now: datetime | None = None) -> str:
     return f"{prefix}-{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{secrets.token_hex(2)}"
 
 
+SINK_LOGS = "_savepoints/sinks/"  # manifest paths of sink logs kept with a snapshot; never restored into a checkpoint
+
+
+def sink_log_prefix(index: int) -> str:
+    return f"{SINK_LOGS}{index}/"
+
+
 IN_FLIGHT_SECONDS = 6 * 3600  # an IN_PROGRESS snapshot older than this was abandoned (a crash), not running
 
 
@@ -125,7 +132,8 @@ class Manifest:
     spark_conf: dict[str, str] = field(default_factory=dict)  # pinned by Spark in offsets/N
     restore_conf: dict[str, str] = field(default_factory=dict)  # a restored query must set these itself
     operators: list[dict[str, Any]] = field(default_factory=list)
-    sinks: list[dict[str, Any]] = field(default_factory=list)  # file sinks: location, last_batch_id
+    # kind, location; a file sink also last_batch_id (when snapshotted) and log (the prefix of its log files)
+    sinks: list[dict[str, Any]] = field(default_factory=list)
     files: list[FileEntry] = field(default_factory=list)
     total_bytes: int = 0
     uploaded_bytes: int = 0

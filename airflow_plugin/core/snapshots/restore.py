@@ -7,6 +7,7 @@ was written is removed again, so the target is left as it was found."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import tempfile
@@ -19,9 +20,10 @@ from typing import Any
 from ..errors import IntegrityError, Refused
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
+from ..sinks import FILE, GUARDED
+from ..sinks import file as file_sink
 from ..storage import Storage, open_storage, sha256_file, spark_uri
-from .manifest import FileEntry, Manifest, SnapshotStatus
-from .sinks import sink_position
+from .manifest import SINK_LOGS, FileEntry, Manifest, SnapshotStatus, sink_log_prefix
 from .store import SnapshotStore
 
 # transformWithState operator metadata v2 holds absolute schema file paths: state/<op>/_metadata/v2/<b>
@@ -38,6 +40,7 @@ class RestorePlan:
     dropped: list[str] = field(default_factory=list)  # stale checksums of rewritten files
     spark_conf: dict[str, str] = field(default_factory=dict)  # the restored query must set these
     warnings: list[str] = field(default_factory=list)
+    rewinds: list[tuple[Storage, file_sink.Rewind]] = field(default_factory=list)  # sinks moved back first
 
     @property
     def total_bytes(self) -> int:
@@ -56,6 +59,7 @@ class RestorePlan:
             "dropped": self.dropped,
             "spark_conf": self.spark_conf,
             "warnings": self.warnings,
+            "sink_rewinds": [rewind.describe() for _, rewind in self.rewinds],
         }
 
 
@@ -65,9 +69,14 @@ def plan_restore(
     snapshot_id: str,
     target: Storage,
     *,
-    allow_sink_ahead: bool = False,
+    rewind_sink: bool = False,
+    check_sinks: bool = True,
     open_location: Callable[[str], Storage] = open_storage,
 ) -> RestorePlan:
+    """Check everything and return what a restore would do; nothing is written. A sink that committed
+    batches beyond the snapshot is refused (see sinks/) unless `rewind_sink`: then the plan also moves the
+    sink back to the snapshot's batch. `check_sinks=False` for throwaway copies that write no sink (deep
+    verify, the pre-flight's noop sink)."""
     manifest = store.get(job, snapshot_id)
     if manifest.status is not SnapshotStatus.COMPLETED:
         detail = f": {manifest.error}" if manifest.error else ""
@@ -85,6 +94,8 @@ def plan_restore(
     rewritten = {f.path for f in manifest.files if _ABSOLUTE_PATH_FILE.match(f.path)}
     for entry in manifest.files:
         parent = entry.path.removesuffix(".crc")
+        if entry.path.startswith(SINK_LOGS):
+            continue  # kept for rewinding a sink, not part of the checkpoint
         if entry.path.endswith(".crc") and parent in rewritten:
             plan.dropped.append(entry.path)
         else:
@@ -95,22 +106,73 @@ def plan_restore(
         f"the restored query keeps query id {manifest.query_id}: stop the original query before starting it, "
         "and never let both write the same sink"
     )
-    bound = manifest.pending_batch_id if manifest.pending_batch_id is not None else manifest.batch_id
-    for sink in manifest.sinks:
-        position = sink_position(open_location(sink["location"]))
-        if position is not None and bound is not None and position > bound:
-            message = (
-                f"file sink {sink['location']} has committed batch {position}, beyond batch {bound} of snapshot "
-                f"{manifest.id}: Spark would skip batches {bound + 1}..{position} as already written and their "
-                "new records would be lost"
-            )
-            if not allow_sink_ahead:
-                raise Refused(
-                    f"{message}. Restore a newer snapshot, write to a fresh output path, or pass "
-                    "--allow-sink-ahead if that is acceptable; nothing was written"
-                )
-            plan.warnings.append(message)
+    if check_sinks:
+        _guard_sinks(store, plan, rewind_sink, open_location)
     return plan
+
+
+def sink_bound(manifest: Manifest) -> int | None:
+    """The last batch a sink may have committed for a restore of `manifest` to be safe. A stateful query
+    must re-run every batch after N: a batch the sink skips never writes its state version, and the next
+    batch fails to load it. A stateless one may find its pending batch N+1 committed (it is replayed with
+    the same offsets, so skipping it loses nothing)."""
+    if manifest.operators or manifest.pending_batch_id is None:
+        return manifest.batch_id
+    return manifest.pending_batch_id
+
+
+def _guard_sinks(
+    store: SnapshotStore, plan: RestorePlan, rewind: bool, open_location: Callable[[str], Storage]
+) -> None:
+    manifest = plan.manifest
+    bound = sink_bound(manifest)
+    for index, sink in enumerate(manifest.sinks):
+        kind, location = sink.get("kind", FILE), sink["location"]
+        if kind not in GUARDED:
+            plan.warnings.append(f"sink {location} is not guarded (only {', '.join(GUARDED)} sinks are checked)")
+            continue
+        output = open_location(location)
+        position = file_sink.position(output)
+        if position is None or bound is None or position <= bound:
+            continue
+        skipped = f"{bound + 1}..{position}" if position > bound + 1 else str(position)
+        if not rewind:
+            consequence = (
+                "their state is never written, so the restored query fails on its first new batch"
+                if manifest.operators
+                else "their new records would be lost"
+            )
+            raise Refused(
+                f"file sink {location} has committed batch {position}, beyond batch {bound} of snapshot "
+                f"{manifest.id}: a restore would skip batches {skipped} as already written ({consequence}). "
+                "Rewind the sink with --rewind-sink (its output after batch "
+                f"{bound} is moved aside into {location.rstrip('/')}/{file_sink.QUARANTINE} and written again), "
+                "or restore a newer snapshot; nothing was written"
+            )
+        saved = _saved_sink_log(store, manifest, index)
+        rewind_plan = file_sink.plan_rewind(output, saved, bound, manifest.id)
+        plan.rewinds.append((output, rewind_plan))
+        plan.warnings.append(
+            f"file sink {location} is rewound to batch {bound}: batches {skipped} "
+            f"({len(rewind_plan.data)} data files) move to {rewind_plan.describe()['quarantine']} and run again"
+        )
+
+
+def _saved_sink_log(store: SnapshotStore, manifest: Manifest, index: int) -> dict[str, bytes] | None:
+    """The sink's log files as the snapshot kept them (none in snapshots taken before sinks were recorded)."""
+    prefix = sink_log_prefix(index) + file_sink.LOG_DIR
+    kept = [entry for entry in manifest.files if entry.path.startswith(prefix)]
+    if not kept:
+        return None
+    saved = {}
+    for entry in kept:
+        data = store.storage.read(entry.blob)
+        if hashlib.sha256(data).hexdigest() != entry.sha256:
+            raise IntegrityError(
+                f"snapshot {manifest.id}: its copy of {entry.path} does not match its checksum; run `savepoints verify`"
+            )
+        saved[entry.path[len(prefix) :]] = data
+    return saved
 
 
 def execute_restore(
@@ -155,6 +217,8 @@ def execute_restore(
         progress.advance(entry.size)
 
     started = time.monotonic()
+    for output, rewind in plan.rewinds:  # first: the sink is back at batch N before anything can run on N
+        file_sink.execute(output, rewind)
     # commits/ last: until the commit exists, Spark does not take the location for a restorable batch
     first = [f for f in plan.files if not f.path.startswith("commits/")]
     last = [f for f in plan.files if f.path.startswith("commits/")]

@@ -89,7 +89,7 @@ def _deep(
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="savepoints-deep-") as tmp:
         scratch = LocalStorage(Path(tmp) / "checkpoint")
-        plan = plan_restore(store, job, snapshot_id, scratch, allow_sink_ahead=True)
+        plan = plan_restore(store, job, snapshot_id, scratch, check_sinks=False)  # a scratch copy: no sink
         execute_restore(store, plan, concurrency=concurrency)
         result_file = Path(tmp) / "result.json"
         args = ["--checkpoint", str(scratch.root), "--batch", str(batch_id), "--out", str(result_file)]

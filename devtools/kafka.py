@@ -65,6 +65,11 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
+def _without_stack_frames(text: str, lines: int = 40) -> str:
+    """The last lines of a JVM's output without the "at ..." frames, which bury the exception's message."""
+    return "\n".join([line for line in text.strip().splitlines() if not line.startswith("\tat ")][-lines:])
+
+
 def _cluster_id() -> str:
     """A random Kafka cluster id: a UUID in URL-safe base64; Kafka refuses ids that start with '-'."""
     while True:
@@ -74,7 +79,11 @@ def _cluster_id() -> str:
 
 
 class EmbeddedKafka:
-    def __init__(self, start_timeout: float = START_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self, broker_config: dict[str, str] | None = None, start_timeout: float = START_TIMEOUT_SECONDS
+    ) -> None:
+        """`broker_config` adds to or overrides the broker's server.properties (see _config)."""
+        self.broker_config = broker_config or {}
         self.start_timeout = start_timeout
         self.port = 0
         self._dir: Path | None = None
@@ -115,20 +124,25 @@ class EmbeddedKafka:
         shutil.rmtree(data, ignore_errors=True)
         self.port, controller_port = _free_ports(2)
         config = self._dir / "server.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in self._config(data, controller_port).items()))
+        settings = {**self._config(data, controller_port), **self.broker_config}
+        config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         (self._dir / "log4j2.properties").write_text(_LOG4J2)
         command = [*jvm_command, f"-Dlog4j2.configurationFile={self._dir / 'log4j2.properties'}"]
-        formatted = subprocess.run(
-            [*command, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=self.start_timeout,
-            check=False,
-        )
+        deadline = time.monotonic() + self.start_timeout
+        try:
+            formatted = subprocess.run(
+                [*command, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)],
+                capture_output=True,
+                text=True,
+                timeout=self.start_timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise KafkaError(f"formatting the embedded Kafka broker's storage took over {e.timeout:.0f} s") from None
         if formatted.returncode != 0:
             raise KafkaError(
                 f"formatting the embedded Kafka broker's storage failed (exit {formatted.returncode}):\n"
-                f"{(formatted.stdout + formatted.stderr).strip()[-3000:]}"
+                f"{_without_stack_frames(formatted.stdout + formatted.stderr)}"
             )
         self._log = self.log_path.open("wb")  # this attempt's log only: its port check reads it
         self._process = subprocess.Popen(
@@ -138,7 +152,7 @@ class EmbeddedKafka:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a terminal's Ctrl-C reaches Python only, which then stops the broker
         )
-        return self._wait_until_ready()
+        return self._wait_until_ready(deadline)
 
     def _config(self, data: Path, controller_port: int) -> dict[str, str | int]:
         return {
@@ -172,11 +186,10 @@ class EmbeddedKafka:
             "num.io.threads": 2,
         }
 
-    def _wait_until_ready(self) -> bool:
+    def _wait_until_ready(self, deadline: float) -> bool:
         """Polls the broker until it lists itself; False if its port was taken, KafkaError if it died."""
         assert self._process is not None
         admin = self._admin_client()
-        deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             try:
                 if admin.list_topics(timeout=1.0).brokers:  # an unfenced broker answers with itself
@@ -190,7 +203,10 @@ class EmbeddedKafka:
                 continue
             if "Address already in use" in self.log_tail(200):
                 return False
-            raise KafkaError(f"the embedded Kafka broker exited with code {code} while starting:\n{self.log_tail()}")
+            raise KafkaError(
+                f"the embedded Kafka broker exited with code {code} while starting:\n"
+                f"{_without_stack_frames(self.log_tail(200))}"
+            )
         raise KafkaError(
             f"the embedded Kafka broker did not answer on {self.bootstrap} within {self.start_timeout:.0f} s "
             f"(log: {self.log_path}):\n{self.log_tail()}"

@@ -13,6 +13,9 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 import traceback
 import uuid
@@ -24,7 +27,7 @@ import pytest
 
 from devtools import jvm
 from devtools.embedded_s3 import EmbeddedS3
-from devtools.kafka import EmbeddedKafka
+from devtools.kafka import EmbeddedKafka, KafkaError
 from devtools.spark import local_spark
 
 SPARK_GROUPS = ["spark-kafka", "s3a", "delta"]
@@ -133,6 +136,34 @@ def test_delete_records_moves_the_earliest_offset(kafka: EmbeddedKafka, new_topi
     assert kafka.earliest_offsets(topic) == {0: 4}
     assert kafka.latest_offsets(topic) == {0: 10}
     assert _consume(kafka, topic, 0, 6)[0] == (4, b"r4")  # what was before offset 4 is gone for real
+
+
+def test_a_broker_that_cannot_start_says_why() -> None:
+    broker = EmbeddedKafka({"log.segment.bytes": "1000"})  # Kafka 4 refuses segments under 1 MiB
+    with pytest.raises(KafkaError, match=r"log.segment.bytes: Value must be at least 1048576"):
+        broker.start()
+
+
+_BROKER_UNTIL_INTERRUPTED = """
+import signal, threading
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores SIGINT)
+from devtools.kafka import EmbeddedKafka
+with EmbeddedKafka() as kafka:
+    print(kafka.pid, flush=True)
+    threading.Event().wait()
+"""
+
+
+def test_ctrl_c_leaves_no_broker_behind() -> None:
+    python = subprocess.Popen([sys.executable, "-c", _BROKER_UNTIL_INTERRUPTED], stdout=subprocess.PIPE, text=True)
+    try:
+        broker_pid = int(python.stdout.readline())  # printed once the broker answers
+        python.send_signal(signal.SIGINT)
+        python.wait(timeout=60)
+    finally:
+        python.kill()
+    with pytest.raises(ProcessLookupError):
+        os.kill(broker_pid, 0)
 
 
 # --- Spark with the spark-kafka, s3a and delta jars, in a worker process of its own ---

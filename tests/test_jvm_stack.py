@@ -85,8 +85,9 @@ def test_unreachable_repository_names_the_artifact_and_the_fix(tmp_path: Path) -
 
 
 def test_a_jar_pyspark_ships_is_refused_with_its_exclusion(tmp_path: Path) -> None:
-    pom_dir = _group_copy(tmp_path, "spark-kafka", "-o\n")  # ~/.m2 holds slf4j-api 1.7.36 (kafka-broker's)
-    jvm.classpath("kafka-broker")
+    jvm.classpath("kafka-broker")  # brings slf4j-api 1.7.36 into ~/.m2, and spark-kafka the rest: Maven runs offline
+    jvm.classpath("spark-kafka")
+    pom_dir = _group_copy(tmp_path, "spark-kafka", "-o\n")
     pom = pom_dir / "spark-kafka.xml"
     extra = "<dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId><version>1.7.36</version>"
     pom.write_text(pom.read_text().replace("<dependencies>", f"<dependencies>{extra}</dependency>", 1))

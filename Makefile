@@ -10,6 +10,7 @@ setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
 	@$(UV) sync --all-extras --frozen --quiet
 	@$(UV) run --frozen python -m devtools.java >/dev/null
+	@$(UV) run --frozen python -m devtools.jvm  # the JVM jars (Kafka, S3A, Delta): Maven, once
 
 demo: setup
 	$(UV) run --frozen python -m devtools.demo

@@ -54,6 +54,18 @@ class EmbeddedS3:
             }
         )
 
+    def s3a_conf(self) -> dict[str, str]:
+        """Spark conf for s3a:// paths on this server; the jars come from devtools.jvm.spark_conf(["s3a"])."""
+        return {
+            "spark.hadoop.fs.s3a.endpoint": self.endpoint,
+            "spark.hadoop.fs.s3a.endpoint.region": DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"],
+            "spark.hadoop.fs.s3a.path.style.access": "true",  # bucket names as hosts would need DNS for 127.0.0.1
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+            "spark.hadoop.fs.s3a.access.key": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            "spark.hadoop.fs.s3a.secret.key": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        }
+
     def apply_env(self) -> None:
         """Point this process's boto3 at the embedded server."""
         os.environ.update(self.env())

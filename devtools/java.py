@@ -11,10 +11,16 @@ import sys
 REQUIRED = 17
 
 
-def java_major() -> int | None:
+def java_executable() -> str | None:
+    """The `java` that Spark would run: JAVA_HOME's, else the one on PATH."""
     home = os.environ.get("JAVA_HOME")
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
-    if not java or not os.path.exists(java):
+    return java if java and os.path.exists(java) else None
+
+
+def java_major() -> int | None:
+    java = java_executable()
+    if java is None:
         return None
     result = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
     match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
@@ -24,15 +30,23 @@ def java_major() -> int | None:
     return int(match.group(2) or 0) if major == 1 else major
 
 
-def require_java() -> None:
+def java_problem() -> str | None:
+    """What is wrong with this machine's Java for Spark (and Kafka), or None."""
     major = java_major()
     if major is None:
-        sys.exit(
+        return (
             f"Java is not installed: Spark needs Java {REQUIRED}+. Install it (Debian/Ubuntu: "
             "`apt-get install openjdk-17-jre-headless`) or set JAVA_HOME."
         )
     if major < REQUIRED:
-        sys.exit(f"Java {major} found, but Spark 4 needs Java {REQUIRED}+: install a newer JDK or set JAVA_HOME.")
+        return f"Java {major} found, but Spark 4 needs Java {REQUIRED}+: install a newer JDK or set JAVA_HOME."
+    return None
+
+
+def require_java() -> None:
+    problem = java_problem()
+    if problem:
+        sys.exit(problem)
 
 
 if __name__ == "__main__":

@@ -100,3 +100,7 @@ class Feeder:
 def output_complete(output: Path, events: int) -> bool:
     """After the flush marker, the windows close in the no-data batch that follows its batch."""
     return summarize(read_output(output)).events >= events
+
+
+def wait_output_complete(output: Path, events: int) -> None:
+    wait_for(lambda: output_complete(output, events), "the last windows to be emitted")

@@ -19,14 +19,10 @@ from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
 from airflow_plugin.core.jobs.launcher import alive
 from airflow_plugin.core.jobs.stop import stop
 from airflow_plugin.core.snapshots.store import SnapshotStore
-from devtools.windowed import Feeder, batches, output_complete, processed, wait_for, write_jobs_file
+from devtools.windowed import Feeder, batches, processed, wait_for, wait_output_complete, write_jobs_file
 from spark_jobs.jobs.windowed.output import read_output, summarize
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def wait_output_complete(output: Path, events: int) -> None:
-    wait_for(lambda: output_complete(output, events), "the last windows to be emitted")
 
 
 def status_state(store: SnapshotStore, deployment: Deployment) -> State | None:

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_lifecycle_e2e import Feeder, processed, wait_for, wait_output_complete
 
 from airflow_plugin.core.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.stop import stop
 from devtools.standalone import StandaloneCluster
+from devtools.windowed import Feeder, processed, wait_for, wait_output_complete
 from spark_jobs.jobs.windowed.output import read_output, summarize
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -28,6 +28,11 @@ class Refused(SavepointsError):
     exit_code = 4
 
 
+class Conflict(Refused):
+    """A conditional write lost a race: the object was created, changed or deleted by someone else since it
+    was read. Nothing was written."""
+
+
 class CheckpointError(SavepointsError):
     """The checkpoint location is not a usable Spark checkpoint (empty, no committed batch, files missing)."""
 

@@ -41,7 +41,7 @@ class S3Settings:
     max_pool_connections: int = 64
     multipart_threshold: int = 16 * 1024 * 1024
     multipart_chunksize: int = 16 * 1024 * 1024
-    max_attempts: int = 10
+    max_attempts: int = 10  # in all, the first included (as AWS_MAX_ATTEMPTS counts)
     connect_timeout: float = 10.0  # seconds; a blackholed endpoint fails instead of hanging
     read_timeout: float = 60.0
 
@@ -95,14 +95,15 @@ _CHAIN_ENV = (
 
 
 def _retries(settings: S3Settings) -> dict[str, Any]:
-    """botocore's retry settings: AWS_MAX_ATTEMPTS and AWS_RETRY_MODE, boto3's own variables, win."""
+    """botocore's retry settings: AWS_MAX_ATTEMPTS and AWS_RETRY_MODE, boto3's own variables, win. Both
+    count attempts in all, the first included (Config's `max_attempts` would count retries only)."""
     attempts = os.environ.get("AWS_MAX_ATTEMPTS") or str(settings.max_attempts)
     mode = os.environ.get("AWS_RETRY_MODE") or "standard"
     if not attempts.isdigit() or int(attempts) < 1:
         raise InvalidInput(f"AWS_MAX_ATTEMPTS={attempts!r} is not a positive whole number: set it to e.g. 10")
     if mode not in RETRY_MODES:
         raise InvalidInput(f"AWS_RETRY_MODE={mode!r} is not one of {', '.join(RETRY_MODES)}: set it to standard")
-    return {"max_attempts": int(attempts), "mode": mode}
+    return {"total_max_attempts": int(attempts), "mode": mode}
 
 
 def _client(settings: S3Settings) -> Any:
@@ -170,8 +171,8 @@ def s3_errors(action: str, uri: str, bucket: str, endpoint: str = "") -> Iterato
         yield
     except (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError, ProfileNotFound):
         raise StoreUnavailable(
-            f"no usable AWS credentials to {action} {uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-            "(or a valid AWS_PROFILE), or give the Airflow AWS connection a login and password"
+            f"no AWS credentials to {action} {uri} (or they cannot be loaded): set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or a valid AWS_PROFILE), or give the Airflow AWS connection a login and password"
         ) from None
     except (EndpointConnectionError, ConnectTimeoutError):
         raise StoreUnavailable(
@@ -192,15 +193,16 @@ def s3_errors(action: str, uri: str, bucket: str, endpoint: str = "") -> Iterato
         if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
             raise Conflict(f"{uri} was created, changed or deleted by someone else meanwhile ({code})") from None
         raise StoreUnavailable(
-            f"{server} failed to {action} {uri}: {code} {error.get('Message', '')} (still failing after "
-            "botocore's retries): run the command again later; AWS_MAX_ATTEMPTS allows more attempts, "
-            "AWS_RETRY_MODE=adaptive slows down on throttling"
+            f"{server} failed to {action} {uri}: {code} {error.get('Message', '')} (after botocore's retries): run "
+            "the command again later; AWS_MAX_ATTEMPTS allows more attempts, AWS_RETRY_MODE=adaptive slows down on "
+            "throttling"
         ) from None
     except transport as exc:
+        cause = getattr(exc, "last_exception", None) or exc  # s3transfer's RetriesExceededError wraps the last
         raise StoreUnavailable(
-            f"the connection to {server} kept failing while trying to {action} {uri} ({type(exc).__name__}, "
-            "still failing after botocore's and s3transfer's retries): check the network and the service, then "
-            "run the command again; AWS_MAX_ATTEMPTS allows more attempts"
+            f"the connection to {server} kept failing while trying to {action} {uri} ({type(cause).__name__}, "
+            "after botocore's and s3transfer's retries): check the network and the service, then run the command "
+            "again; AWS_MAX_ATTEMPTS allows more attempts"
         ) from None
 
 

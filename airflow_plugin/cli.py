@@ -671,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _fail(args: argparse.Namespace, message: str, code: int) -> int:
     if getattr(args, "json", False):
         print(json.dumps({"error": message, "exit_code": code}))
-    err.print(Text.assemble(("error: ", "red"), message))
+    err.print(Text.assemble(("error: ", "red"), message), soft_wrap=True)  # one line, however long
     return code
 
 

@@ -7,7 +7,7 @@ with EmbeddedS3() as s3, FaultyS3(s3.endpoint, rate=0.2, seed=7) as proxy:
 
 Each request gets a fault with probability `rate` (drawn from a random.Random(seed): the n-th request the
 proxy receives gets the n-th draw, so a client that sends its requests in a fixed order meets the same
-faults in every run), or a fault queued with `force()`. The faults:
+faults in every run), or what `force()` queued for the next requests. The faults:
 
   internal_error      500 InternalError with S3's XML error body (the request body is read first)
   slow_down           503 SlowDown, likewise
@@ -73,46 +73,54 @@ class FaultyS3:
         if target.hostname not in LOOPBACK or target.port is None:
             raise ValueError(f"the faulty proxy only fronts a loopback endpoint with a port, not {upstream!r}")
         self.upstream = (target.hostname, target.port)
-        self.faults = tuple(faults)
-        unknown = set(self.faults) - set(FAULTS)
-        if unknown or not self.faults:
-            raise ValueError(f"unknown faults {sorted(unknown)}: choose from {', '.join(FAULTS)}")
         self.latency = latency
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
-        self._forced: deque[str] = deque()
-        self.set_rate(rate, seed)
+        self._forced: deque[str | None] = deque()
+        self.set_rate(rate, seed, faults)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     # -- control
 
-    def set_rate(self, rate: float, seed: int | None = None) -> None:
+    def set_rate(self, rate: float, seed: int | None = None, faults: Iterable[str] | None = None) -> None:
+        """From now on each request gets a fault with probability `rate`, chosen evenly from `faults`; a
+        `seed` restarts the random sequence."""
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"fault rate {rate} is not between 0 and 1")
+        chosen = _check_faults(faults) if faults is not None else None
         with self._lock:
             self.rate = rate
             if seed is not None:
                 self._rng = random.Random(seed)
+            if chosen is not None:
+                self.faults = chosen
 
-    def force(self, *faults: str) -> None:
-        """The next requests get these faults, in this order (before any random draw)."""
-        unknown = set(faults) - set(FAULTS)
-        if unknown:
-            raise ValueError(f"unknown faults {sorted(unknown)}: choose from {', '.join(FAULTS)}")
+    def force(self, *faults: str | None) -> None:
+        """The next requests get these faults, in this order, before any random draw (None: no fault)."""
+        _check_faults([fault for fault in faults if fault is not None] or FAULTS)
         with self._lock:
             self._forced.extend(faults)
 
-    def counts(self) -> dict[str, int]:
-        """Requests seen ('requests'), passed on untouched ('passed'), and per fault how many got it."""
+    def calm(self) -> None:
+        """No faults any more: rate 0, every fault kind eligible again, nothing queued, counters reset."""
         with self._lock:
-            return {"requests": 0, "passed": 0, **dict.fromkeys(FAULTS, 0), **self._counts}
+            self.rate = 0.0
+            self.faults = FAULTS
+            self._forced.clear()
+            self._counts.clear()
 
-    def reset_counts(self) -> dict[str, int]:
+    def counts(self, reset: bool = False) -> dict[str, int]:
+        """Requests seen ('requests'), passed on untouched ('passed'), and per fault how many got it;
+        `reset` starts counting again from zero."""
         with self._lock:
             counts = {"requests": 0, "passed": 0, **dict.fromkeys(FAULTS, 0), **self._counts}
-            self._counts.clear()
+            if reset:
+                self._counts.clear()
             return counts
+
+    def reset_counts(self) -> dict[str, int]:
+        return self.counts(reset=True)
 
     def _decide(self) -> str | None:
         with self._lock:
@@ -162,6 +170,14 @@ class FaultyS3:
 
     def __exit__(self, *exc: tuple[type[BaseException], BaseException, TracebackType] | None) -> None:
         self.stop()
+
+
+def _check_faults(faults: Iterable[str]) -> tuple[str, ...]:
+    chosen = tuple(faults)
+    unknown = set(chosen) - set(FAULTS)
+    if unknown or not chosen:
+        raise ValueError(f"unknown faults {sorted(unknown)}: choose from {', '.join(FAULTS)}")
+    return chosen
 
 
 class _Server(socketserver.ThreadingTCPServer):

@@ -75,7 +75,7 @@ def current_s3_settings() -> S3Settings | None:
     return _current.get()
 
 
-_clients: dict[tuple[S3Settings, int, tuple[str | None, ...]], Any] = {}
+_clients: dict[tuple[S3Settings, int, tuple[str | None, ...]], _S3] = {}
 _clients_lock = threading.Lock()
 RETRY_MODES = ("standard", "adaptive", "legacy")
 # boto3's own chain reads these when a client is built: a client built under other values is another client
@@ -106,13 +106,21 @@ def _retries(settings: S3Settings) -> dict[str, Any]:
     return {"total_max_attempts": int(attempts), "mode": mode}
 
 
-def _client(settings: S3Settings) -> Any:
-    """One client per settings, environment and process: boto3 clients are thread-safe and expensive to
-    build, but a forked child must not share its parent's connections."""
+@dataclass(frozen=True)
+class _S3:
+    client: Any
+    transfer: Any  # s3transfer's TransferManager on that client, shared by every transfer of the process
+
+
+def _s3(settings: S3Settings) -> _S3:
+    """One client and transfer manager per settings, environment and process: both are thread-safe and
+    expensive to build (a manager per call costs threads per transfer), but a forked child must not share
+    its parent's connections or threads."""
     key = (settings, os.getpid(), tuple(os.environ.get(name) for name in _CHAIN_ENV))
     with _clients_lock:
         if key not in _clients:
             import boto3
+            from boto3.s3.transfer import TransferConfig, create_transfer_manager
             from botocore.config import Config
 
             session = boto3.session.Session(
@@ -129,7 +137,17 @@ def _client(settings: S3Settings) -> Any:
                 connect_timeout=settings.connect_timeout,
                 read_timeout=settings.read_timeout,
             )
-            _clients[key] = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+            client = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+            transfer = create_transfer_manager(
+                client,
+                TransferConfig(
+                    multipart_threshold=settings.multipart_threshold,
+                    multipart_chunksize=settings.multipart_chunksize,
+                    max_concurrency=settings.max_pool_connections,  # all transfers share it: one per connection
+                    preferred_transfer_client="classic",
+                ),
+            )
+            _clients[key] = _S3(client, transfer)
         return _clients[key]
 
 
@@ -215,7 +233,7 @@ class S3Storage(Storage):
 
     @property
     def client(self) -> Any:
-        return _client(self.settings)
+        return _s3(self.settings).client
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -223,25 +241,11 @@ class S3Storage(Storage):
     def _errors(self, action: str, key: str = "") -> AbstractContextManager[None]:
         return s3_errors(action, f"{self.uri}/{key}" if key else self.uri, self.bucket, self.client.meta.endpoint_url)
 
-    @contextmanager
-    def _transfer(self) -> Iterator[Any]:
-        """An s3transfer manager for one transfer (as boto3's upload_file/download_file make one per call):
-        multipart above the threshold, and retries of a body that breaks mid-read."""
-        from boto3.s3.transfer import TransferConfig, create_transfer_manager
-
-        config = TransferConfig(
-            multipart_threshold=self.settings.multipart_threshold,
-            multipart_chunksize=self.settings.multipart_chunksize,
-            max_concurrency=4,  # per file; files themselves are transferred in parallel by the caller
-            preferred_transfer_client="classic",
-        )
-        with create_transfer_manager(self.client, config) as manager:
-            yield manager
-
     def _get(self, key: str, target: str | IO[bytes], action: str = "read") -> str | None:
-        """Download `key` into a file name or a binary file object; returns its ETag (None when empty)."""
-        with self._errors(action, key), self._transfer() as manager:
-            future = manager.download(self.bucket, self._key(key), target)
+        """Download `key` into a file name or a binary file object through s3transfer (multipart above the
+        threshold, retries of a body that breaks mid-read); returns its ETag (None when empty)."""
+        with self._errors(action, key):
+            future = _s3(self.settings).transfer.download(self.bucket, self._key(key), target)
             future.result()
             return future.meta.etag
 
@@ -312,8 +316,8 @@ class S3Storage(Storage):
         return True
 
     def upload(self, path: Path, key: str) -> None:
-        with self._errors("upload to", key), self._transfer() as manager:
-            manager.upload(str(path), self.bucket, self._key(key)).result()
+        with self._errors("upload to", key):
+            _s3(self.settings).transfer.upload(str(path), self.bucket, self._key(key)).result()
 
     def download(self, key: str, path: Path, size: int | None = None) -> None:
         # `size` is not needed: the first (ranged) GET tells s3transfer the size, no HEAD request is made

@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.errors import InvalidInput, NotFound, Refused
+from airflow_plugin.core.errors import IntegrityError, InvalidInput, NotFound, Refused
 from airflow_plugin.core.lease import (
     LeaseHeld,
     LeaseLost,
@@ -253,8 +254,15 @@ def test_break_lease_checks_the_holder_and_that_there_is_one(store: str) -> None
     with pytest.raises(Refused, match="held by alice@host:1, not bob"):
         break_lease(storage, JOB, holder="bob@host:2")
     assert read_lease(storage, JOB) is not None
-    storage.write(lease_key(JOB), b"garbage")  # an unreadable record can be broken too
-    assert break_lease(storage, JOB) is None and read_lease(storage, JOB) is None
+    for garbage in (
+        b"garbage",
+        b'{"job": "orders"}',
+        json.dumps({**asdict(read_lease(storage, JOB)), "expires_at": 5}),
+    ):
+        storage.write(lease_key(JOB), garbage.encode() if isinstance(garbage, str) else garbage)
+        with pytest.raises(IntegrityError, match=r"is not a lease record.*savepoints lease break"):
+            acquire(storage, JOB, "bob@host:2", "stop", ttl=60)
+    assert break_lease(storage, JOB) is None and read_lease(storage, JOB) is None  # unreadable: broken too
 
 
 @pytest.mark.parametrize(

@@ -124,12 +124,15 @@ class LeaseRecord:
     @classmethod
     def from_json(cls, data: bytes, where: str) -> LeaseRecord:
         try:
-            return cls(**json.loads(data))
-        except (ValueError, TypeError) as exc:
+            record = cls(**json.loads(data))
+            for stamp in (record.acquired_at, record.renewed_at, record.expires_at):
+                _parse(stamp)
+        except (ValueError, TypeError, AttributeError) as exc:
             raise IntegrityError(
                 f"{where} is not a lease record ({exc}): if no operation is running, remove it with "
-                f"`savepoints lease break`"
+                "`savepoints lease break <job>`"
             ) from None
+        return record
 
     def describe(self, now: datetime | None = None) -> str:
         now = now or _now()

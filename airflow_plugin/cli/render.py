@@ -51,7 +51,7 @@ def emit(output: Output, as_json: bool) -> None:
 def fail(message: str, code: int, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"error": message, "exit_code": code}))
-    err.print(Text.assemble(("error: ", "red"), message))
+    err.print(Text.assemble(("error: ", "red"), message), soft_wrap=True)  # one line, however long
     return code
 
 

@@ -21,6 +21,11 @@ class Refused(SavepointsError):
     snapshot, a sink that is ahead of the snapshot): nothing was changed."""
 
 
+class Conflict(Refused):
+    """A conditional write lost a race: the object was created, changed or deleted by someone else since it
+    was read. Nothing was written."""
+
+
 class CheckpointError(SavepointsError):
     """The checkpoint location is not a usable Spark checkpoint (empty, no committed batch, files missing)."""
 

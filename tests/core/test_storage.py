@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.errors import InvalidInput
+from airflow_plugin.core.errors import Conflict, InvalidInput, Refused
 from airflow_plugin.core.storage import LocalStorage, S3Settings, S3Storage, Storage, open_storage
 
 
@@ -104,3 +107,103 @@ def test_malformed_uris(uri: str, message: str) -> None:
     with pytest.raises(InvalidInput, match=message) as info:
         open_storage(uri)
     assert "secret" not in str(info.value)
+
+
+# ---------------------------------------------------------------- conditional writes (the lease's building blocks)
+
+
+def test_conditional_writes(storage: Storage) -> None:
+    token = storage.create("lease", b"one")
+    with pytest.raises(Conflict, match=r"already exists|someone else"):
+        storage.create("lease", b"two")
+    assert storage.read_with_token("lease") == (b"one", token)
+
+    newer = storage.replace("lease", b"two", token)
+    assert newer != token and storage.read_with_token("lease") == (b"two", newer)
+    with pytest.raises(Conflict):
+        storage.replace("lease", b"three", token)  # stale token: nothing written
+    assert storage.read("lease") == b"two"
+
+    with pytest.raises(Conflict):
+        storage.delete_if("lease", token)
+    assert storage.read("lease") == b"two"
+    assert storage.delete_if("lease", newer) is True
+    assert storage.stat("lease") is None
+    assert storage.delete_if("lease", newer) is False  # already gone
+    with pytest.raises(Conflict):
+        storage.replace("lease", b"four", newer)  # a missing key is a conflict, not a create
+    assert storage.stat("lease") is None
+    with pytest.raises(FileNotFoundError):
+        storage.read_with_token("lease")
+
+
+def test_conflict_is_a_refusal_with_exit_code_4() -> None:
+    from airflow_plugin.cli.exit_codes import exit_code
+
+    assert issubclass(Conflict, Refused) and exit_code(Conflict("lost a race")) == 4
+
+
+def _race(storage: Storage, attempt: Callable[[int], str], racers: int = 8) -> list[int]:
+    """Start `racers` threads together; the indices of those whose attempt succeeded."""
+    barrier = threading.Barrier(racers)
+    winners: list[int] = []
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            attempt(i)
+            winners.append(i)
+        except Conflict:
+            pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return winners
+
+
+def test_racing_creates_and_replaces_have_one_winner(storage: Storage) -> None:
+    for round_no in range(3):
+        key = f"race-{round_no}"
+        winners = _race(storage, lambda i, key=key: storage.create(key, f"racer {i}".encode()))
+        assert len(winners) == 1 and storage.read(key) == f"racer {winners[0]}".encode()
+
+        _, token = storage.read_with_token(key)
+        winners = _race(storage, lambda i, key=key, token=token: storage.replace(key, f"taker {i}".encode(), token))
+        assert len(winners) == 1 and storage.read(key) == f"taker {winners[0]}".encode()
+
+
+def test_local_create_is_never_seen_half_written(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    data = os.urandom(64 << 20)
+    seen: list[int] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            with contextlib.suppress(FileNotFoundError):
+                seen.append(len(storage.read("big")))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        storage.create("big", data)
+    finally:
+        done.set()
+        thread.join()
+    assert storage.read("big") == data
+    assert set(seen) <= {len(data)}, f"a reader saw a partial file: {sorted(set(seen))[:5]}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big"]  # no temp file left behind
+
+
+def test_s3_empty_object_has_a_token(s3_store: str) -> None:
+    storage = open_storage(s3_store)
+    token = storage.create("empty", b"")
+    assert storage.read_with_token("empty") == (b"", token)
+    assert storage.replace("empty", b"x", token) != token

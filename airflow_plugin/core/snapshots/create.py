@@ -321,5 +321,5 @@ def _mark_failed(store: SnapshotStore, manifest: Manifest, exc: BaseException) -
     manifest.completed_at = utc_now()
     try:
         store.put(manifest)
-    except Exception:  # the store itself may be what failed; the original error is what matters
-        log.warning("could not mark snapshot %s FAILED", manifest.id, exc_info=True)
+    except Exception as error:  # the store itself may be what failed; the original error is what matters
+        log.warning("could not mark snapshot %s FAILED (it stays IN_PROGRESS): %s", manifest.id, error)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import IntegrityError, Refused
+from ..errors import IntegrityError, Refused, SavepointsError, StoreUnavailable
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
 from ..sinks import FILE, GUARDED
@@ -227,12 +227,29 @@ def execute_restore(
         for batch in (first, last):
             for _ in run_parallel(restore_one, batch, concurrency=concurrency):
                 pass
-    except BaseException:
-        target.delete(written)
+    except BaseException as exc:
+        _remove_partial(plan, written, exc)
         raise
     finally:
         progress.finish()
     return {**plan.describe(), "seconds": round(time.monotonic() - started, 3)}
+
+
+def _remove_partial(plan: RestorePlan, written: list[str], failure: BaseException) -> None:
+    """Leave the target as it was found: commits/ first (so that a cleanup failing half-way never leaves
+    what looks like a restorable batch), then the rest. If the cleanup fails too, say what is left."""
+    commits = [path for path in written if path.startswith("commits/")]
+    rest = [path for path in written if not path.startswith("commits/")]
+    for paths, left in ((commits, "a partial copy, commits/ included"), (rest, "a partial copy without commits/")):
+        try:
+            plan.target.delete(paths)
+        except Exception as cleanup:
+            kind = type(failure) if isinstance(failure, SavepointsError) else StoreUnavailable
+            raise kind(
+                f"restore of snapshot {plan.manifest.id} into {plan.target.uri} failed ({failure}), and removing "
+                f"the files it had written failed too ({cleanup}): {plan.target.uri} holds {left}; delete it before "
+                "restoring there again"
+            ) from failure
 
 
 def _scratch_file(destination: Path | None) -> Path:

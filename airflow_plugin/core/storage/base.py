@@ -79,6 +79,30 @@ class Storage(ABC):
     def write(self, key: str, data: bytes) -> None:
         """Replace `key` atomically: a reader sees the old or the new content, never a mix."""
 
+    # Conditional writes: the building blocks of a lease. A token is opaque and stands for one content of
+    # `key` (S3: its ETag; local: the SHA-256 of its bytes), so writers whose identity matters must write
+    # content unique to them (a nonce): S3 recognizes its own write by it when a retried request whose first
+    # attempt succeeded answers 412. A lost race raises errors.Conflict (a Refused: exit 4), nothing written.
+
+    @abstractmethod
+    def create(self, key: str, data: bytes) -> str:
+        """Write `key` only if it does not exist (S3: If-None-Match: *); readers never see it half-written.
+        Returns its token."""
+
+    @abstractmethod
+    def replace(self, key: str, data: bytes, token: str) -> str:
+        """Replace `key` only if it still holds the content `token` stands for (S3: If-Match); a missing
+        `key` is a Conflict too. Returns the new token."""
+
+    @abstractmethod
+    def read_with_token(self, key: str) -> tuple[bytes, str]:
+        """The content of `key` and the token for exactly that content; FileNotFoundError if missing."""
+
+    @abstractmethod
+    def delete_if(self, key: str, token: str) -> bool:
+        """Delete `key` only if it still holds the content `token` stands for. False if it was already gone
+        (also when a retried delete had succeeded); Conflict if it holds something else."""
+
     @abstractmethod
     def upload(self, path: Path, key: str) -> None:
         """Copy a local file to `key` (multipart for large files where the backend has it)."""

@@ -1,15 +1,30 @@
-"""Storage on the local filesystem (also `file://` URIs)."""
+"""Storage on the local filesystem (also `file://` URIs).
+
+Conditional writes: `create` writes a private temp file completely, then hard-links it to the key
+(os.link fails if the key exists), so the key never exists half-written and only one creator wins.
+`replace` and `delete_if` compare and swap under an exclusive flock of a sidecar `.<name>.lock` file
+beside the key (created on first use and left in place: removing a lock file others may be waiting on
+would let two lockers in); the swap itself is a rename, so readers (who take no lock) see the old or the
+new content. The token is the SHA-256 of the content."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import Conflict
 from ..parallel import chunked, run_parallel
 from .base import ObjectInfo, Storage, check_key
+
+
+def content_token(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 class LocalStorage(Storage):
@@ -54,17 +69,54 @@ class LocalStorage(Storage):
 
     def write(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        tmp = _complete_temp_file(path, data)
         try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
             os.replace(tmp, path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
+
+    def create(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        tmp = _complete_temp_file(path, data)
+        try:
+            os.link(tmp, path)  # atomic, and fails if the key exists: the content is complete when it appears
+        except FileExistsError:
+            raise Conflict(f"{self.uri}/{key} already exists: someone else created it first") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        return content_token(data)
+
+    def replace(self, key: str, data: bytes, token: str) -> str:
+        path = self._path(key)
+        with _locked(path):
+            self._check_token(path, key, token, missing_ok=False)
+            self.write(key, data)
+        return content_token(data)
+
+    def read_with_token(self, key: str) -> tuple[bytes, str]:
+        data = self.read(key)
+        return data, content_token(data)
+
+    def delete_if(self, key: str, token: str) -> bool:
+        path = self._path(key)
+        with _locked(path):
+            if not self._check_token(path, key, token, missing_ok=True):
+                return False
+            path.unlink()
+        return True
+
+    def _check_token(self, path: Path, key: str, token: str, *, missing_ok: bool) -> bool:
+        """Whether `key` exists and holds the content `token` stands for; Conflict if it holds another."""
+        try:
+            current = path.read_bytes()
+        except FileNotFoundError:
+            if missing_ok:
+                return False
+            raise Conflict(f"{self.uri}/{key} no longer exists: someone else deleted it") from None
+        if content_token(current) != token:
+            raise Conflict(f"{self.uri}/{key} was changed by someone else since it was read")
+        return True
 
     def upload(self, path: Path, key: str) -> None:
         target = self._path(key)
@@ -95,3 +147,30 @@ class LocalStorage(Storage):
 
     def exists(self) -> bool:
         return self.root.is_dir() and any(True for _ in self.list())
+
+
+def _complete_temp_file(path: Path, data: bytes) -> Path:
+    """`data` written and synced to a private temp file beside `path` (creating the directory)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock for compare-and-swap on `path`, across threads and processes (flock on a sidecar)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

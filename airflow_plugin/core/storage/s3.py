@@ -2,23 +2,31 @@
 
 Endpoint, region and credentials come from boto3's own chain (AWS_ENDPOINT_URL, AWS_PROFILE, ...)
 unless `S3Settings` names them (the Airflow layer fills it from an AWS connection; the job context hands
-the same settings to every location it opens: core/context.py). Transfers use
-s3transfer (multipart above a threshold, retries per part); botocore retries throttling and 5xx."""
+the same settings to every location it opens: core/context.py).
+
+Retries are the libraries': botocore's retry mode (`standard`, or AWS_RETRY_MODE; AWS_MAX_ATTEMPTS)
+retries throttling, 5xx, connection errors and truncated XML answers up to the response headers of a
+GET; every GET goes through s3transfer's download, which also retries a response body that breaks while
+it is read (reset, truncated, timed out) -- `get_object()['Body'].read()` alone would not be retried.
+Downloads skip the HEAD request s3transfer would otherwise send first: with response checksum
+validation `when_required` it starts with one ranged GET that tells it the size (the engine checks the
+SHA-256 of every stored file itself)."""
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlsplit
 
-from ..errors import NotFound, StoreUnavailable
+from ..errors import Conflict, InvalidInput, NotFound, StoreUnavailable
 from ..parallel import chunked, run_parallel
-from .base import CHUNK, ObjectInfo, Storage
+from .base import ObjectInfo, Storage
 
 DELETE_BATCH = 1000  # the S3 DeleteObjects limit
 
@@ -33,7 +41,7 @@ class S3Settings:
     max_pool_connections: int = 64
     multipart_threshold: int = 16 * 1024 * 1024
     multipart_chunksize: int = 16 * 1024 * 1024
-    max_attempts: int = 10
+    max_attempts: int = 10  # in all, the first included (as AWS_MAX_ATTEMPTS counts)
     connect_timeout: float = 10.0  # seconds; a blackholed endpoint fails instead of hanging
     read_timeout: float = 60.0
 
@@ -49,8 +57,9 @@ class S3Settings:
         return {name: value for name, value in names.items() if value}
 
 
-_clients: dict[tuple[S3Settings, tuple[str | None, ...]], Any] = {}
+_clients: dict[tuple[S3Settings, int, tuple[str | None, ...]], _S3] = {}
 _clients_lock = threading.Lock()
+RETRY_MODES = ("standard", "adaptive", "legacy")
 # boto3's own chain reads these when a client is built: a client built under other values is another client
 _CHAIN_ENV = (
     "AWS_ENDPOINT_URL",
@@ -62,15 +71,38 @@ _CHAIN_ENV = (
     "AWS_DEFAULT_REGION",
     "AWS_REGION",
     "AWS_MAX_ATTEMPTS",
+    "AWS_RETRY_MODE",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION",
 )
 
 
-def _client(settings: S3Settings) -> Any:
-    """One client per settings and environment: boto3 clients are thread-safe and expensive to build."""
-    key = (settings, tuple(os.environ.get(name) for name in _CHAIN_ENV))
+def _retries(settings: S3Settings) -> dict[str, Any]:
+    """botocore's retry settings: AWS_MAX_ATTEMPTS and AWS_RETRY_MODE, boto3's own variables, win. Both
+    count attempts in all, the first included (Config's `max_attempts` would count retries only)."""
+    attempts = os.environ.get("AWS_MAX_ATTEMPTS") or str(settings.max_attempts)
+    mode = os.environ.get("AWS_RETRY_MODE") or "standard"
+    if not attempts.isdigit() or int(attempts) < 1:
+        raise InvalidInput(f"AWS_MAX_ATTEMPTS={attempts!r} is not a positive whole number: set it to e.g. 10")
+    if mode not in RETRY_MODES:
+        raise InvalidInput(f"AWS_RETRY_MODE={mode!r} is not one of {', '.join(RETRY_MODES)}: set it to standard")
+    return {"total_max_attempts": int(attempts), "mode": mode}
+
+
+@dataclass(frozen=True)
+class _S3:
+    client: Any
+    transfer: Any  # s3transfer's TransferManager on that client, shared by every transfer of the process
+
+
+def _s3(settings: S3Settings) -> _S3:
+    """One client and transfer manager per settings, environment and process: both are thread-safe and
+    expensive to build (a manager per call costs threads per transfer), but a forked child must not share
+    its parent's connections or threads."""
+    key = (settings, os.getpid(), tuple(os.environ.get(name) for name in _CHAIN_ENV))
     with _clients_lock:
         if key not in _clients:
             import boto3
+            from boto3.s3.transfer import TransferConfig, create_transfer_manager
             from botocore.config import Config
 
             session = boto3.session.Session(
@@ -80,41 +112,72 @@ def _client(settings: S3Settings) -> Any:
                 region_name=settings.region_name,
             )
             config = Config(
-                # AWS_MAX_ATTEMPTS, boto3's own setting, wins over the default
-                retries={
-                    "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS") or settings.max_attempts),
-                    "mode": "standard",
-                },
+                retries=_retries(settings),
+                # no HEAD before each download (module doc); AWS_RESPONSE_CHECKSUM_VALIDATION still wins
+                response_checksum_validation=os.environ.get("AWS_RESPONSE_CHECKSUM_VALIDATION") or "when_required",
                 max_pool_connections=settings.max_pool_connections,
                 connect_timeout=settings.connect_timeout,
                 read_timeout=settings.read_timeout,
             )
-            _clients[key] = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+            client = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+            transfer = create_transfer_manager(
+                client,
+                TransferConfig(
+                    multipart_threshold=settings.multipart_threshold,
+                    multipart_chunksize=settings.multipart_chunksize,
+                    max_concurrency=settings.max_pool_connections,  # all transfers share it: one per connection
+                    preferred_transfer_client="classic",
+                ),
+            )
+            _clients[key] = _S3(client, transfer)
         return _clients[key]
 
 
 @contextmanager
-def s3_errors(action: str, uri: str, bucket: str) -> Iterator[None]:
-    """Translate botocore failures into errors that name the thing and the fix, without secrets."""
+def s3_errors(action: str, uri: str, bucket: str, endpoint: str = "") -> Iterator[None]:
+    """Translate botocore and s3transfer failures (after their retries) into errors that name the thing and
+    the fix, without secrets: the endpoint is named by scheme and host only, never a whole request URL."""
     from botocore.exceptions import (
+        ChecksumError,
         ClientError,
+        ConnectTimeoutError,
+        CredentialRetrievalError,
         EndpointConnectionError,
+        FlexibleChecksumError,
+        HTTPClientError,
+        IncompleteReadError,
         NoCredentialsError,
         PartialCredentialsError,
+        ProfileNotFound,
     )
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+    from botocore.parsers import ResponseParserError
+    from s3transfer.exceptions import RetriesExceededError, S3DownloadFailedError
 
+    # A connection reset, closed or timed out, a body cut short or garbled, a download that kept breaking:
+    transport = (
+        BotoConnectionError,
+        HTTPClientError,
+        IncompleteReadError,
+        ChecksumError,
+        FlexibleChecksumError,
+        ResponseParserError,
+        RetriesExceededError,
+        S3DownloadFailedError,
+    )
+    where = urlsplit(endpoint)
+    server = f"the S3 endpoint {where.scheme}://{where.netloc}" if where.netloc else "S3"
     try:
         yield
-    except (NoCredentialsError, PartialCredentialsError):
+    except (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError, ProfileNotFound):
         raise StoreUnavailable(
-            f"no AWS credentials to {action} {uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-            "(or AWS_PROFILE), or give the Airflow AWS connection a login and password"
+            f"no AWS credentials to {action} {uri} (or they cannot be loaded): set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or a valid AWS_PROFILE), or give the Airflow AWS connection a login and password"
         ) from None
-    except EndpointConnectionError as exc:
-        endpoint = urlsplit(str(exc.kwargs.get("endpoint_url", "")))  # the endpoint, not the whole request URL
+    except (EndpointConnectionError, ConnectTimeoutError):
         raise StoreUnavailable(
-            f"cannot reach the S3 endpoint {endpoint.scheme}://{endpoint.netloc} to {action} {uri}: "
-            "check AWS_ENDPOINT_URL (or the connection's endpoint_url) and that the service is up"
+            f"cannot reach {server} to {action} {uri}: check AWS_ENDPOINT_URL (or the connection's "
+            "endpoint_url) and that the service is up"
         ) from None
     except ClientError as exc:
         error = exc.response.get("Error", {})
@@ -127,7 +190,20 @@ def s3_errors(action: str, uri: str, bucket: str) -> Iterator[None]:
             raise StoreUnavailable(
                 f"S3 refused to {action} {uri} ({code}): check the credentials and the bucket policy"
             ) from None
-        raise StoreUnavailable(f"S3 failed to {action} {uri}: {code} {error.get('Message', '')}") from None
+        if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+            raise Conflict(f"{uri} was created, changed or deleted by someone else meanwhile ({code})") from None
+        raise StoreUnavailable(
+            f"{server} failed to {action} {uri}: {code} {error.get('Message', '')} (after botocore's retries): run "
+            "the command again later; AWS_MAX_ATTEMPTS allows more attempts, AWS_RETRY_MODE=adaptive slows down on "
+            "throttling"
+        ) from None
+    except transport as exc:
+        cause = getattr(exc, "last_exception", None) or exc  # s3transfer's RetriesExceededError wraps the last
+        raise StoreUnavailable(
+            f"the connection to {server} kept failing while trying to {action} {uri} ({type(cause).__name__}, "
+            "after botocore's and s3transfer's retries): check the network and the service, then run the command "
+            "again; AWS_MAX_ATTEMPTS allows more attempts"
+        ) from None
 
 
 class S3Storage(Storage):
@@ -139,22 +215,21 @@ class S3Storage(Storage):
 
     @property
     def client(self) -> Any:
-        return _client(self.settings)
+        return _s3(self.settings).client
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _errors(self, action: str, key: str = "") -> AbstractContextManager[None]:
-        return s3_errors(action, f"{self.uri}/{key}" if key else self.uri, self.bucket)
+        return s3_errors(action, f"{self.uri}/{key}" if key else self.uri, self.bucket, self.client.meta.endpoint_url)
 
-    def _transfer_config(self) -> Any:
-        from boto3.s3.transfer import TransferConfig
-
-        return TransferConfig(
-            multipart_threshold=self.settings.multipart_threshold,
-            multipart_chunksize=self.settings.multipart_chunksize,
-            max_concurrency=4,  # per file; files themselves are transferred in parallel by the caller
-        )
+    def _get(self, key: str, target: str | IO[bytes], action: str = "read") -> str | None:
+        """Download `key` into a file name or a binary file object through s3transfer (multipart above the
+        threshold, retries of a body that breaks mid-read); returns its ETag (None when empty)."""
+        with self._errors(action, key):
+            future = _s3(self.settings).transfer.download(self.bucket, self._key(key), target)
+            future.result()
+            return future.meta.etag
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         root = f"{self.prefix}/" if self.prefix else ""
@@ -173,27 +248,63 @@ class S3Storage(Storage):
         return ObjectInfo(key, head["ContentLength"], head["LastModified"].timestamp())
 
     def read(self, key: str) -> bytes:
-        with self._errors("read", key):
-            return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+        return self.read_with_token(key)[0]
 
     def write(self, key: str, data: bytes) -> None:
+        self._put(key, data)
+
+    def _put(self, key: str, data: bytes, **condition: str) -> str:
         with self._errors("write", key):
-            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+            return str(self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **condition)["ETag"])
+
+    def create(self, key: str, data: bytes) -> str:
+        return self._put_if(key, data, "someone else created it first", IfNoneMatch="*")
+
+    def replace(self, key: str, data: bytes, token: str) -> str:
+        return self._put_if(key, data, "someone else changed or deleted it since it was read", IfMatch=token)
+
+    def _put_if(self, key: str, data: bytes, lost: str, **condition: str) -> str:
+        try:
+            return self._put(key, data, **condition)
+        except (Conflict, FileNotFoundError):  # 412, or 404 for If-Match on a missing key
+            pass
+        # A retried PUT whose first attempt succeeded (its response lost on the way) answers 412 as well:
+        # then the object holds exactly our bytes, and the write is ours (base.py: content is unique).
+        try:
+            current, token = self.read_with_token(key)
+        except FileNotFoundError:
+            current, token = None, ""
+        if current == data:
+            return token
+        raise Conflict(f"{self.uri}/{key}: {lost}; nothing was written")
+
+    def read_with_token(self, key: str) -> tuple[bytes, str]:
+        buffer = io.BytesIO()
+        etag = self._get(key, buffer)
+        if etag is None:  # an empty object: its ranged GET answered InvalidRange, without an ETag
+            with self._errors("read", key):
+                head = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            if head["ContentLength"]:
+                raise Conflict(f"{self.uri}/{key} was written by someone else while it was read")
+            etag = head["ETag"]
+        return buffer.getvalue(), str(etag)
+
+    def delete_if(self, key: str, token: str) -> bool:
+        try:
+            with self._errors("delete", key):
+                self.client.delete_object(Bucket=self.bucket, Key=self._key(key), IfMatch=token)
+        except FileNotFoundError:
+            return False
+        return True
 
     def upload(self, path: Path, key: str) -> None:
         with self._errors("upload to", key):
-            self.client.upload_file(str(path), self.bucket, self._key(key), Config=self._transfer_config())
+            _s3(self.settings).transfer.upload(str(path), self.bucket, self._key(key)).result()
 
     def download(self, key: str, path: Path, size: int | None = None) -> None:
+        # `size` is not needed: the first (ranged) GET tells s3transfer the size, no HEAD request is made
         path.parent.mkdir(parents=True, exist_ok=True)
-        with self._errors("download", key):
-            if size is not None and size < self.settings.multipart_threshold:
-                body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
-                with path.open("wb") as handle:
-                    for chunk in body.iter_chunks(CHUNK):
-                        handle.write(chunk)
-                return
-            self.client.download_file(self.bucket, self._key(key), str(path), Config=self._transfer_config())
+        self._get(key, str(path), "download")
 
     def delete(self, keys: Iterable[str]) -> int:
         batches = list(chunked(map(self._key, keys), DELETE_BATCH))

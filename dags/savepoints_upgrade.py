@@ -16,12 +16,14 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_plugin.dag_params import dag_jobs_file, declared_jobs, job_param, version_param
 from airflow_plugin.operators.deployments import DeployJobOperator, PrestartJobOperator, StopJobOperator
+from airflow_plugin.operators.leases import ReleaseLeaseOperator
 from airflow_plugin.operators.snapshots import SavepointOperator
 from airflow_plugin.operators.upgrade import PreflightCheckOperator, RollbackOperator
 from airflow_plugin.sensors.health import DeploymentHealthSensor
 
 JOBS_FILE = dag_jobs_file()
 JOBS = declared_jobs(JOBS_FILE)
+CUTOVER_LEASE_SECONDS = 1800.0  # covers stop, restore, start and the health gate; release_lease ends it sooner
 STOP_SAVEPOINT = "{{ (ti.xcom_pull(task_ids='stop_old') or {}).get('snapshot', {}).get('id', '') }}"
 
 with DAG(
@@ -29,7 +31,6 @@ with DAG(
     description="Restore-and-redeploy: upgrade a running job to another version, with pre-flight and rollback",
     schedule=None,
     catchup=False,
-    max_active_runs=1,
     tags=["savepoints"],
     params={
         "job": job_param(JOBS),
@@ -67,19 +68,22 @@ with DAG(
         subject="Upgrade {{ params.job }} to {{ params.version }}?",
         body="Pre-flight passed: {{ (ti.xcom_pull(task_ids='preflight') or {}).get('reason', '') }}",
     )
+    # The cutover holds the job's lease from the pre-start to the end of the run (release_lease): another
+    # run, DAG or person acting on the job meanwhile is refused, naming this run.
+    cutover = {"keep_lease": True, "lease_ttl": CUTOVER_LEASE_SECONDS, "jobs_file": JOBS_FILE}
     prestart_new = PrestartJobOperator(
         task_id="prestart_new",
         job="{{ params.job }}",
         version="{{ params.version }}",
-        jobs_file=JOBS_FILE,
         trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+        **cutover,
     )
     stop_old = StopJobOperator(
         task_id="stop_old",
         job="{{ params.job }}",
         savepoint=True,
         labels={"upgrade_to": "{{ params.version }}"},
-        jobs_file=JOBS_FILE,
+        **cutover,
     )
     deploy_new = DeployJobOperator(
         task_id="deploy_new",
@@ -88,7 +92,7 @@ with DAG(
         restore=STOP_SAVEPOINT,
         rewind_sink=True,  # a batch the stop interrupted after its sink commit is replayed, not skipped
         wait_seconds=0,  # start only: the health gate decides, and a failure there rolls back
-        jobs_file=JOBS_FILE,
+        **cutover,
     )
     health_gate = DeploymentHealthSensor(
         task_id="health_gate",
@@ -108,6 +112,10 @@ with DAG(
         trigger_rule=TriggerRule.ONE_FAILED,
     )
 
+    release_lease = ReleaseLeaseOperator(
+        task_id="release_lease", job="{{ params.job }}", jobs_file=JOBS_FILE, trigger_rule=TriggerRule.ALL_DONE
+    )
+
     @task(trigger_rule=TriggerRule.ONE_FAILED)
     def upgrade_failed() -> None:
         """Fails the run whenever a step failed, even when the rollback that followed succeeded."""
@@ -116,5 +124,5 @@ with DAG(
     branch = approval_needed()
     savepoint >> preflight >> branch >> [approve, prestart_new]
     approve >> prestart_new >> stop_old >> deploy_new >> health_gate
-    [prestart_new, stop_old, deploy_new, health_gate] >> rollback
+    [prestart_new, stop_old, deploy_new, health_gate] >> rollback >> release_lease
     [savepoint, preflight, prestart_new, stop_old, deploy_new, health_gate, rollback] >> upgrade_failed()

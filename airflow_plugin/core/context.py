@@ -15,6 +15,8 @@ S3 access reaches every location the same way: the store, checkpoints and sinks 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +25,7 @@ from .errors import InvalidInput, NotFound
 from .jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
 from .jobs.launcher import CommandBuilder, default_command
 from .jobs.spec import JOBS_ENV, JobSpec, jobs_file, load_jobs
+from .lease import DEFAULT_TTL, Lease, acquire, default_holder
 from .parallel import DEFAULT_CONCURRENCY
 from .progress import NullProgress, Progress
 from .snapshots.store import SnapshotStore
@@ -41,7 +44,13 @@ class Settings:
     command_builder: CommandBuilder = default_command
     progress: Progress = field(default_factory=NullProgress)
     requested_by: str = ""
+    # The same id on a retry of the same request (an Airflow task's try): what it already made is taken
+    # over, never made twice (one deployment, one COMPLETED snapshot). None: every call is a new request.
+    request_id: str | None = None
     concurrency: int = DEFAULT_CONCURRENCY  # parallel transfers of one operation
+    holder: str | None = None  # who holds a job's lease while changing it (default: user@host:pid)
+    lease_ttl: float = DEFAULT_TTL  # seconds; renewed every third of it while the operation runs
+    keep_lease: bool = False  # leave the lease held after an operation: a later step of this holder goes on
 
     def resolve(self) -> Context:
         return Context(self)
@@ -114,6 +123,21 @@ class Context:
         spec = self.spec(name)
         return JobContext(spec, self.store(name), self.settings)
 
+    def snapshots_of(self, name: str) -> JobContext:
+        """The context of a job whose snapshots a command works on: the declared job, or one known by name
+        only (snapshots of any checkpoint can be taken with `savepoints create --job NAME`)."""
+        jobs = self.declared_jobs()
+        spec = jobs[name] if name in jobs else JobSpec.undeclared(name)
+        return JobContext(spec, self.store(name), self.settings)
+
+
+class _HeldLease:
+    """The lease an operation of this job context holds, so that operations nested in it (a rollback's
+    stop and deploy) run under it instead of asking for it again."""
+
+    def __init__(self) -> None:
+        self.lease: Lease | None = None
+
 
 @dataclass(frozen=True)
 class JobContext:
@@ -123,6 +147,7 @@ class JobContext:
     spec: JobSpec
     store: SnapshotStore
     settings: Settings = field(default_factory=Settings)
+    _held: _HeldLease = field(default_factory=_HeldLease, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -164,6 +189,26 @@ class JobContext:
     def checkpoint_location(self, deployment_id: str) -> str:
         """Each deployment's own live checkpoint location."""
         return f"{self.spec.checkpoint_root.rstrip('/')}/{self.name}/{deployment_id}"
+
+    @contextmanager
+    def operation(self, name: str) -> Iterator[None]:
+        """Hold the job's lease (core/lease.py) while an operation changes the job: a second operation on
+        the same job, from anyone else, is refused at once (exit 4) naming the holder. Nested operations
+        share the lease of the outermost one."""
+        if self._held.lease is not None:
+            self._held.lease.check()
+            yield
+            return
+        holder = self.settings.holder or default_holder()
+        lease = acquire(self.store.storage, self.name, holder, name, self.settings.lease_ttl)
+        self._held.lease = lease
+        try:
+            with lease:
+                yield
+                if self.settings.keep_lease:
+                    lease.keep()
+        finally:
+            self._held.lease = None
 
     def with_progress(self, progress: Progress) -> JobContext:
         return replace(self, settings=replace(self.settings, progress=progress))

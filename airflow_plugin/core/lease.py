@@ -58,9 +58,10 @@ def default_holder() -> str:
     return f"{user}@{socket.gethostname()}:{os.getpid()}"
 
 
-def airflow_holder(dag_id: str, run_id: str, task_id: str) -> str:
-    """The holder name of an Airflow task (the Airflow layer passes its context here)."""
-    return f"airflow:{dag_id}/{run_id}/{task_id}"
+def airflow_holder(dag_id: str, run_id: str) -> str:
+    """The holder name of an Airflow DAG run (the Airflow layer passes its context here): its tasks continue
+    one operation (an upgrade's steps), a retried task takes its own lease back at once."""
+    return f"airflow:{dag_id}/{run_id}"
 
 
 def _now() -> datetime:
@@ -160,6 +161,7 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost_reason: str | None = None
+        self.kept = False  # left in the store at the end, for the next step of the same holder
 
     @property
     def job(self) -> str:
@@ -213,6 +215,13 @@ class Lease:
             except Conflict:
                 self._lose(f"{self.storage.uri}/{self.key} was taken over by someone else; theirs was left alone")
 
+    def keep(self) -> None:
+        """Stop renewing but leave the record in the store: an operation of several steps in several
+        processes (an Airflow DAG run) holds the job until its last step releases it, or until the lease
+        expires if that step never comes."""
+        self._stop_renewing()
+        self.kept = True
+
     def _renew_every(self, interval: float) -> None:
         while not self._stop.wait(interval):
             self.renew()
@@ -233,6 +242,9 @@ class Lease:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self.kept:
+            self.check()
+            return
         try:
             self.release()
         except Exception as error:  # the store unreachable: the lease expires by itself
@@ -244,7 +256,9 @@ class Lease:
 
 
 def acquire(storage: Storage, job: str, holder: str, operation: str, ttl: float = DEFAULT_TTL) -> Lease:
-    """Take the job's lease, or take over an expired one; LeaseHeld (exit 4) when someone else holds it."""
+    """Take the job's lease, or take over an expired one, or one of the same holder (the next step of an
+    operation of several steps, or a retry of a step whose process died); LeaseHeld (exit 4) when someone
+    else holds it."""
     if operation not in OPERATIONS:
         raise InvalidInput(f"unknown lease operation {operation!r}: use one of {', '.join(OPERATIONS)}")
     if not holder:
@@ -264,14 +278,17 @@ def acquire(storage: Storage, job: str, holder: str, operation: str, ttl: float 
         except FileNotFoundError:
             continue
         current = LeaseRecord.from_json(data, f"{storage.uri}/{key}")
-        if not current.expired():
+        if not current.expired() and current.holder != holder:
             raise _held(storage, job, current)
         record = LeaseRecord.new(job, holder, operation, ttl, _now())
         try:
             lease = Lease(storage, record, storage.replace(key, record.to_json(), token))
         except Conflict:
             raise _held(storage, job, _read(storage, job), took_over=True) from None
-        log.warning("took over the expired lease of job %s from %s", job, current.describe())
+        if current.holder == holder:  # a later step of the same holder (an Airflow DAG run's next task, a retry)
+            log.info("lease of job %s: %s continues (%s)", job, holder, operation)
+        else:
+            log.warning("took over the expired lease of job %s from %s", job, current.describe())
         return lease
     raise LeaseHeld(
         f"the lease of job {job} in {storage.uri} keeps changing hands: another operation is starting on it; "

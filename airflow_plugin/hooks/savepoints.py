@@ -23,6 +23,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from ..core.context import Context, JobContext, Settings
 from ..core.jobs.health import Health, check_health
 from ..core.jobs.launcher import CommandBuilder, default_command
+from ..core.lease import DEFAULT_TTL
 from ..core.progress import NullProgress, Progress
 from ..core.storage import S3Settings
 
@@ -92,7 +93,16 @@ class SavepointsHook(BaseHook):
         assert self.spark_conn_id is not None
         return connection_command_builder(self.spark_conn_id)
 
-    def settings(self, *, requested_by: str = "", progress: Progress | None = None) -> Settings:
+    def settings(
+        self,
+        *,
+        requested_by: str = "",
+        request_id: str | None = None,
+        progress: Progress | None = None,
+        holder: str | None = None,
+        keep_lease: bool = False,
+        lease_ttl: float = DEFAULT_TTL,
+    ) -> Settings:
         # spark-submit is built only for tasks that launch something (resolving it reads a connection)
         return Settings(
             jobs_file=self.jobs_file,
@@ -100,6 +110,10 @@ class SavepointsHook(BaseHook):
             command_builder=self.command_builder if self.spark_conn_id else default_command,
             progress=progress or NullProgress(),
             requested_by=requested_by,
+            request_id=request_id,
+            holder=holder,
+            keep_lease=keep_lease,
+            lease_ttl=lease_ttl,
         )
 
     @cached_property
@@ -107,9 +121,9 @@ class SavepointsHook(BaseHook):
         """The jobs file and store, resolved once for this hook."""
         return self.settings().resolve()
 
-    def job_context(self, name: str, *, requested_by: str = "", progress: Progress | None = None) -> JobContext:
-        """Everything one task needs to act on job `name`."""
-        return self.settings(requested_by=requested_by, progress=progress).resolve().job(name)
+    def job_context(self, name: str, **settings: Any) -> JobContext:
+        """Everything one task needs to act on job `name` (`settings`: those of `settings()`)."""
+        return self.settings(**settings).resolve().job(name)
 
     def health(self, job_name: str, deployment_id: str, min_batches: int) -> Health:
         """The health verdict of one deployment (the sensor's poke, the trigger's poll; blocking I/O)."""

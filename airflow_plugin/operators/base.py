@@ -18,6 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.context import JobContext
 from ..core.errors import InvalidInput, NotFound, Refused
+from ..core.lease import DEFAULT_TTL, airflow_holder
 from ..core.progress import LogProgress
 from ..hooks.savepoints import SavepointsHook
 
@@ -27,6 +28,9 @@ DEFAULT_SPARK_CONN = "spark_default"
 class SavepointsMixin:
     """The job a task acts on and where its configuration comes from. Subclasses list their own
     template fields after `("job",)`; the hook is built on first use, inside `execute`."""
+
+    keep_lease = False  # True: the job's lease outlives the task, for the next step of the same DAG run
+    lease_ttl = DEFAULT_TTL
 
     def _savepoints_args(
         self, job: str, aws_conn_id: str | None, spark_conn_id: str | None, jobs_file: str | None
@@ -41,7 +45,15 @@ class SavepointsMixin:
         return SavepointsHook(aws_conn_id=self.aws_conn_id, spark_conn_id=self.spark_conn_id, jobs_file=self.jobs_file)
 
     def job_context(self, context: Context) -> JobContext:
-        return self.hook.job_context(self.job, requested_by=requested_by(context), progress=LogProgress())
+        return self.hook.job_context(
+            self.job,
+            requested_by=requested_by(context),
+            request_id=task_request_id(context),
+            progress=LogProgress(),
+            holder=lease_holder(context),
+            keep_lease=self.keep_lease,
+            lease_ttl=self.lease_ttl,
+        )
 
 
 @contextmanager
@@ -56,6 +68,20 @@ def task_errors() -> Iterator[None]:
 def requested_by(context: Context) -> str:
     """Who asks, as recorded in manifests and control requests."""
     return f"airflow:{context['ti'].dag_id}/{context['ti'].task_id}"
+
+
+def task_request_id(context: Context) -> str:
+    """The same on every try of one task instance: a retry takes over what a dead try already made."""
+    ti = context["ti"]
+    run_id = getattr(ti, "run_id", None) or context.get("run_id") or "manual"
+    return f"airflow:{ti.dag_id}/{run_id}/{ti.task_id}/{getattr(ti, 'map_index', -1)}"
+
+
+def lease_holder(context: Context) -> str:
+    """Who holds a job's lease: the DAG run, so that its tasks (and a task's retry) continue one operation
+    while every other run, DAG or person is refused."""
+    ti = context["ti"]
+    return airflow_holder(ti.dag_id, str(getattr(ti, "run_id", None) or context.get("run_id") or "manual"))
 
 
 class SavepointsBaseOperator(SavepointsMixin, BaseOperator):

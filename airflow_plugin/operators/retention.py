@@ -4,11 +4,13 @@ collection by the job's policy from the jobs file."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from airflow.sdk import Context
 
 from ..core.context import JobContext
+from ..core.lease import LeaseHeld
 from ..core.retention.policy import parse_policy
 from ..core.retention.prune import prune, retain_checkpoints
 from .base import SavepointsBaseOperator, flag
@@ -31,14 +33,19 @@ class RetentionOperator(SavepointsBaseOperator):
         policy = parse_policy(job.retention, f"{self.hook.context.jobs_path} [jobs.{job.name}] retention")
         dry_run = flag(self.dry_run)
         taken = [o.to_dict() for o in retain_checkpoints(ctx)] if self.checkpoints and not dry_run else []
-        plan, result = prune(
-            ctx.store,
-            policy,
-            job=job.name,
-            dry_run=dry_run,
-            heartbeat_timeout=job.heartbeat_timeout,
-            open_location=ctx.open,
-        )
+        try:
+            with nullcontext() if dry_run else ctx.operation("prune"):
+                plan, result = prune(
+                    ctx.store,
+                    policy,
+                    job=job.name,
+                    dry_run=dry_run,
+                    heartbeat_timeout=job.heartbeat_timeout,
+                    open_location=ctx.open,
+                )
+        except LeaseHeld as busy:  # another operation changes the job now: the next scheduled run prunes
+            self.log.warning("retention of %s skipped: %s", job.name, busy)
+            return {"job": job.name, "checkpoints": taken, "dry_run": dry_run, "skipped": str(busy)}
         for row in plan.rows():
             self.log.info("%s", " | ".join(row))
         return {

@@ -6,10 +6,12 @@ import argparse
 from typing import Any
 
 from ...core.context import Context
+from ...core.errors import InvalidInput
 from ...core.jobs.deploy import RESTORE_MODES, DeployRequest, deploy
 from ...core.jobs.deployments import describe
 from ...core.jobs.preflight import preflight
 from ...core.jobs.stop import job_status, kill, stop
+from ...core.lease import break_lease, held_leases, read_lease
 from ..render import Output, out, say, status_table
 
 
@@ -64,6 +66,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     kill_cmd.add_argument("job")
     kill_cmd.set_defaults(run=run_kill)
 
+    lease_cmd = commands.add_parser("lease", parents=[common], help="the job leases: one operation per job at once")
+    lease_cmd.add_argument("action", choices=["list", "break"], help="list held leases, or break one")
+    lease_cmd.add_argument("job", nargs="?", help="the job whose lease to break (only if its holder is surely dead)")
+    lease_cmd.set_defaults(run=run_lease)
+
 
 def run_deploy(args: argparse.Namespace, ctx: Context) -> Output:
     job = ctx.job(args.job)
@@ -93,8 +100,34 @@ def run_preflight(args: argparse.Namespace, ctx: Context) -> Output:
 
 def run_status(args: argparse.Namespace, ctx: Context) -> Output:
     names = [args.job] if args.job else sorted(ctx.jobs)
-    rows = [row for name in names for row in job_status(ctx.job(name))]
-    return Output(rows, lambda: out.print(status_table(rows) if rows else "no deployments"))
+    jobs = [ctx.job(name) for name in names]
+    rows = [row for job in jobs for row in job_status(job)]
+    leases = [lease for job in jobs if (lease := read_lease(job.store.storage, job.name))]
+
+    def human() -> None:
+        out.print(status_table(rows) if rows else "no deployments")
+        for lease in leases:
+            say(f"lease: job {lease.job} is held by {lease.describe()}")
+
+    busy = {lease.job: lease.describe() for lease in leases}
+    return Output([row | {"lease": busy.get(row["job"])} for row in rows], human)
+
+
+def run_lease(args: argparse.Namespace, ctx: Context) -> Output:
+    if args.action == "break":
+        if not args.job:
+            raise InvalidInput("name the job whose lease to break: `savepoints lease break JOB`")
+        job = ctx.snapshots_of(args.job)
+        broken = break_lease(job.store.storage, job.name)
+        shown = broken.describe() if broken else "an unreadable record"
+        return Output({"job": job.name, "broken": broken.to_dict() if broken else None}, lambda: say(f"broke {shown}"))
+    records = held_leases(ctx.store(args.job).storage)
+    if args.job:
+        records = [r for r in records if r.job == args.job]
+    return Output(
+        [r.to_dict() for r in records],
+        lambda: [say(f"{r.job}: {r.describe()}") for r in records] if records else say("no leases held"),
+    )
 
 
 def run_stop(args: argparse.Namespace, ctx: Context) -> Output:

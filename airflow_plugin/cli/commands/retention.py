@@ -4,6 +4,7 @@ checkpoints of running deployments."""
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 from typing import Any
 
 from ...core.context import Context
@@ -69,15 +70,16 @@ def run_prune(args: argparse.Namespace, ctx: Context) -> Output:
         for name, spec in jobs.items()
     }
     timeout = jobs[args.job].heartbeat_timeout if args.job in jobs else 30.0
-    plan, result = prune(
-        ctx.store(args.job),
-        default,
-        job=args.job,
-        job_policies=per_job,
-        dry_run=args.dry_run,
-        heartbeat_timeout=timeout,
-        open_location=ctx.open,
-    )
+    with ctx.snapshots_of(args.job).operation("prune") if args.job and not args.dry_run else nullcontext():
+        plan, result = prune(
+            ctx.store(args.job),
+            default,
+            job=args.job,
+            job_policies=per_job,
+            dry_run=args.dry_run,
+            heartbeat_timeout=timeout,
+            open_location=ctx.open,
+        )
     data = {"dry_run": args.dry_run, "plan": plan.to_dict(), "result": result.to_dict() if result else None}
 
     def human() -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 from typing import Any
 
-from ...core.context import Context
+from ...core.context import Context, JobContext
 from ...core.errors import Refused
 from ...core.jobs.deploy import live_deployments
 from ...core.sinks import FILE, SinkRef
@@ -163,9 +164,14 @@ def run_pin(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def run_restore(args: argparse.Namespace, ctx: Context) -> Output:
-    store = ctx.store(args.job)
-    if args.rewind_sink and args.job in ctx.declared_jobs():  # a managed job: none of its queries may run
-        job = ctx.job(args.job)
+    job = ctx.snapshots_of(args.job)
+    with nullcontext() if args.dry_run else job.operation("restore"):
+        return _restore(args, ctx, job)
+
+
+def _restore(args: argparse.Namespace, ctx: Context, job: JobContext) -> Output:
+    store = job.store
+    if args.rewind_sink:  # a managed job's queries may write the sink: none may run
         for deployment, state in live_deployments(job):
             raise Refused(
                 f"job {args.job} has deployment {deployment.id} in state {state}, which may write the sink: stop it "

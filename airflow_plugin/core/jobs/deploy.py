@@ -24,7 +24,7 @@ from pathlib import Path
 from ..context import JobContext
 from ..errors import CheckpointError, LaunchFailed, NotFound, Refused
 from ..snapshots.checkpoint import read_restart_point
-from ..snapshots.manifest import Kind, Manifest, Trigger
+from ..snapshots.manifest import Kind, Manifest, Trigger, utc_now
 from ..snapshots.restore import RestorePlan, execute_restore, plan_restore
 from .deployments import (
     ControlRequest,
@@ -110,7 +110,17 @@ def _plan(ctx: JobContext, source: Manifest | None, checkpoint: str, rewind_sink
 
 
 def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
+    """Under the job's lease: two deploys of one job never both start. Bad input fails before the lease."""
     version = ctx.spec.version(request.version)
+    with ctx.operation("deploy"):
+        return _deploy(ctx, request, version)
+
+
+def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec) -> Deployment:
+    earlier = _earlier_attempt(ctx)
+    if earlier is not None:  # this request's process died after launching: the driver it started goes on
+        _wait_until_started(ctx, earlier, request.wait_seconds)
+        return earlier
     _refuse_while_live(ctx)
     source = _restore_source(ctx, request.restore)
 
@@ -130,6 +140,7 @@ def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
         restored_from=source.id if source else None,
         restored_batch_id=source.batch_id if source else None,
         spark_conf={**ctx.spec.conf, **version.conf, **(plan.spark_conf if plan else {})},
+        request_id=ctx.settings.request_id,
     )
     if request.partitions:
         deployment.spark_conf[PARTITIONS_CONF] = str(request.partitions)
@@ -143,6 +154,33 @@ def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
     _launch(ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf))
     _wait_until_started(ctx, deployment, request.wait_seconds)
     return deployment
+
+
+def _earlier_attempt(ctx: JobContext) -> Deployment | None:
+    """The deployment an earlier attempt of this same request made (a retried Airflow task whose worker
+    died): one it launched is taken over; one it recorded but never launched is marked FAILED so that it
+    does not read as starting, and the retry deploys anew."""
+    request_id = ctx.settings.request_id
+    if not request_id:
+        return None
+    for deployment in reversed(ctx.deployments.list(ctx.name)):
+        if deployment.request_id != request_id:
+            continue
+        state = ctx.state_of(deployment)
+        if deployment.launcher and state.live:
+            log.info("request %s: taking over deployment %s (%s)", request_id, deployment.id, state)
+            return deployment
+        if not deployment.launcher and not deployment.retired_at:
+            abandoned = DeploymentStatus(
+                State.FAILED,
+                time.time(),
+                error_class="ABANDONED",
+                error_message=f"the attempt that recorded it died before launching; request {request_id} was retried",
+            )
+            ctx.deployments.write_status(ctx.name, deployment.id, abandoned)
+            deployment.retired_at = utc_now()
+            ctx.deployments.put(deployment)
+    return None
 
 
 def _launch(ctx: JobContext, deployment: Deployment, spec: SubmitSpec) -> None:
@@ -175,6 +213,11 @@ def _claimable_location(ctx: JobContext, deployment_id: str) -> str:
 def prestart(ctx: JobContext, version_name: str | None, *, wait_seconds: float = 180.0) -> Deployment:
     """Launch a version's driver in STANDBY next to the running deployment; returns once it is ready."""
     version = ctx.spec.version(version_name)
+    with ctx.operation("deploy"):
+        return _prestart(ctx, version, wait_seconds)
+
+
+def _prestart(ctx: JobContext, version: VersionSpec, wait_seconds: float) -> Deployment:
     for other, state in live_deployments(ctx):
         if state is State.STANDBY:
             raise Refused(f"job {ctx.name} already has a pre-started deployment {other.id}: activate or stop it first")
@@ -200,6 +243,11 @@ def activate(
 ) -> Deployment:
     """Restore state into a pre-started deployment's location and start its query. Refused while any
     other deployment of the job is live (stop the old version first) or if it is not in STANDBY."""
+    with ctx.operation("deploy"):
+        return _activate(ctx, deployment_id, restore, wait_seconds, rewind_sink)
+
+
+def _activate(ctx: JobContext, deployment_id: str, restore: str, wait_seconds: float, rewind_sink: bool) -> Deployment:
     deployment = ctx.deployments.get(ctx.name, deployment_id)
     state = ctx.state_of(deployment)
     if state is not State.STANDBY:

@@ -50,6 +50,7 @@ class Deployment:
     checkpoint: str  # this deployment's own live checkpoint location
     created_at: str = field(default_factory=utc_now)
     restored_from: str | None = None  # a snapshot id, or "checkpoint:<deployment id>" for latest state
+    request_id: str | None = None  # the request that made it: its retries take it over (context.py Settings)
     restored_batch_id: int | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
     launcher: dict[str, Any] = field(default_factory=dict)  # mode, pid, log, driver id, app id, command

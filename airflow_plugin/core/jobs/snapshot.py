@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..context import JobContext
 from ..sinks import from_description
 from ..snapshots.create import SnapshotRequest, create_snapshot
-from ..snapshots.manifest import Kind, Manifest, Trigger
+from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, utc_now
 from .deployments import Deployment
 
 
@@ -22,6 +22,9 @@ def snapshot_deployment(
     pin: bool = False,
     requested_by: str | None = None,
 ) -> Manifest:
+    earlier = _earlier_attempt(ctx, deployment)
+    if earlier is not None:
+        return earlier
     status = ctx.deployments.status(ctx.name, deployment.id)
     sink = from_description(status.sink if status else None)
     request = SnapshotRequest(
@@ -34,6 +37,7 @@ def snapshot_deployment(
         deployment=deployment.id,
         job_version=deployment.version,
         sinks=(sink,) if sink else (),
+        request_id=ctx.settings.request_id,
     )
     return create_snapshot(
         ctx.store,
@@ -43,3 +47,23 @@ def snapshot_deployment(
         concurrency=ctx.settings.concurrency,
         open_location=ctx.open,
     )
+
+
+def _earlier_attempt(ctx: JobContext, deployment: Deployment) -> Manifest | None:
+    """The snapshot an earlier attempt of this same request took of this deployment (a retried Airflow task
+    whose worker died): a COMPLETED one is the answer; one left IN_PROGRESS is marked FAILED (abandoned)
+    and a new one is taken. So a retried request leaves one COMPLETED snapshot, never two."""
+    request_id = ctx.settings.request_id
+    if not request_id:
+        return None
+    for manifest in ctx.store.list(ctx.name):
+        if manifest.request_id != request_id or manifest.deployment != deployment.id:
+            continue
+        if manifest.status is SnapshotStatus.COMPLETED:
+            return manifest
+        if manifest.status is SnapshotStatus.IN_PROGRESS:
+            manifest.status = SnapshotStatus.FAILED
+            manifest.error = f"abandoned: the attempt that took it died; request {request_id} was retried"
+            manifest.completed_at = utc_now()
+            ctx.store.put(manifest)
+    return None

@@ -54,6 +54,19 @@ def stop(
 ) -> StopResult:
     """Ask the running deployment (or the given one) to stop at a batch boundary and wait for STOPPED. If it
     does not stop in time the request is withdrawn, the job keeps running, and nothing is deleted."""
+    with ctx.operation("stop"):
+        return _stop(ctx, savepoint, drain, timeout, labels, pin, deployment_id)
+
+
+def _stop(
+    ctx: JobContext,
+    savepoint: bool,
+    drain: bool,
+    timeout: float | None,
+    labels: dict[str, str] | None,
+    pin: bool,
+    deployment_id: str | None,
+) -> StopResult:
     if savepoint and ctx.spec.delivery == "at-most-once":
         raise Refused(
             f"job {ctx.name} runs at-most-once: its runtime keeps no resumable checkpoint, so there is nothing to "
@@ -108,6 +121,11 @@ def _wait_stopped(ctx: JobContext, deployment: Deployment, timeout: float) -> St
 def kill(ctx: JobContext, deployment_id: str | None = None) -> Deployment:
     """Force-kill the job's live or LOST deployment (SIGKILL of its process group) and mark it FAILED:
     the given one, else the newest."""
+    with ctx.operation("kill"):
+        return _kill(ctx, deployment_id)
+
+
+def _kill(ctx: JobContext, deployment_id: str | None) -> Deployment:
     candidates = [(d, s) for d, s in live_deployments(ctx) if deployment_id in (None, d.id)]
     if not candidates:
         which = f"deployment {deployment_id}" if deployment_id else "deployment"

@@ -58,6 +58,13 @@ def _retire(ctx: JobContext, deployment: Deployment, state: State, timeout: floa
 def rollback(
     ctx: JobContext, snapshot_id: str | None, *, stop_timeout: float | None = None, rewind_sink: bool = True
 ) -> RollbackResult:
+    with ctx.operation("rollback"):
+        return _rollback(ctx, snapshot_id, stop_timeout, rewind_sink)
+
+
+def _rollback(
+    ctx: JobContext, snapshot_id: str | None, stop_timeout: float | None, rewind_sink: bool
+) -> RollbackResult:
     replaced = []
     for deployment, state in live_deployments(ctx):
         if state is State.STANDBY:

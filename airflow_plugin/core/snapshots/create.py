@@ -53,6 +53,7 @@ class SnapshotRequest:
     kind: Kind = Kind.SAVEPOINT
     trigger: Trigger = Trigger.MANUAL
     requested_by: str = ""
+    request_id: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     pinned: bool = False
     sinks: tuple[SinkRef, ...] = ()  # sinks whose position (and file sink log) to record
@@ -175,6 +176,7 @@ def create_snapshot(
         source=checkpoint.uri,
         created_at=utc_now(),
         requested_by=request.requested_by,
+        request_id=request.request_id,
         deployment=request.deployment,
         job_version=request.job_version,
         pinned=request.pinned,

@@ -120,6 +120,7 @@ class Manifest:
     source: str  # the checkpoint location the snapshot was taken from
     created_at: str
     requested_by: str = ""
+    request_id: str | None = None  # the request that made it: its retries find it (context.py Settings)
     deployment: str | None = None
     job_version: str | None = None
     completed_at: str | None = None

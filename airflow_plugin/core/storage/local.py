@@ -2,10 +2,10 @@
 
 Conditional writes: `create` writes a private temp file completely, then hard-links it to the key
 (os.link fails if the key exists), so the key never exists half-written and only one creator wins.
-`replace` and `delete_if` compare and swap under an exclusive flock of a sidecar `.<name>.lock` file
-beside the key (created on first use and left in place: removing a lock file others may be waiting on
-would let two lockers in); the swap itself is a rename, so readers (who take no lock) see the old or the
-new content. The token is the SHA-256 of the content."""
+`replace` and `delete_if` compare and swap under an exclusive flock of the key's DIRECTORY (a lock
+file beside the key would have to stay forever: removing one that others may be waiting on would let two
+lockers in); the swap itself is a rename, so readers (who take no lock) see the old or the new content.
+The token is the SHA-256 of the content."""
 
 from __future__ import annotations
 
@@ -166,9 +166,10 @@ def _complete_temp_file(path: Path, data: bytes) -> Path:
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock for compare-and-swap on `path`, across threads and processes (flock on a sidecar)."""
+    """An exclusive lock for compare-and-swap on `path`, across threads and processes: flock of its directory
+    (which leaves nothing behind)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

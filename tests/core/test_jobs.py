@@ -17,7 +17,7 @@ from airflow_plugin.core.jobs.deployments import Deployment, Deployments, Deploy
 from airflow_plugin.core.jobs.launcher import cluster_ids, redact
 from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.storage import open_storage
-from tests.support.jobs import write_jobs
+from tests.support.jobs import STUBBORN_JOB, write_jobs
 
 
 def test_jobs_file_is_parsed_with_paths_relative_to_it(tmp_path: Path) -> None:
@@ -171,22 +171,6 @@ def test_a_checkpoint_location_another_deployment_owns_is_refused(
     assert main(["deploy", "orders", "--jobs", jobs]) == 4
     assert "owned by deployment dp-20261121T000000000Z-0003: every deployment needs its own" in capsys.readouterr().err
     assert (owned / "metadata").read_text() == '{"id": "q"}'
-
-
-STUBBORN_JOB = """
-import argparse, time
-from airflow_plugin.core.jobs.deployments import Deployments, State, DeploymentStatus
-from airflow_plugin.core.storage import open_storage
-from tests.support.jobs import write_jobs
-p = argparse.ArgumentParser()
-for name in ("--store", "--job", "--deployment", "--checkpoint", "--trigger-interval", "--delivery"):
-    p.add_argument(name)
-args, _ = p.parse_known_args()
-deployments = Deployments(open_storage(args.store))
-while True:  # a heartbeat, and never a look at the control channel
-    deployments.write_status(args.job, args.deployment, DeploymentStatus(State.RUNNING, time.time(), last_batch_id=1))
-    time.sleep(0.2)
-"""
 
 
 @pytest.mark.slow

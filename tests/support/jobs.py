@@ -1,4 +1,4 @@
-"""A small jobs file for tests that need declared jobs but no Spark."""
+"""A small jobs file for tests that need declared jobs but no Spark, and a stand-in job application."""
 
 from __future__ import annotations
 
@@ -25,3 +25,21 @@ versions.v2 = {{ application = "{application}", args = ["--variant", "2"] }}
 """
     )
     return path
+
+
+# A job application for spark-submit that behaves like a managed job to the engine (a RUNNING heartbeat in
+# the store) without a query, and never looks at its control channel: it stops only when killed.
+STUBBORN_JOB = """
+import argparse, time
+from airflow_plugin.core.jobs.deployments import Deployments, State, DeploymentStatus
+from airflow_plugin.core.storage import open_storage
+from tests.support.jobs import write_jobs
+p = argparse.ArgumentParser()
+for name in ("--store", "--job", "--deployment", "--checkpoint", "--trigger-interval", "--delivery"):
+    p.add_argument(name)
+args, _ = p.parse_known_args()
+deployments = Deployments(open_storage(args.store))
+while True:  # a heartbeat, and never a look at the control channel
+    deployments.write_status(args.job, args.deployment, DeploymentStatus(State.RUNNING, time.time(), last_batch_id=1))
+    time.sleep(0.2)
+"""

@@ -97,10 +97,16 @@ class SavepointsBaseOperator(SavepointsMixin, BaseOperator):
         aws_conn_id: str | None = SavepointsHook.default_conn_name,
         spark_conn_id: str | None = DEFAULT_SPARK_CONN,
         jobs_file: str | None = None,
+        keep_lease: bool = False,
+        lease_ttl: float = DEFAULT_TTL,
         **kwargs: Any,
     ) -> None:
+        """`keep_lease`: the job's lease outlives the task (held by the DAG run, `lease_ttl` seconds), for the
+        next step of an operation of several tasks; a ReleaseLeaseOperator ends it."""
         super().__init__(**kwargs)
         self._savepoints_args(job, aws_conn_id, spark_conn_id, jobs_file)
+        self.keep_lease = keep_lease
+        self.lease_ttl = lease_ttl
 
     def execute(self, context: Context) -> Any:
         with task_errors():

@@ -237,11 +237,61 @@ def test_missing_credentials_never_print_a_secret(
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in out + err
 
 
-def test_bad_label(capsys: pytest.CaptureFixture[str], store: str, ckpt: Path) -> None:
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [
+        ("novalue", "use KEY=VALUE"),
+        ("note=two\nlines", "a line break or control character"),
+        ("note=" + "x" * 300, "300 characters; use at most 256"),
+        ("<b>=x", "invalid label key"),
+        ("=x", "use KEY=VALUE"),
+    ],
+)
+def test_bad_label(capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, label: str, message: str) -> None:
     code, _, err = run(
-        capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt), "--label", "novalue"
+        capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt), "--label", label
     )
-    assert code == 2 and "use KEY=VALUE" in err and tree(Path(store)) == {}
+    assert code == 2 and message in err and tree(Path(store)) == {}
+
+
+def test_labels_are_kept_as_written(capsys: pytest.CaptureFixture[str], store: str, ckpt: Path) -> None:
+    """Markup and quotes are data: kept verbatim, shown as text (the page renders them inert too)."""
+    label = "note=<script>alert('x')</script> \"quoted\" & more"
+    code, created = run_json(
+        capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt), "--label", label
+    )
+    assert code == 0 and created["labels"] == {"note": label.split("=", 1)[1]}
+    code, out, _ = run(capsys, "list", "--store", store)
+    assert code == 0 and "<script>alert('x')</script>" in out
+
+
+BAD_NAMES = ["..", "a/b", "../../etc", "zürich", "", "x" * 10_000, ".hidden", "a b"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES, ids=lambda n: repr(n[:12]))
+def test_bad_job_names_and_snapshot_ids_write_nothing(
+    capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, tmp_path: Path, name: str
+) -> None:
+    code, _, err = run(capsys, "create", "--store", store, "--job", name, "--checkpoint", str(ckpt))
+    assert code == 2 and "invalid job name" in err and len(err) < 400, err  # a 10 kB name is not echoed whole
+    run(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt))
+    before = tree(tmp_path)
+    for command in (["show"], ["verify"], ["delete"], ["pin"], ["restore", "--to", str(tmp_path / "target")]):
+        code, _, err = run(capsys, *command, "--store", store, "--job", "orders", name)
+        assert code == 2 and "invalid snapshot id" in err, (command, err)
+        code, _, err = run(capsys, *command, "--store", store, "--job", name, "latest")
+        assert code == 2 and "invalid job name" in err, (command, err)
+    assert tree(tmp_path) == before
+
+
+def test_a_malformed_jobs_file_names_the_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text('[defaults]\nstore = "s"\n\n[jobs.orders]\nversions.v1 = { application = "a.py" \n')
+    code, _, err = run(capsys, "status", "--jobs", str(jobs))
+    assert code == 2 and f"jobs file {jobs} is not valid TOML" in err and "line 5" in err, err
+    jobs.write_text('[jobs."../escape"]\nversions.v1 = { application = "a.py" }\n')
+    code, _, err = run(capsys, "status", "--jobs", str(jobs))
+    assert code == 2 and "invalid job name '../escape'" in err, err
 
 
 def test_module_entry_point_runs(tmp_path: Path) -> None:

@@ -302,3 +302,22 @@ def test_module_entry_point_runs(tmp_path: Path) -> None:
         [sys.executable, "-m", "airflow_plugin", "--help"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0 and "exit codes" in result.stdout.lower() and "restore" in result.stdout
+
+
+def test_deploy_passes_partitions_on_to_the_rescale(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, ckpt: Path
+) -> None:
+    """`deploy --partitions` reaches the engine: a snapshot of HDFS-backed state cannot be repartitioned by
+    Spark, so the deploy is refused before anything is written or launched."""
+    from tests.support.jobs import write_jobs
+
+    jobs = str(write_jobs(tmp_path))
+    code, created = run_json(capsys, "create", "--jobs", jobs, "--job", "orders", "--checkpoint", str(ckpt))
+    assert code == 0
+    before = tree(tmp_path)
+    code, _, err = run(capsys, "deploy", "orders", "--jobs", jobs, "--restore", created["id"], "--partitions", "6")
+    assert code == 4 and "which Spark's offline repartition does not support" in err, err
+    assert tree(tmp_path) == before
+    code, _, err = run(capsys, "deploy", "orders", "--jobs", jobs, "--restore", created["id"], "--partitions", "0")
+    assert code == 2 and "cannot deploy with 0 state partitions" in err, err
+    assert tree(tmp_path) == before

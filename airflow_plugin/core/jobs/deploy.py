@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..context import JobContext
-from ..errors import CheckpointError, LaunchFailed, NotFound, Refused
+from ..errors import CheckpointError, InvalidInput, LaunchFailed, NotFound, Refused
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, Manifest, Trigger, utc_now
 from ..snapshots.restore import RestorePlan, execute_restore, plan_restore
@@ -112,6 +112,8 @@ def _plan(ctx: JobContext, source: Manifest | None, checkpoint: str, rewind_sink
 def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
     """Under the job's lease: two deploys of one job never both start. Bad input fails before the lease."""
     version = ctx.spec.version(request.version)
+    if request.partitions is not None and request.partitions < 1:
+        raise InvalidInput(f"cannot deploy with {request.partitions} state partitions: give a positive number")
     with ctx.operation("deploy"):
         return _deploy(ctx, request, version)
 

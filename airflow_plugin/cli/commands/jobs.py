@@ -121,13 +121,15 @@ def run_lease(args: argparse.Namespace, ctx: Context) -> Output:
         broken = break_lease(job.store.storage, job.name)
         shown = broken.describe() if broken else "an unreadable record"
         return Output({"job": job.name, "broken": broken.to_dict() if broken else None}, lambda: say(f"broke {shown}"))
-    records = held_leases(ctx.store(args.job).storage)
-    if args.job:
-        records = [r for r in records if r.job == args.job]
-    return Output(
-        [r.to_dict() for r in records],
-        lambda: [say(f"{r.job}: {r.describe()}") for r in records] if records else say("no leases held"),
-    )
+    records = [r for r in held_leases(ctx.store(args.job).storage) if args.job in (None, r.job)]
+
+    def human() -> None:
+        for record in records:
+            say(f"{record.job}: {record.describe()}")
+        if not records:
+            say("no leases held")
+
+    return Output([r.to_dict() for r in records], human)
 
 
 def run_stop(args: argparse.Namespace, ctx: Context) -> Output:

@@ -321,3 +321,28 @@ def test_deploy_passes_partitions_on_to_the_rescale(
     code, _, err = run(capsys, "deploy", "orders", "--jobs", jobs, "--restore", created["id"], "--partitions", "0")
     assert code == 2 and "cannot deploy with 0 state partitions" in err, err
     assert tree(tmp_path) == before
+
+
+def test_leases_are_listed_shown_in_status_and_broken(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from airflow_plugin.core.lease import acquire, read_lease
+    from airflow_plugin.core.storage import open_storage
+    from tests.support.jobs import write_jobs
+
+    jobs = str(write_jobs(tmp_path))
+    store = open_storage(str(tmp_path / "store"))
+    acquire(store, "orders", "ghost@elsewhere:4242", "deploy", ttl=600).keep()  # its holder died, say
+    code, listed = run_json(capsys, "lease", "list", "--jobs", jobs)
+    assert code == 0 and [(r["job"], r["holder"], r["operation"]) for r in listed] == [
+        ("orders", "ghost@elsewhere:4242", "deploy")
+    ]
+    code, out, _ = run(capsys, "status", "--jobs", jobs)
+    assert code == 0 and "lease: job orders is held by ghost@elsewhere:4242 for deploy" in out
+    code, _, err = run(capsys, "stop", "orders", "--jobs", jobs)
+    assert code == 4 and "job orders is busy: ghost@elsewhere:4242 for deploy" in err
+    assert "`savepoints lease break orders`" in err
+    code, _, err = run(capsys, "lease", "break", "--jobs", jobs)
+    assert code == 2 and "name the job" in err
+    code, out, _ = run(capsys, "lease", "break", "orders", "--jobs", jobs)
+    assert code == 0 and "broke ghost@elsewhere:4242" in out and read_lease(store, "orders") is None
+    code, _, err = run(capsys, "lease", "break", "orders", "--jobs", jobs)
+    assert code == 3 and "has no lease" in err

@@ -371,3 +371,22 @@ def test_the_restore_commands_run_as_printed(client: TestClient, world: dict[str
             timeout=120,
         )
         assert shown.returncode == 0, (name, shown.stderr)
+
+
+@pytest.mark.parametrize(
+    ("label", "status"),
+    [
+        ("note=two\nlines", 400),  # one line only, as everywhere (manifest.parse_labels)
+        ("<img src=x onerror=alert(1)>=x", 400),  # keys are names
+        ("note=<script>alert('x')</script> \"quoted\"", 201),  # values are data: kept verbatim, shown as text
+    ],
+)
+def test_labels_from_the_page_are_checked_like_the_clis(client: TestClient, label: str, status: int) -> None:
+    before = len(savepoint_runs("quiet"))
+    response = client.post("/api/jobs/quiet/savepoints", json={"label": label}, headers=bearer(*USER))
+    assert response.status_code == status, response.text
+    runs = savepoint_runs("quiet")
+    if status == 400:
+        assert "label" in response.json()["error"] and len(runs) == before
+    else:
+        assert len(runs) == before + 1 and runs[-1].conf["label"] == label

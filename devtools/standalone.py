@@ -60,7 +60,7 @@ class StandaloneCluster:
         )
 
     def state(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.webui_port}/json", timeout=5) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.webui_port}/json/", timeout=5) as response:
             return json.load(response)
 
     def start(self, timeout: float = 120) -> StandaloneCluster:
@@ -95,7 +95,9 @@ class StandaloneCluster:
             try:
                 if any(w.get("state") == "ALIVE" for w in self.state().get("workers", [])):
                     return self
-            except OSError:
+            except (OSError, ValueError):
+                # Not up yet: refused, or (seen on a loaded machine) the UI answers /json/ with its
+                # HTML page before the JSON handler is attached.
                 pass
             if any(p.poll() is not None for p in self.processes):
                 break

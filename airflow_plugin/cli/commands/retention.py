@@ -11,7 +11,7 @@ from ...core.retention.policy import RetentionPolicy, parse_policy
 from ...core.retention.prune import prune, retain_checkpoints
 from ..render import Output, out, plan_table, say
 
-_POLICY_KEYS = ("failed_grace", "abandoned_after", "on_cancellation", "retired_retention", "blob_grace")
+_POLICY_KEYS = ("failed_grace", "abandoned_after", "on_cancellation", "retired_retention", "blob_grace", "max_unused")
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -30,6 +30,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     prune_cmd.add_argument("--retired-retention", metavar="AGE", help="retain-on-cancellation period (default 7d)")
     prune_cmd.add_argument("--blob-grace", metavar="AGE", help="leave unreferenced contents this long (default 1h)")
+    prune_cmd.add_argument(
+        "--max-unused", metavar="SHARE", help="repack packs with more unreferenced bytes than this (default 50%%)"
+    )
     prune_cmd.set_defaults(run=run_prune)
 
     checkpoint_cmd = commands.add_parser(

@@ -176,6 +176,13 @@ class S3Storage(Storage):
         with self._errors("read", key):
             return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
 
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        with self._errors("read", key):
+            body = self.client.get_object(
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}"
+            )
+            return body["Body"].read()
+
     def write(self, key: str, data: bytes) -> None:
         with self._errors("write", key):
             self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)

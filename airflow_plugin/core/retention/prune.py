@@ -50,7 +50,8 @@ def _deployments(
     for d in records.list(job):
         state = observed_state(d, records.status(job, d.id), timeout)
         present = bool(d.retired_at) and state.value in ("STOPPED", "FAILED") and open_location(d.checkpoint).exists()
-        observed.append(ObservedDeployment(job, d.id, str(state), d.checkpoint, d.restored_from, d.retired_at, present))
+        source = d.restored_from or d.prerestored_from  # a standby's pre-restore is needed to activate it
+        observed.append(ObservedDeployment(job, d.id, str(state), d.checkpoint, source, d.retired_at, present))
     return observed
 
 

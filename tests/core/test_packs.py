@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_plugin.cli import main
 from airflow_plugin.core.errors import IntegrityError, Refused
 from airflow_plugin.core.layout import blob_key
 from airflow_plugin.core.snapshots.blobs import PackSettings, plan_reads
@@ -196,3 +197,41 @@ def test_the_runbooks_hand_restore_gives_what_restore_gives(tmp_path: Path, s3_s
     assert done.returncode == 0 and "CORRUPT" not in done.stdout, done.stderr
     restore(store, manifest, tmp_path / "restored")
     assert tree(target) == tree(tmp_path / "restored") == {f.path: (ckpt / f.path).read_bytes() for f in manifest.files}
+
+
+def test_repack_through_the_cli_keeps_every_snapshot_restorable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store_dir = tmp_path / "store"
+    store = SnapshotStore(LocalStorage(store_dir))
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=2, partitions=4)
+    made = []
+    for batch in range(2, 6):
+        add_batch(ckpt, batch, partitions=4)
+        made.append(take(store, ckpt))
+    expected = {f.path: (ckpt / f.path).read_bytes() for f in made[-1].files}
+    old_packs = {f.key for m in made[:-1] for f in m.files}  # the packs the deleted snapshots wrote
+    args = ["prune", "--store", str(store_dir), "--savepoint-keep-last", "1", "--blob-grace", "0", "--json"]
+
+    assert main([*args, "--max-unused", "100%"]) == 0  # never repacks: the first pack stays, mostly unused
+    first = json.loads(capsys.readouterr().out)
+    assert first["result"]["deleted_snapshots"] == 3 and first["result"]["repacked_packs"] == 0
+    assert old_packs <= {i.key for i in store.storage.list("packs/")}
+
+    assert main([*args, "--max-unused", "10%"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["result"]["repacked_packs"] >= 1
+    [survivor] = store.list("orders")
+    keys = {i.key for i in store.storage.list("packs/")}
+    retired = {k.removesuffix(".retired") + ".pack" for k in keys if k.endswith(".retired")}
+    assert retired and retired <= old_packs
+    assert not retired & {f.key for f in survivor.files}  # its files were re-pointed to a new pack
+    assert verify_snapshot(store, "orders", survivor.id).ok
+
+    assert main([*args, "--max-unused", "10%"]) == 0  # the emptied packs go, with their markers
+    third = json.loads(capsys.readouterr().out)
+    assert third["result"]["deleted_blobs"] >= len(retired) and third["result"]["repacked_packs"] == 0
+    left = {i.key for i in [*store.storage.list("packs/"), *store.storage.list("blobs/")]}
+    assert left == {f.key for f in survivor.files}
+    restore(store, survivor, tmp_path / "r")
+    assert tree(tmp_path / "r") == expected

@@ -241,8 +241,10 @@ def test_parse_policy_from_a_jobs_file_table() -> None:
             "failed_grace": "12h",
             "blob_grace": 60,
             "on_cancellation": "delete",
+            "max_unused": "25%",
         }
     )
+    assert policy.max_unused == 0.25 and parse_policy({"max_unused": 0.1}).max_unused == 0.1
     assert policy.checkpoint == KindPolicy(3, 2 * 86400.0) and policy.savepoint == KindPolicy(10, None)
     assert policy.failed_grace_s == 12 * HOUR and policy.blob_grace_s == 60.0
     assert policy.on_cancellation is OnCancellation.DELETE
@@ -258,6 +260,8 @@ def test_parse_policy_from_a_jobs_file_table() -> None:
         ({"on_cancellation": "drop"}, "retention.on_cancellation must be 'retain' or 'delete'"),
         ({"blob_grace": -1}, "retention.blob_grace must not be negative"),
         ({"checkpoint": 3}, "retention.checkpoint must be a table"),
+        ({"max_unused": "half"}, "retention.max_unused must be a fraction such as 0.25 or '25%'"),
+        ({"max_unused": 1.5}, "retention.max_unused must be between 0 and 1"),
     ],
 )
 def test_parse_policy_errors_name_the_key(raw: dict[str, Any], message: str) -> None:

@@ -84,7 +84,7 @@ def run_prune(args: argparse.Namespace, ctx: Context) -> Output:
     data = {"dry_run": args.dry_run, "plan": plan.to_dict(), "result": result.to_dict() if result else None}
 
     def human() -> None:
-        out.print(plan_table(plan) if plan.rows() else "nothing to delete")
+        out.print(plan_table(plan) if plan.rows() else "nothing to delete or repack")
         for note in plan.notes:
             say(f"note: {note}")
         if result is None:
@@ -92,7 +92,8 @@ def run_prune(args: argparse.Namespace, ctx: Context) -> Output:
         else:
             say(
                 f"deleted {result.snapshots} snapshots, {result.checkpoints} retired checkpoint locations "
-                f"and {result.blobs} stored files ({result.deferred_blobs} left for the next run)"
+                f"and {result.blobs} stored objects ({result.deferred_blobs} left for the next run); "
+                f"repacked {result.repacked} packs"
             )
 
     return Output(data, human)

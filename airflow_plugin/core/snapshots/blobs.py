@@ -33,6 +33,7 @@ STORE_FORMAT = 2
 MiB = 1024 * 1024
 MAX_GAP = 256 * 1024  # two ranges of one pack closer than this are read as one request
 MAX_READ = 8 * MiB  # ... up to this many bytes a request (memory: concurrency x MAX_READ at most)
+MAX_ENTRIES = 256  # ... and this many files: the files of one request are handled by one thread
 IN_MEMORY = 8 * MiB  # contents up to this size are read into memory; larger ones stream to a file
 
 R = TypeVar("R")
@@ -63,9 +64,12 @@ class Read:
     entries: tuple[FileEntry, ...] = field(default=())
 
 
-def plan_reads(entries: Iterable[FileEntry], max_gap: int = MAX_GAP, max_read: int = MAX_READ) -> list[Read]:
+def plan_reads(
+    entries: Iterable[FileEntry], max_gap: int = MAX_GAP, max_read: int = MAX_READ, max_entries: int = MAX_ENTRIES
+) -> list[Read]:
     """The fewest requests that read `entries` (each up to IN_MEMORY bytes): per object, the byte ranges
-    sorted and merged where the gap between them is small; identical ranges are read once."""
+    sorted and merged where the gap between them is small, up to `max_read` bytes and `max_entries` files a
+    request (a whole pack of thousands of tiny files would otherwise be written out by one thread)."""
     by_key: dict[str, list[FileEntry]] = {}
     for entry in entries:
         by_key.setdefault(entry.key, []).append(entry)
@@ -75,7 +79,8 @@ def plan_reads(entries: Iterable[FileEntry], max_gap: int = MAX_GAP, max_read: i
         start, end, members = group[0].offset, group[0].offset + group[0].size, [group[0]]
         for entry in group[1:]:
             entry_end = entry.offset + entry.size
-            if entry.offset - end <= max_gap and max(end, entry_end) - start <= max_read:
+            fits = len(members) < max_entries and max(end, entry_end) - start <= max_read
+            if entry.offset - end <= max_gap and fits:
                 end = max(end, entry_end)
                 members.append(entry)
                 continue

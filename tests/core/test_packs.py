@@ -235,3 +235,16 @@ def test_repack_through_the_cli_keeps_every_snapshot_restorable(
     assert left == {f.key for f in survivor.files}
     restore(store, survivor, tmp_path / "r")
     assert tree(tmp_path / "r") == expected
+
+
+def test_verify_reports_a_truncated_pack_on_s3_and_a_missing_one(tmp_path: Path, s3_store: str) -> None:
+    store = SnapshotStore(open_storage(s3_store))
+    manifest = take(store, write_checkpoint(tmp_path / "ckpt", batches=3))
+    [pack] = {f.key for f in manifest.files}
+    store.storage.write(pack, store.storage.read(pack)[:10])  # cut short: ranges past the end read empty
+    report = verify_snapshot(store, "orders", manifest.id)
+    assert len(report.problems) == len([f for f in manifest.files if f.offset + f.size > 10])
+    assert all("checksum mismatch" in p and pack in p for p in report.problems)
+    store.storage.delete([pack])
+    missing = verify_snapshot(store, "orders", manifest.id)
+    assert len(missing.problems) == len(manifest.files) and "is missing" in missing.problems[0]

@@ -14,7 +14,10 @@ runs, creates its Spark session (the slow part of a start) and waits in STANDBY,
 meanwhile (the upgrade's live savepoint) can already be restored into its location. Once the old version
 stopped, `activate` restores the state into its location (with a pre-restore: only the files that
 changed since, an incremental restore) and tells it to start: the downtime no longer includes the JVM and
-session start-up, nor moving the bulk of the state."""
+session start-up, nor moving the bulk of the state.
+
+Over 300 lines: deploy, pre-start and activate share every decision (refusals, restore source, location
+claims, launch and wait); they stay together."""
 
 from __future__ import annotations
 

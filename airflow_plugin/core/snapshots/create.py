@@ -7,7 +7,10 @@ again) -> write the last pack -> write the COMPLETED manifest. If Spark's cleanu
 (or a file changes size), start again at a newer N. A crash at any point leaves at most an IN_PROGRESS
 manifest and unreferenced objects, never a COMPLETED snapshot with a missing file. Reused contents are not
 checked one by one: deletions never race a create (the ordering argument is in docs/architecture.md,
-"Retention and garbage collection"); `verify` checks every content."""
+"Retention and garbage collection"); `verify` checks every content.
+
+Over 300 lines: the copy (hash exactly what is stored, deduplicate, pack), the sink logs and the retries
+are one transaction that ends in the manifest; split, each part would need the others' state."""
 
 from __future__ import annotations
 

@@ -177,11 +177,19 @@ class S3Storage(Storage):
             return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
+        """A range past the object's end reads as empty (a truncated object is corrupt, not unreachable)."""
+        from botocore.exceptions import ClientError
+
         with self._errors("read", key):
-            body = self.client.get_object(
-                Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}"
-            )
-            return body["Body"].read()
+            try:
+                response = self.client.get_object(
+                    Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}"
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") == "InvalidRange":
+                    return b""
+                raise
+            return response["Body"].read()
 
     def write(self, key: str, data: bytes) -> None:
         with self._errors("write", key):

@@ -114,7 +114,9 @@ class Blobs:
         except FileNotFoundError:
             return PackSettings()
         except ValueError:
-            raise IntegrityError(f"{self.storage.uri}/{FORMAT} is not JSON: fix it or delete it") from None
+            raw = None
+        if not isinstance(raw, dict):
+            raise IntegrityError(f"{self.storage.uri}/{FORMAT} is not a JSON object: fix it or delete it")
         version = raw.get("format_version")
         if not isinstance(version, int) or version > STORE_FORMAT:
             raise Refused(
@@ -132,7 +134,8 @@ class Blobs:
             ) from None
 
     def init_format(self, settings: PackSettings | None = None) -> PackSettings:
-        """Write format.json unless there is one (the first create of a store, or of a format 1 store)."""
+        """Write format.json unless there is one (the first create of a store, or of a format 1 store);
+        with `settings`, write those (how an operator or a test changes the packing)."""
         if self.storage.stat(FORMAT) is not None and settings is None:
             return self.settings()
         settings = settings or PackSettings()

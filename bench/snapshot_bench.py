@@ -1,8 +1,9 @@
 """Snapshot engine benchmark against the peers (awscli, s5cmd, cp), everything on ONE moto S3 server.
 
-    uv run python -m bench.snapshot_bench          (`make bench`; BENCH_CASES=p200 for one case)
+    uv run python -m bench.snapshot_bench          (`make bench`; BENCH_CASES="synthetic p200" for some)
 
-For each case (`CASES`: 8 partitions and one stateful operator, 117 batches; Spark's default 200
+First the time and peak memory of a snapshot of a synthetic 100,000-file checkpoint into a local store,
+in a child process, against `cp -r` of the same checkpoint. Then, for each case (`CASES`: 8 partitions and one stateful operator, 117 batches; Spark's default 200
 partitions and two stateful operators, dedup + aggregation, 9 batches; both RocksDB with changelog
 checkpointing):
 1. A real checkpoint, built once under .bench/ and reused; every run works on a fresh copy of it.
@@ -10,8 +11,6 @@ checkpointing):
 3. First snapshot into s3://bench/<case>-store-<i>: time vs. awscli, files/bytes needed vs. the whole.
 4. 10 more batches, second snapshot: bytes uploaded vs. bytes new since the first, time vs. the first.
 5. Restore of the second snapshot vs. `s5cmd run` downloading the same files from the peer copy.
-Then the time and peak memory of a snapshot of a synthetic 100,000-file checkpoint into a local store,
-in a child process, against `cp -r` of the same checkpoint.
 
 Other work on the machine makes single timings noisy, so every timed step runs several times (engine and
 peer interleaved) and the best time of each counts. The S3 requests of every step are counted by the
@@ -721,20 +720,24 @@ def run_case(case: Case, server: S3Server, results: Results) -> None:
 
 
 def main() -> None:
+    """The 100,000-file snapshot first, then the cases; the report is printed and written even when the run
+    is interrupted (Ctrl-C) part-way, with what was measured by then."""
     started = time.monotonic()
     results = Results()
-    chosen = os.environ.get("BENCH_CASES", " ".join(c.slug for c in CASES)).split()
-    with s3_server() as server:
-        os.environ.update(server.env)  # the engine's boto3 client reads AWS_ENDPOINT_URL and the credentials
-        server.create_bucket(BUCKET)
-        for case in CASES:
-            if case.slug in chosen:
-                run_case(case, server, results)
-    if "synthetic" in chosen or "BENCH_CASES" not in os.environ:
-        synthetic_memory(results)
-    results.data["wall_s"] = round(time.monotonic() - started, 1)
-    results.row("run", "wall time", f"{results.data['wall_s']:.0f} s")
-    report(results, RESULTS)
+    chosen = os.environ.get("BENCH_CASES", " ".join(["synthetic", *(c.slug for c in CASES)])).split()
+    try:
+        if "synthetic" in chosen:
+            synthetic_memory(results)
+        with s3_server() as server:
+            os.environ.update(server.env)  # the engine's boto3 client reads AWS_ENDPOINT_URL and the credentials
+            server.create_bucket(BUCKET)
+            for case in CASES:
+                if case.slug in chosen:
+                    run_case(case, server, results)
+    finally:
+        results.data["wall_s"] = round(time.monotonic() - started, 1)
+        results.row("run", "wall time", f"{results.data['wall_s']:.0f} s")
+        report(results, RESULTS)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
     uv run python -m bench.snapshot_bench          (`make bench`; BENCH_CASES="synthetic p200" for some)
 
 First the time and peak memory of a snapshot of a synthetic 100,000-file checkpoint into a local store,
-in a child process, against `cp -r` of the same checkpoint. Then, for each case (`CASES`: 8 partitions and one stateful operator, 117 batches; Spark's default 200
-partitions and two stateful operators, dedup + aggregation, 9 batches; both RocksDB with changelog
-checkpointing):
+in a child process, against `cp -r` of the same checkpoint. Then, for each case (`CASES`: 8 partitions
+and one stateful operator, 117 batches; Spark's default 200 partitions and two stateful operators, dedup
++ aggregation, 9 batches; both RocksDB with changelog checkpointing):
 1. A real checkpoint, built once under .bench/ and reused; every run works on a fresh copy of it.
 2. Peers: `aws s3 sync` and `s5cmd cp` of the whole checkpoint.
 3. First snapshot into s3://bench/<case>-store-<i>: time vs. awscli, files/bytes needed vs. the whole.

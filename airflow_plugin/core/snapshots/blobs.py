@@ -213,6 +213,7 @@ class BlobWriter:
         self.packs = 0
 
     def fits_pack(self, size: int) -> bool:
+        """Small files are read into memory and packed; any larger one goes through `put_large`."""
         return size <= self.settings.threshold
 
     def append(self, data: bytes) -> tuple[str, int, tuple[str, bytes] | None]:
@@ -232,10 +233,6 @@ class BlobWriter:
         """Store one large content as its own object (multipart where the backend has it). The one path
         for large files: a server-side copy from an S3 checkpoint belongs here."""
         self.storage.upload(path, blob_key(sha256))
-
-    def put_single(self, sha256: str, data: bytes) -> None:
-        """A content already in memory that is over the pack threshold: its own object."""
-        self.storage.write(blob_key(sha256), data)
 
     def flush(self) -> None:
         with self.lock:

@@ -49,7 +49,7 @@ from .store import SnapshotStore
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
-SMALL_FILE = 8 * 1024 * 1024  # read into memory in one go (per thread)
+SMALL_FILE = 8 * 1024 * 1024  # a task copies files of up to this many bytes together
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,8 @@ class _Copier:
             entry = FileEntry(path, info.size, hit.sha256, info.mtime, hit.key, hit.offset)
         else:
             try:
-                sha, (key, offset) = self._copy_small(info) if info.size <= SMALL_FILE else self._copy_large(info)
+                packed = self.writer.fits_pack(info.size)
+                sha, (key, offset) = self._copy_small(info) if packed else self._copy_large(info)
             except FileNotFoundError:
                 raise CheckpointChanged(f"{self.checkpoint.uri}/{info.key} was deleted while being copied") from None
             entry = FileEntry(path, info.size, sha, info.mtime, key, offset)
@@ -144,11 +145,6 @@ class _Copier:
         data = self.checkpoint.read(info.key)
         self._check_size(info, len(data))
         sha = hashlib.sha256(data).hexdigest()
-        if not self.writer.fits_pack(len(data)):
-            location, new = self._claim(sha, len(data))
-            if new:
-                self.writer.put_single(sha, data)
-            return sha, location
         with self.lock:
             location = self._lookup(sha)
             sealed = None

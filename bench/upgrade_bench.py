@@ -86,7 +86,7 @@ def upgrade(run: str, partitions: int, *, prestarted: bool) -> tuple[float, dict
         standby = None
         if prestarted:  # the upgrade DAG: a live savepoint, then the new driver with it restored
             live = take_savepoint(job, labels={"upgrade_to": "v2"})
-            standby = prestart(job, "v2", prerestore=live.id)
+            standby = prestart(job, "v2", prerestore=live.id, wait_seconds=900)  # STANDBY before the stop
         stopping = time.time()
         savepoint = stop(job, savepoint=True).snapshot
         assert savepoint is not None
@@ -112,12 +112,14 @@ def main() -> int:
     require_java()
     shutil.rmtree(WORK, ignore_errors=True)
     results = Results()
-    with EmbeddedS3() as s3:
-        s3.apply_env()
-        s3.create_bucket("bench-upgrade")
-        for partitions in PARTITIONS:
-            measure(partitions, results)
-    report(results, RESULTS)
+    try:
+        with EmbeddedS3() as s3:
+            s3.apply_env()
+            s3.create_bucket("bench-upgrade")
+            for partitions in PARTITIONS:
+                measure(partitions, results)
+    finally:  # interrupted part-way: what was measured by then
+        report(results, RESULTS)
     return 0 if all(t.passed for t in results.targets) else 1
 
 

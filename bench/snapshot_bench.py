@@ -1,21 +1,24 @@
-"""Snapshot engine benchmark against the peers (awscli, s5cmd), everything on ONE moto S3 server.
+"""Snapshot engine benchmark against the peers (awscli, s5cmd, cp), everything on ONE moto S3 server.
 
-    uv run python -m bench.snapshot_bench          (`make bench`)
+    uv run python -m bench.snapshot_bench          (`make bench`; BENCH_CASES="synthetic p200" for some)
 
-1. A real RocksDB checkpoint with changelog checkpointing (8 partitions, 117 batches, 100 retained),
-   built once under .bench/ and reused; every run works on a fresh copy of it.
+First the time and peak memory of a snapshot of a synthetic 100,000-file checkpoint into a local store,
+in a child process, against `cp -r` of the same checkpoint. Then, for each case (`CASES`: 8 partitions
+and one stateful operator, 117 batches; Spark's default 200 partitions and two stateful operators, dedup
++ aggregation, 9 batches; both RocksDB with changelog checkpointing):
+1. A real checkpoint, built once under .bench/ and reused; every run works on a fresh copy of it.
 2. Peers: `aws s3 sync` and `s5cmd cp` of the whole checkpoint.
-3. First snapshot into s3://bench/store-<i>: time vs. awscli, files/bytes needed vs. the whole checkpoint.
+3. First snapshot into s3://bench/<case>-store-<i>: time vs. awscli, files/bytes needed vs. the whole.
 4. 10 more batches, second snapshot: bytes uploaded vs. bytes new since the first, time vs. the first.
 5. Restore of the second snapshot vs. `s5cmd run` downloading the same files from the peer copy.
-6. Peak memory and time of a snapshot of a synthetic 100,000-file checkpoint into a local store, in a
-   child process.
 
 Other work on the machine makes single timings noisy, so every timed step runs several times (engine and
 peer interleaved) and the best time of each counts. The S3 requests of every step are counted by the
 server (bench/s3_server.py). Prints a table with PASS/MISS per target and writes the same as JSON to
 .bench/results.json. The exit code is 0 even when a target is missed; non-zero only when the benchmark
 itself could not run.
+
+Over 300 lines: one benchmark, its peers and its report; split, each part would need the others' state.
 """
 
 from __future__ import annotations
@@ -46,27 +49,59 @@ from devtools.embedded_s3 import DUMMY_CREDENTIALS, EmbeddedS3
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / ".bench"
-BASE_CHECKPOINT = BENCH_DIR / "rocksdb-checkpoint"  # built once, never modified afterwards
-BASE_RECIPE = BENCH_DIR / "rocksdb-checkpoint.json"  # how it was built: reused only by an identical recipe
-INPUT_DIR = BENCH_DIR / "rocksdb-input"  # the file source's input: its log holds these absolute paths
 SYNTHETIC_CHECKPOINT = BENCH_DIR / "synthetic-checkpoint"  # 100,000 files: written once, then reused
 WORK_DIR = BENCH_DIR / "run"  # recreated on every run
 RESULTS = BENCH_DIR / "results.json"
 
 BUCKET = "bench"
 JOB = "bench"
-BASE_BATCHES = 117
 MORE_BATCHES = 10
 SYNTHETIC_FILES = 100_000
 REPEATS = 3  # snapshots, restores and the s5cmd download: best of 3
 PEER_UPLOAD_REPEATS = 2  # whole-checkpoint uploads take 10-20 s each: best of 2
 
-# targets
-FIRST_VS_AWS = 0.2
+# targets of every case and of the 100,000-file snapshot
 SECOND_UPLOAD_VS_NEW = 1.2
-SECOND_VS_FIRST = 0.25
-RESTORE_VS_S5CMD = 1.2
 PEAK_RSS_MB = 300.0
+SYNTHETIC_VS_CP = 2.0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One checkpoint shape and its targets."""
+
+    slug: str  # names its directories under .bench/ and its store prefixes
+    partitions: int
+    query: str  # spark_feed.QUERIES
+    batches: int
+    first_vs_aws: float
+    second_vs_first: float
+    restore_vs_s5cmd: float
+
+    @property
+    def base(self) -> Path:  # built once, never modified afterwards
+        return BENCH_DIR / f"{self.slug}-checkpoint"
+
+    @property
+    def recipe_file(self) -> Path:  # how it was built: reused only by an identical recipe
+        return BENCH_DIR / f"{self.slug}-checkpoint.json"
+
+    @property
+    def input_dir(self) -> Path:  # the file source's input: its log holds these absolute paths
+        return BENCH_DIR / f"{self.slug}-input"
+
+    @property
+    def work(self) -> Path:
+        return WORK_DIR / self.slug
+
+    def section(self, name: str) -> str:
+        return f"{self.slug}: {name}"
+
+
+CASES = (
+    Case("rocksdb", 8, "agg", 117, first_vs_aws=0.2, second_vs_first=0.25, restore_vs_s5cmd=1.2),
+    Case("p200", 200, "dedup-agg", 9, first_vs_aws=0.1, second_vs_first=0.25, restore_vs_s5cmd=0.3),
+)
 
 MB = 1024 * 1024
 
@@ -221,9 +256,10 @@ def s3_server() -> Iterator[S3Server]:
 # ---------------------------------------------------------------- 1. the real checkpoint
 
 
-def run_spark(checkpoint: Path, first: int, count: int) -> float:
-    command = [sys.executable, "-m", "bench.spark_feed", "--checkpoint", str(checkpoint), "--input", str(INPUT_DIR)]
-    command += ["--first", str(first), "--count", str(count)]
+def run_spark(case: Case, checkpoint: Path, first: int, count: int) -> float:
+    command = [sys.executable, "-m", "bench.spark_feed", "--checkpoint", str(checkpoint)]
+    command += ["--input", str(case.input_dir), "--first", str(first), "--count", str(count)]
+    command += ["--partitions", str(case.partitions), "--query", case.query]
     started = time.monotonic()
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -231,58 +267,62 @@ def run_spark(checkpoint: Path, first: int, count: int) -> float:
     return time.monotonic() - started
 
 
-def checkpoint_recipe() -> dict[str, Any]:
+def checkpoint_recipe(case: Case) -> dict[str, Any]:
     """Everything the pristine checkpoint depends on; the file source's log holds absolute input paths."""
     return {
-        "input_dir": str(INPUT_DIR),
-        "batches": BASE_BATCHES,
+        "input_dir": str(case.input_dir),
+        "batches": case.batches,
+        "query": case.query,
         "rows_per_batch": spark_feed.ROWS_PER_BATCH,
+        "row_columns": 3,
         "key_space": spark_feed.KEY_SPACE,
-        "spark_conf": spark_feed.SPARK_CONF,
+        "spark_conf": spark_feed.spark_conf(case.partitions),
     }
 
 
-def reusable_checkpoint() -> bool:
+def reusable_checkpoint(case: Case) -> bool:
     try:
-        recipe = json.loads(BASE_RECIPE.read_text())
+        recipe = json.loads(case.recipe_file.read_text())
     except (OSError, ValueError):
         return False
-    return recipe == checkpoint_recipe() and last_commit(BASE_CHECKPOINT) == BASE_BATCHES - 1
+    return recipe == checkpoint_recipe(case) and last_commit(case.base) == case.batches - 1
 
 
-def ensure_checkpoint(results: Results) -> Path:
+def ensure_checkpoint(case: Case, results: Results) -> Path:
     """The pristine checkpoint (built once, then reused), copied to a fresh working location."""
-    if reusable_checkpoint():
-        log(f"REUSING the checkpoint in {BASE_CHECKPOINT.relative_to(ROOT)} (delete it to rebuild)")
+    if reusable_checkpoint(case):
+        log(f"REUSING the checkpoint in {case.base.relative_to(ROOT)} (delete it to rebuild)")
         reused, build_s = True, 0.0
     else:
-        log(f"building a RocksDB changelog checkpoint of {BASE_BATCHES} batches (2-3 minutes, once)")
-        building = BENCH_DIR / "rocksdb-checkpoint.building"
-        BASE_RECIPE.unlink(missing_ok=True)
-        for stale in (building, BASE_CHECKPOINT, INPUT_DIR):
+        log(f"building a RocksDB changelog checkpoint ({case.slug}) of {case.batches} batches (minutes, once)")
+        building = BENCH_DIR / f"{case.slug}-checkpoint.building"
+        case.recipe_file.unlink(missing_ok=True)
+        for stale in (building, case.base, case.input_dir):
             shutil.rmtree(stale, ignore_errors=True)
-        build_s = run_spark(building, 0, BASE_BATCHES)
-        if last_commit(building) != BASE_BATCHES - 1:
-            raise RuntimeError(f"the query committed up to batch {last_commit(building)}, not {BASE_BATCHES - 1}")
-        building.rename(BASE_CHECKPOINT)  # checkpoints are relocatable; the inputs stay in INPUT_DIR
-        BASE_RECIPE.write_text(json.dumps(checkpoint_recipe(), indent=2))
+        build_s = run_spark(case, building, 0, case.batches)
+        if last_commit(building) != case.batches - 1:
+            raise RuntimeError(f"the query committed up to batch {last_commit(building)}, not {case.batches - 1}")
+        building.rename(case.base)  # checkpoints are relocatable; the inputs stay in the input directory
+        case.recipe_file.write_text(json.dumps(checkpoint_recipe(case), indent=2))
         reused = False
         log(f"built in {build_s:.0f}s")
-    shutil.rmtree(WORK_DIR, ignore_errors=True)
-    work = WORK_DIR / "checkpoint"
-    shutil.copytree(BASE_CHECKPOINT, work)  # copy2 keeps mtimes
+    shutil.rmtree(case.work, ignore_errors=True)
+    work = case.work / "checkpoint"
+    shutil.copytree(case.base, work)  # copy2 keeps mtimes
     files, size = tree_stats(work)
     state = [p for p in (work / "state").rglob("*") if p.is_file() and not p.name.startswith(".")]
     kinds = Counter(p.suffix or p.name for p in state)
     how = "REUSED from an earlier run" if reused else f"built in {build_s:.0f} s"
+    operators = "dedup + aggregation" if case.query == "dedup-agg" else "aggregation"
     results.row(
-        "checkpoint",
+        case.section("checkpoint"),
         "kind",
-        f"RocksDB + changelog, {spark_feed.SHUFFLE_PARTITIONS} partitions, batches 0..{last_commit(work)}, {how}",
+        f"RocksDB + changelog, {operators}, {case.partitions} partitions, batches 0..{last_commit(work)}, {how}",
     )
-    results.row("checkpoint", "whole checkpoint", f"{files} files, {mb(size)} MB")
-    results.row("checkpoint", "state files", ", ".join(f"{n} {k}" for k, n in kinds.most_common()))
-    results.data["checkpoint"] = {
+    results.row(case.section("checkpoint"), "whole checkpoint", f"{files} files, {mb(size)} MB")
+    results.row(case.section("checkpoint"), "state files", ", ".join(f"{n} {k}" for k, n in kinds.most_common()))
+    results.data[case.slug] = {}
+    results.data[case.slug]["checkpoint"] = {
         "path": str(work),
         "reused": reused,
         "build_s": round(build_s, 1),
@@ -307,16 +347,16 @@ def best(runs: list[Sample]) -> Sample:
     return min(runs, key=lambda run: run.seconds)
 
 
-def peer_uploads(checkpoint: Path, server: S3Server, results: Results) -> float:
+def peer_uploads(case: Case, checkpoint: Path, server: S3Server, results: Results) -> float:
     """Whole-checkpoint uploads by awscli and s5cmd (interleaved); returns awscli's best time."""
     files, size = tree_stats(checkpoint)
     runs: dict[str, list[Sample]] = {"aws": [], "s5cmd": []}
     for rep in range(PEER_UPLOAD_REPEATS):
         aws = [venv_tool("aws"), "--endpoint-url", server.endpoint, "s3", "sync", str(checkpoint)]
-        aws += [f"s3://{BUCKET}/peer-aws-{rep}/", "--only-show-errors", "--no-progress"]
+        aws += [f"s3://{BUCKET}/{case.slug}-peer-aws-{rep}/", "--only-show-errors", "--no-progress"]
         s5 = [venv_tool("s5cmd"), "--endpoint-url", server.endpoint, "--log", "error", "cp"]
-        s5 += [f"{checkpoint}/*", f"s3://{BUCKET}/peer-s5-{rep}/"]
-        for name, prefix, command in (("aws", "peer-aws", aws), ("s5cmd", "peer-s5", s5)):
+        s5 += [f"{checkpoint}/*", f"s3://{BUCKET}/{case.slug}-peer-s5-{rep}/"]
+        for name, prefix, command in (("aws", f"{case.slug}-peer-aws", aws), ("s5cmd", f"{case.slug}-peer-s5", s5)):
             log(f"peer {name}: upload of the whole checkpoint ({rep + 1}/{PEER_UPLOAD_REPEATS})")
             with server.phase() as usage:
                 seconds = run_tool(command, server.env, name)
@@ -327,12 +367,12 @@ def peer_uploads(checkpoint: Path, server: S3Server, results: Results) -> float:
     for name, label in (("aws", "aws s3 sync"), ("s5cmd", "s5cmd cp")):
         top = best(runs[name])
         results.row(
-            "peers",
+            case.section("peers"),
             f"{label} (whole checkpoint)",
             f"{top.seconds:.2f} s  ({samples([r.seconds for r in runs[name]])}; {files / top.seconds:.0f} files/s)",
         )
-        results.row("peers", f"{name} cost", top.usage.describe(top.seconds, files))
-    results.data["peers"] = {
+        results.row(case.section("peers"), f"{name} cost", top.usage.describe(top.seconds, files))
+    results.data[case.slug]["peers"] = {
         "files": files,
         "bytes": size,
         **{name: [{"seconds": round(r.seconds, 3), **r.usage.as_dict()} for r in rs] for name, rs in runs.items()},
@@ -384,32 +424,32 @@ def engine_phases(timings: dict[str, float]) -> str:
 
 
 def first_snapshot(
-    stores: list[SnapshotStore], checkpoint: Path, server: S3Server, aws_s: float, results: Results
+    case: Case, stores: list[SnapshotStore], checkpoint: Path, server: S3Server, aws_s: float, results: Results
 ) -> Snap:
     log(f"first snapshot ({len(stores)} samples, one store each)")
     snaps = take_snapshots(stores, checkpoint, server)
     top = min(snaps, key=lambda s: s.seconds)
     m = top.manifest
     files, size = tree_stats(checkpoint)
-    results.row("snapshot 1", "time", f"{top.seconds:.2f} s  ({samples([s.seconds for s in snaps])})")
-    results.row("snapshot 1", "engine phases (best)", engine_phases(m.timings))
+    results.row(case.section("snapshot 1"), "time", f"{top.seconds:.2f} s  ({samples([s.seconds for s in snaps])})")
+    results.row(case.section("snapshot 1"), "engine phases (best)", engine_phases(m.timings))
     results.row(
-        "snapshot 1",
+        case.section("snapshot 1"),
         f"needed at batch {m.batch_id}",
         f"{len(m.files)} of {files} files, {mb(m.total_bytes)} of {mb(size)} MB",
     )
-    results.row("snapshot 1", "uploaded", f"{m.uploaded_files} files, {mb(m.uploaded_bytes)} MB")
-    results.row("snapshot 1", "cost", top.usage.describe(top.seconds, len(m.files)))
+    results.row(case.section("snapshot 1"), "uploaded", f"{m.uploaded_files} files, {mb(m.uploaded_bytes)} MB")
+    results.row(case.section("snapshot 1"), "cost", top.usage.describe(top.seconds, len(m.files)))
     results.targets.append(
         Target(
-            "snapshot 1 time / aws s3 sync time",
+            case.section("snapshot 1 time / aws s3 sync"),
             top.seconds / aws_s,
-            FIRST_VS_AWS,
+            case.first_vs_aws,
             "x",
             f"{top.seconds:.2f}s vs {aws_s:.2f}s",
         )
     )
-    results.data["snapshot1"] = {
+    results.data[case.slug]["snapshot1"] = {
         "checkpoint_files": files,
         "checkpoint_bytes": size,
         "samples": [s.as_dict() for s in snaps],
@@ -418,12 +458,12 @@ def first_snapshot(
 
 
 def second_snapshot(
-    stores: list[SnapshotStore], checkpoint: Path, server: S3Server, first: Snap, results: Results
+    case: Case, stores: list[SnapshotStore], checkpoint: Path, server: S3Server, first: Snap, results: Results
 ) -> list[Manifest]:
     """Returns the second snapshot's manifest in each store, in the order of `stores`."""
     start = last_commit(checkpoint) + 1
     log(f"running the query {MORE_BATCHES} more batches ({start}..{start + MORE_BATCHES - 1})")
-    spark_s = run_spark(checkpoint, start, MORE_BATCHES)
+    spark_s = run_spark(case, checkpoint, start, MORE_BATCHES)
     if last_commit(checkpoint) != start + MORE_BATCHES - 1:
         raise RuntimeError(f"expected batch {start + MORE_BATCHES - 1} committed, found {last_commit(checkpoint)}")
     log(f"the query ran in {spark_s:.0f}s; second snapshot ({len(stores)} samples)")
@@ -434,15 +474,16 @@ def second_snapshot(
     new = [f for f in m.files if (f.path, f.sha256) not in known]
     new_bytes = sum(f.size for f in new)
     uploaded = max(s.manifest.uploaded_bytes for s in snaps)
-    results.row("snapshot 2", "time", f"{top.seconds:.2f} s  ({samples([s.seconds for s in snaps])})")
-    results.row("snapshot 2", "engine phases (best)", engine_phases(m.timings))
-    results.row("snapshot 2", f"needed at batch {m.batch_id}", f"{len(m.files)} files, {mb(m.total_bytes)} MB")
-    results.row("snapshot 2", "new since snapshot 1", f"{len(new)} files, {new_bytes} bytes")
-    results.row("snapshot 2", "uploaded", f"{m.uploaded_files} files, {uploaded} bytes")
-    results.row("snapshot 2", "cost", top.usage.describe(top.seconds, len(m.files)))
+    results.row(case.section("snapshot 2"), "time", f"{top.seconds:.2f} s  ({samples([s.seconds for s in snaps])})")
+    results.row(case.section("snapshot 2"), "engine phases (best)", engine_phases(m.timings))
+    needed = f"{len(m.files)} files, {mb(m.total_bytes)} MB"
+    results.row(case.section("snapshot 2"), f"needed at batch {m.batch_id}", needed)
+    results.row(case.section("snapshot 2"), "new since snapshot 1", f"{len(new)} files, {new_bytes} bytes")
+    results.row(case.section("snapshot 2"), "uploaded", f"{m.uploaded_files} files, {uploaded} bytes")
+    results.row(case.section("snapshot 2"), "cost", top.usage.describe(top.seconds, len(m.files)))
     results.targets.append(
         Target(
-            "snapshot 2 uploaded / new bytes",
+            case.section("snapshot 2 uploaded / new bytes"),
             uploaded / max(new_bytes, 1),
             SECOND_UPLOAD_VS_NEW,
             "x",
@@ -451,14 +492,14 @@ def second_snapshot(
     )
     results.targets.append(
         Target(
-            "snapshot 2 time / snapshot 1 time",
+            case.section("snapshot 2 time / snapshot 1"),
             top.seconds / first.seconds,
-            SECOND_VS_FIRST,
+            case.second_vs_first,
             "x",
             f"{top.seconds:.2f}s vs {first.seconds:.2f}s",
         )
     )
-    results.data["snapshot2"] = {
+    results.data[case.slug]["snapshot2"] = {
         "spark_s": round(spark_s, 1),
         "new_files": len(new),
         "new_bytes": new_bytes,
@@ -482,10 +523,10 @@ def check_same_files(restored: Path, downloaded: Path, paths: list[str]) -> None
 
 
 def restore_vs_s5cmd(
-    store: SnapshotStore, manifest: Manifest, checkpoint: Path, server: S3Server, results: Results
+    case: Case, store: SnapshotStore, manifest: Manifest, checkpoint: Path, server: S3Server, results: Results
 ) -> None:
     log("bringing the s5cmd peer copy up to date with the 10 new batches (not timed)")
-    peer = f"s3://{BUCKET}/peer-s5-0"
+    peer = f"s3://{BUCKET}/{case.slug}-peer-s5-0"
     sync = [
         venv_tool("s5cmd"),
         "--endpoint-url",
@@ -504,7 +545,7 @@ def restore_vs_s5cmd(
     paths: list[str] = []
     for rep in range(REPEATS):
         log(f"restore of snapshot 2, then s5cmd download of the same files ({rep + 1}/{REPEATS})")
-        target = WORK_DIR / f"restore-engine-{rep}"
+        target = case.work / f"restore-engine-{rep}"
         with server.phase() as usage:
             started = time.monotonic()
             plan = plan_restore(store, JOB, manifest.id, open_storage(str(target)))
@@ -515,8 +556,8 @@ def restore_vs_s5cmd(
         plan_s.append(planned - started)
         paths = [f.path for f in plan.files]
 
-        downloaded = WORK_DIR / f"restore-s5cmd-{rep}"
-        run_file = WORK_DIR / "s5cmd-restore.txt"
+        downloaded = case.work / f"restore-s5cmd-{rep}"
+        run_file = case.work / "s5cmd-restore.txt"
         run_file.write_text("".join(f"cp {peer}/{path} {downloaded}/{path}\n" for path in paths))
         command = [venv_tool("s5cmd"), "--endpoint-url", server.endpoint, "--log", "error", "run", str(run_file)]
         with server.phase() as usage:
@@ -525,30 +566,30 @@ def restore_vs_s5cmd(
         check_same_files(target, downloaded, paths)
 
     ours, theirs = best(engine), best(peer_runs)
-    _, size = tree_stats(WORK_DIR / "restore-engine-0")
+    _, size = tree_stats(case.work / "restore-engine-0")
     results.row(
-        "restore",
+        case.section("restore"),
         "engine (plan + execute)",
         f"{ours.seconds:.2f} s  ({samples([r.seconds for r in engine])}; plan {min(plan_s):.2f} s; "
         f"{len(paths)} files, {mb(size)} MB)",
     )
-    results.row("restore", "engine cost", ours.usage.describe(ours.seconds, len(paths)))
+    results.row(case.section("restore"), "engine cost", ours.usage.describe(ours.seconds, len(paths)))
     results.row(
-        "restore",
+        case.section("restore"),
         "s5cmd run (same files)",
         f"{theirs.seconds:.2f} s  ({samples([r.seconds for r in peer_runs])}; byte-identical result)",
     )
-    results.row("restore", "s5cmd cost", theirs.usage.describe(theirs.seconds, len(paths)))
+    results.row(case.section("restore"), "s5cmd cost", theirs.usage.describe(theirs.seconds, len(paths)))
     results.targets.append(
         Target(
-            "restore time / s5cmd download time",
+            case.section("restore time / s5cmd download"),
             ours.seconds / theirs.seconds,
-            RESTORE_VS_S5CMD,
+            case.restore_vs_s5cmd,
             "x",
             f"{ours.seconds:.2f}s vs {theirs.seconds:.2f}s",
         )
     )
-    results.data["restore"] = {
+    results.data[case.slug]["restore"] = {
         "files": len(paths),
         "bytes": size,
         "plan_s": plan_s,
@@ -603,14 +644,28 @@ def ensure_synthetic_checkpoint() -> tuple[Path, str]:
     return SYNTHETIC_CHECKPOINT, f"written in {seconds:.1f} s"
 
 
+def copy_peer(checkpoint: Path) -> float:
+    """`cp -r` of the whole checkpoint into a fresh directory, removed afterwards (not timed)."""
+    target = WORK_DIR / "synthetic-cp"
+    shutil.rmtree(target, ignore_errors=True)
+    seconds = run_tool(["cp", "-r", str(checkpoint), str(target)], {}, "cp -r")
+    shutil.rmtree(target)
+    return seconds
+
+
 def synthetic_memory(results: Results) -> None:
     checkpoint, how = ensure_synthetic_checkpoint()
+    WORK_DIR.mkdir(parents=True, exist_ok=True)
     store = WORK_DIR / "synthetic-store"
-    log("snapshot of the 100,000-file checkpoint into a local store, in a child process (1-2 minutes)")
+    shutil.rmtree(store, ignore_errors=True)
+    log("peer: cp -r of the 100,000-file checkpoint")
+    cp_s = [copy_peer(checkpoint)]
+    log("snapshot of the 100,000-file checkpoint into a local store, in a child process")
     stdout, rusage_mb = run_measured(
         [sys.executable, "-m", "bench.memory_probe", str(checkpoint), str(store)], WORK_DIR
     )
-    log("removing the 100,000 blobs of that store")
+    log("peer: cp -r again (best of two: the page cache is as warm as for the snapshot)")
+    cp_s.append(copy_peer(checkpoint))
     shutil.rmtree(store)
     probe = json.loads(stdout.strip().splitlines()[-1])
     peak = max(probe["peak_rss_mb"], rusage_mb)
@@ -623,6 +678,16 @@ def synthetic_memory(results: Results) -> None:
         f"{probe['files'] / probe['seconds']:.0f} files/s (checkpoint {how})",
     )
     results.row("100k files", "engine phases", engine_phases(probe["timings"]))
+    results.row("100k files", "cp -r (same checkpoint)", f"{min(cp_s):.1f} s  ({samples(cp_s)})")
+    results.targets.append(
+        Target(
+            "100k-file snapshot time / cp -r",
+            probe["seconds"] / min(cp_s),
+            SYNTHETIC_VS_CP,
+            "x",
+            f"{probe['seconds']:.1f}s vs {min(cp_s):.1f}s",
+        )
+    )
     results.row(
         "100k files",
         "peak RSS",
@@ -634,6 +699,7 @@ def synthetic_memory(results: Results) -> None:
     )
     results.data["synthetic"] = {
         **probe,
+        "cp_s": cp_s,
         "checkpoint": how,
         "rusage_maxrss_mb": round(rusage_mb, 1),
         "peak_rss_mb": peak,
@@ -643,22 +709,35 @@ def synthetic_memory(results: Results) -> None:
 # ---------------------------------------------------------------- report
 
 
+def run_case(case: Case, server: S3Server, results: Results) -> None:
+    checkpoint = ensure_checkpoint(case, results)
+    stores = [SnapshotStore(open_storage(f"s3://{BUCKET}/{case.slug}-store-{i}")) for i in range(REPEATS)]
+    aws_s = peer_uploads(case, checkpoint, server, results)
+    first = first_snapshot(case, stores, checkpoint, server, aws_s, results)
+    second = second_snapshot(case, stores, checkpoint, server, first, results)
+    restore_vs_s5cmd(case, stores[0], second[0], checkpoint, server, results)
+    shutil.rmtree(case.work)  # tens of thousands of files: not kept between runs
+
+
 def main() -> None:
+    """The 100,000-file snapshot first, then the cases; the report is printed and written even when the run
+    is interrupted (Ctrl-C) part-way, with what was measured by then."""
     started = time.monotonic()
     results = Results()
-    checkpoint = ensure_checkpoint(results)
-    with s3_server() as server:
-        os.environ.update(server.env)  # the engine's boto3 client reads AWS_ENDPOINT_URL and the credentials
-        server.create_bucket(BUCKET)
-        stores = [SnapshotStore(open_storage(f"s3://{BUCKET}/store-{i}")) for i in range(REPEATS)]
-        aws_s = peer_uploads(checkpoint, server, results)
-        first = first_snapshot(stores, checkpoint, server, aws_s, results)
-        second = second_snapshot(stores, checkpoint, server, first, results)
-        restore_vs_s5cmd(stores[0], second[0], checkpoint, server, results)
-    synthetic_memory(results)
-    results.data["wall_s"] = round(time.monotonic() - started, 1)
-    results.row("run", "wall time", f"{results.data['wall_s']:.0f} s")
-    report(results, RESULTS)
+    chosen = os.environ.get("BENCH_CASES", " ".join(["synthetic", *(c.slug for c in CASES)])).split()
+    try:
+        if "synthetic" in chosen:
+            synthetic_memory(results)
+        with s3_server() as server:
+            os.environ.update(server.env)  # the engine's boto3 client reads AWS_ENDPOINT_URL and the credentials
+            server.create_bucket(BUCKET)
+            for case in CASES:
+                if case.slug in chosen:
+                    run_case(case, server, results)
+    finally:
+        results.data["wall_s"] = round(time.monotonic() - started, 1)
+        results.row("run", "wall time", f"{results.data['wall_s']:.0f} s")
+        report(results, RESULTS)
 
 
 if __name__ == "__main__":

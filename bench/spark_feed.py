@@ -1,11 +1,12 @@
-"""Feed a RocksDB (changelog checkpointing) stateful aggregation one input file per batch, in its own process.
+"""Feed a RocksDB (changelog checkpointing) stateful query one input file per batch, in its own process.
 
-    python -m bench.spark_feed --checkpoint DIR --input DIR --first 0 --count 117
+    python -m bench.spark_feed --checkpoint DIR --input DIR --first 0 --count 117 [--partitions 8] [--query agg]
 
 writes input files `first .. first+count-1` into the input directory and runs the query with an
-available-now trigger and `maxFilesPerTrigger=1`, so that every file becomes exactly one batch. The query is
-a `groupBy(key).count()` over 8 shuffle partitions into the `noop` sink; keys are drawn from a large space so
-that the state keeps growing and RocksDB writes SSTs, zips and changelogs the way a real job does.
+available-now trigger and `maxFilesPerTrigger=1`, so that every file becomes exactly one batch. Queries, into
+the `noop` sink: `agg`, a `groupBy(key).count()` (one stateful operator); `dedup-agg`, `dropDuplicates(id)`
+then `groupBy(key).count()` (two). Keys are drawn from a large space so that the state keeps growing and
+RocksDB writes SSTs, zips and changelogs the way a real job does.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ SHUFFLE_PARTITIONS = 8
 RETAINED_BATCHES = 100
 ROWS_PER_BATCH = 10_000
 KEY_SPACE = 1_000_000
+
+QUERIES = ("agg", "dedup-agg")
 
 SPARK_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -38,6 +41,10 @@ SPARK_CONF: dict[str, str] = {
 }
 
 
+def spark_conf(partitions: int = SHUFFLE_PARTITIONS) -> dict[str, str]:
+    return {**SPARK_CONF, "spark.sql.shuffle.partitions": str(partitions)}
+
+
 def input_name(batch: int) -> str:
     return f"batch-{batch:05d}.csv"
 
@@ -52,24 +59,29 @@ def write_inputs(input_dir: Path, first: int, count: int) -> None:
             old.unlink()
     for batch in range(first, first + count):
         rng = random.Random(batch)
-        rows = "".join(f"k{rng.randrange(KEY_SPACE):07d},{batch}\n" for _ in range(ROWS_PER_BATCH))
+        rows = "".join(
+            f"k{rng.randrange(KEY_SPACE):07d},{batch},{rng.randrange(4 * KEY_SPACE)}\n" for _ in range(ROWS_PER_BATCH)
+        )
         path = input_dir / input_name(batch)
         tmp = input_dir / f".{path.name}.tmp"
         tmp.write_text(rows)
         os.replace(tmp, path)
 
 
-def run_query(checkpoint: Path, input_dir: Path) -> int:
+def run_query(checkpoint: Path, input_dir: Path, partitions: int = SHUFFLE_PARTITIONS, kind: str = "agg") -> int:
     """Process every unseen input file, one batch each; returns the id of the last batch (-1: none ran)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master("local[2]").appName("bench-spark-feed")
-    for key, value in SPARK_CONF.items():
+    for key, value in spark_conf(partitions).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        events = spark.readStream.schema("key STRING, batch LONG").option("maxFilesPerTrigger", 1).csv(str(input_dir))
+        schema = "key STRING, batch LONG, id LONG"
+        events = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).csv(str(input_dir))
+        if kind == "dedup-agg":
+            events = events.dropDuplicates(["id"])
         query = (
             events.groupBy("key")
             .count()
@@ -94,10 +106,12 @@ def main() -> None:
     parser.add_argument("--input", type=Path, required=True)
     parser.add_argument("--first", type=int, required=True)
     parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--partitions", type=int, default=SHUFFLE_PARTITIONS)
+    parser.add_argument("--query", choices=QUERIES, default="agg")
     args = parser.parse_args()
     write_inputs(args.input, args.first, args.count)
     started = time.monotonic()
-    last = run_query(args.checkpoint, args.input)
+    last = run_query(args.checkpoint, args.input, args.partitions, args.query)
     print(f"spark_feed: {args.count} files, last batch {last}, {time.monotonic() - started:.1f}s", flush=True)
 
 

@@ -1,8 +1,9 @@
 """Upgrade a running job to another version without losing a record, or roll back:
 
     savepoint (live) -> pre-flight of the new version on a throwaway copy -> [approval] ->
-    pre-start the new version's driver (STANDBY) -> stop-with-savepoint of the old version ->
-    restore that savepoint into the pre-started driver and start it -> health gate
+    pre-start the new version's driver (STANDBY) with the live savepoint restored into its location ->
+    stop-with-savepoint of the old version -> restore what changed since into the pre-started driver
+    and start it -> health gate
     -> on failure: rollback, the old version redeployed from the same savepoint
 
 A blocked pre-flight fails the run before anything is stopped: the old version keeps running. So does a
@@ -75,6 +76,7 @@ with DAG(
         task_id="prestart_new",
         job="{{ params.job }}",
         version="{{ params.version }}",
+        prerestore="{{ ti.xcom_pull(task_ids='savepoint')['id'] }}",  # the bulk moves before the stop
         trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
         **cutover,
     )

@@ -26,6 +26,7 @@ def write_jobs_file(
     trigger: str = "1 second",
     apps: Path = APPS,
     versions: tuple[str, ...] = VERSIONS,
+    partitions: int = 3,
 ) -> Path:
     """A jobs file whose job reads `<directory>/input`, writes `<directory>/output`, keeps checkpoints and
     logs under `directory`, and declares the example versions (the windowed job's, or those in `apps`)."""
@@ -44,7 +45,7 @@ description = "events per user and minute"
 trigger_interval = "{trigger}"
 default_version = "v1"
 args = ["--input", "input", "--output", "output"]
-conf = {{ "spark.sql.shuffle.partitions" = "3", "spark.driver.host" = "127.0.0.1", {SPARK_UI} }}
+conf = {{ "spark.sql.shuffle.partitions" = "{partitions}", "spark.driver.host" = "127.0.0.1", {SPARK_UI} }}
 {declared}
 retention.checkpoint = {{ keep_last = 2 }}
 retention.savepoint = {{ keep_last = 5 }}

@@ -6,7 +6,12 @@ engine, the Airflow layer and the job runtime ask this module.
     jobs/<job>/deployments/<deployment_id>/status.json           its heartbeat (written by the job runtime)
     jobs/<job>/deployments/<deployment_id>/control/<request>.json  requests to the running job (stop, start)
     jobs/<job>/lease.json                                        the job lease: one operation at a time
-    blobs/<sha256[:2]>/<sha256>                                  file contents, stored once, shared by snapshots
+    format.json                                                  the store's format version and packing settings
+    blobs/<sha256[:2]>/<sha256>                                  a file's content as one object (large files; stores
+                                                                 of format 1: every file)
+    packs/<id[:2]>/<id>.pack                                     small files' contents, concatenated (format 2)
+    packs/<id[:2]>/<id>.retired                                  written when a repack moved a pack's contents: the
+                                                                 pack's grace period starts then
 
 Names that become part of a key (jobs, snapshot and deployment ids, request ids, label keys) pass
 `check_name`: no '/', no '..', nothing that could escape its place."""
@@ -19,6 +24,8 @@ from .errors import InvalidInput
 
 JOBS = "jobs/"
 BLOBS = "blobs/"
+PACKS = "packs/"
+FORMAT = "format.json"
 MANIFEST = "manifest.json"
 DEPLOYMENT = "deployment.json"
 STATUS = "status.json"
@@ -102,3 +109,23 @@ def job_of(key: str) -> str | None:
 def blob_key(sha256: str) -> str:
     """Contents are stored once, by checksum: snapshots share them, so deleting one breaks no other."""
     return f"{BLOBS}{sha256[:2]}/{sha256}"
+
+
+def pack_key(pack_id: str) -> str:
+    """A pack: many small contents concatenated; manifests say which byte range holds which file."""
+    return f"{PACKS}{pack_id[:2]}/{check_name(pack_id, 'pack id')}.pack"
+
+
+def retired_key(pack_key_: str) -> str:
+    """The marker a repack leaves beside a pack it emptied: its time starts the pack's grace period."""
+    return pack_key_.removesuffix(".pack") + ".retired"
+
+
+def pack_of_retired(key: str) -> str | None:
+    """The pack a retired marker stands for (None for any other key)."""
+    return key.removesuffix(".retired") + ".pack" if key.startswith(PACKS) and key.endswith(".retired") else None
+
+
+def is_stored_content(key: str) -> bool:
+    """Whether a key holds file contents (a single-object blob or a pack): what garbage collection sweeps."""
+    return key.startswith(BLOBS) or (key.startswith(PACKS) and key.endswith(".pack"))

@@ -75,17 +75,30 @@ class DeployJobOperator(SavepointsBaseOperator):
 class PrestartJobOperator(SavepointsBaseOperator):
     """Launch a version's driver next to the running deployment, in STANDBY: it creates its Spark session
     and waits. DeployJobOperator(standby_deployment=...) later restores the state into it and starts it,
-    so a cutover's downtime does not include the JVM and session start-up."""
+    so a cutover's downtime does not include the JVM and session start-up.
 
-    template_fields: Sequence[str] = ("job", "version")
+    :param prerestore: a snapshot (id) restored into its location right away, e.g. the upgrade's live
+        savepoint: the activation then moves only the files that changed since
+    """
 
-    def __init__(self, *, version: str | None = None, wait_seconds: float = 180.0, **kwargs: Any) -> None:
+    template_fields: Sequence[str] = ("job", "version", "prerestore")
+
+    def __init__(
+        self,
+        *,
+        version: str | None = None,
+        wait_seconds: float = 180.0,
+        prerestore: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.version = version
         self.wait_seconds = wait_seconds
+        self.prerestore = prerestore
 
     def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
-        deployment = prestart(ctx, self.version or None, wait_seconds=self.wait_seconds)
+        prerestore = self.prerestore or None
+        deployment = prestart(ctx, self.version or None, wait_seconds=self.wait_seconds, prerestore=prerestore)
         self.log.info("pre-started %s %s as %s (STANDBY)", ctx.name, deployment.version, deployment.id)
         return deployment_xcom(ctx, deployment)
 

@@ -152,8 +152,14 @@ def test_restore_refusals_change_nothing(
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d["files"].__setitem__(0, ["../../etc/passwd", 1, "0" * 64, 0.0]), "is unsafe"),
-        (lambda d: d["files"].__setitem__(0, ["/etc/passwd", 1, "0" * 64, 0.0]), "is unsafe"),
+        (
+            lambda d: d["files"].__setitem__(0, ["../../etc/passwd", 1, "0" * 64, 0.0, "packs/00/0.pack", 0]),
+            "is unsafe",
+        ),
+        (lambda d: d["files"].__setitem__(0, ["/etc/passwd", 1, "0" * 64, 0.0, "packs/00/0.pack", 0]), "is unsafe"),
+        (lambda d: d["files"].__setitem__(0, ["metadata", 1, "0" * 64, 0.0, "packs/../../x.pack", 0]), "is unsafe"),
+        (lambda d: d["files"].__setitem__(0, ["metadata", 1, "0" * 64, 0.0, "jobs/x/manifest.json", 0]), "is corrupt"),
+        (lambda d: d["files"].__setitem__(0, ["metadata", 1, "0" * 64, 0.0]), "is corrupt"),  # format 1 entry
         (None, "is corrupt"),
     ],
 )
@@ -181,8 +187,9 @@ def test_checksum_mismatch_fails_verify_and_restore(
     capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, tmp_path: Path
 ) -> None:
     _, created = run_json(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt))
-    blob = next(p for p in Path(store, "blobs").rglob("*") if p.is_file())
-    blob.write_bytes(blob.read_bytes() + b"!")
+    pack = next(p for p in Path(store, "packs").rglob("*.pack"))  # small files share packs
+    stored = pack.read_bytes()
+    pack.write_bytes(bytes([stored[0] ^ 0xFF]) + stored[1:])
     code, report = run_json(capsys, "verify", "--store", store, "--job", "orders", created["id"])
     assert code == 6 and report["ok"] is False and "checksum mismatch" in report["problems"][0]
     code, _, err = run(capsys, "restore", "--store", store, "--job", "orders", "latest", "--to", str(tmp_path / "r"))

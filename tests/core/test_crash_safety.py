@@ -1,5 +1,7 @@
 """`create` killed with SIGKILL at random points never leaves a COMPLETED snapshot that fails verify,
-and the next create succeeds. Real processes: the CLI in a child process, the moto server as store."""
+and the next create succeeds. Real processes: the CLI in a child process, the moto server as store. The
+store packs small files into packs of 256 bytes: a create writes hundreds of packs, so kills land
+between them."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from airflow_plugin.core.snapshots.blobs import PackSettings
 from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
@@ -48,8 +51,9 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
 
 
 def test_sigkill_at_random_points_never_leaves_a_broken_completed_snapshot(tmp_path: Path, s3_store: str) -> None:
-    ckpt = write_checkpoint(tmp_path / "ckpt", batches=40, partitions=16)  # ~700 files
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=40, partitions=32)  # ~1,400 files
     store = SnapshotStore(open_storage(s3_store))
+    store.blobs.init_format(PackSettings(target_size=256))
     rng = random.Random(20261121)
     killed_mid_copy = 0
     for round_no in range(6):
@@ -79,3 +83,4 @@ def test_sigkill_at_random_points_never_leaves_a_broken_completed_snapshot(tmp_p
     latest = store.latest("orders")
     assert latest.status is SnapshotStatus.COMPLETED and latest.batch_id == 39
     assert verify_snapshot(store, "orders", latest.id).ok
+    assert len({f.key for f in latest.files}) > 50  # packed: many files a pack, many packs

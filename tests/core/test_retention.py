@@ -1,5 +1,6 @@
-"""Retention: the pure planner rule by rule, property-based safety over generated histories, execution
-on real stores (verify afterwards), a prune racing a create, a prune killed with SIGKILL, the CLI."""
+"""Retention: the pure planner rule by rule, property-based safety over generated histories (blobs, packs,
+repacks and their markers), execution on real stores (verify afterwards), a prune racing a create, a
+prune killed with SIGKILL while it repacks and deletes, the CLI. Over 300 lines: one contract, tested as one."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from airflow_plugin.core.errors import InvalidInput
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
 from airflow_plugin.core.jobs.deployments import DeploymentStatus as Heartbeat
 from airflow_plugin.core.jobs.spec import JobSpec
+from airflow_plugin.core.layout import pack_key, retired_key
 from airflow_plugin.core.parallel import run_parallel
 from airflow_plugin.core.retention.plan import Observed, ObservedDeployment, plan
 from airflow_plugin.core.retention.policy import KindPolicy, OnCancellation, RetentionPolicy, parse_policy
@@ -54,6 +56,26 @@ def sha(n: int) -> str:
     return hashlib.sha256(str(n).encode()).hexdigest()
 
 
+PACK_SIZE = 16
+
+
+def pack(i: int) -> str:
+    return pack_key(f"{i:032x}")
+
+
+def location(n: int) -> tuple[str, int]:
+    """Content n: odd ones packed (pack n // 4, at offset n % PACK_SIZE), even ones single blobs."""
+    return (pack(n // 4), n % PACK_SIZE) if n % 2 else (blob_key(sha(n)), 0)
+
+
+def stored_objects(store: SnapshotStore) -> set[str]:
+    return {i.key for i in [*store.storage.list("blobs/"), *store.storage.list("packs/")]}
+
+
+def referenced_objects(store: SnapshotStore) -> set[str]:
+    return {e.key for m in store.list() for e in m.files}
+
+
 def snap(
     job: str = "orders",
     kind: Kind = Kind.SAVEPOINT,
@@ -75,12 +97,14 @@ def snap(
         created_at=created.isoformat().replace("+00:00", "Z"),
         pinned=pinned,
         deployment=deployment,
-        files=[FileEntry(f"f{n}", 1, sha(n)) for n in files],
+        files=[FileEntry(f"f{n}", 1, sha(n), 0.0, *location(n)) for n in files],
     )
 
 
 def blob(n: int, age_h: float = 10.0) -> ObjectInfo:
-    return ObjectInfo(blob_key(sha(n)), 1, (NOW - timedelta(hours=age_h)).timestamp())
+    """The object holding content n (a pack holds others too)."""
+    key = location(n)[0]
+    return ObjectInfo(key, PACK_SIZE if key.endswith(".pack") else 1, (NOW - timedelta(hours=age_h)).timestamp())
 
 
 def deleted_ids(p: Any) -> set[str]:
@@ -140,11 +164,34 @@ def test_failed_and_abandoned_in_progress_go_after_their_grace_period() -> None:
 
 
 def test_blobs_unreferenced_by_remaining_snapshots_and_older_than_grace() -> None:
-    doomed, kept = snap(age_h=5, files=(1, 2)), snap(age_h=1, files=(2, 3))
-    blobs = (blob(1), blob(2), blob(3), blob(4), blob(5, age_h=0.1))
+    doomed, kept = snap(age_h=5, files=(1, 2, 6)), snap(age_h=1, files=(2, 3))
+    blobs = (blob(1), blob(2), blob(4), blob(5, age_h=0.1), blob(6))
     p = plan(Observed((doomed, kept), blobs=blobs), RetentionPolicy(savepoint=KindPolicy(keep_last=1)), NOW)
-    assert sorted(p.blob_keys) == sorted([blob(1).key, blob(4).key])
-    assert any("younger than 1h" in note for note in p.notes)
+    # pack 0 holds contents 1 and 3: 3 is still referenced, so the pack stays, and is repacked (15/16 unused)
+    assert sorted(p.blob_keys) == sorted([blob(4).key, blob(6).key])
+    assert [a.target for a in p.repacks] == [pack(0)] and "94% of its 16 bytes" in p.repacks[0].reason
+    assert any("younger than 1h" in note for note in p.notes)  # pack 1 (content 5)
+
+
+def test_a_pack_goes_when_none_of_its_contents_is_referenced_and_its_marker_restarts_the_grace() -> None:
+    doomed, kept = snap(age_h=5, files=(1, 3, 5)), snap(age_h=1, files=(2,))
+    fresh_marker = ObjectInfo(retired_key(pack(1)), 0, (NOW - timedelta(minutes=5)).timestamp())
+    stale_marker = ObjectInfo(retired_key(pack(7)), 0, (NOW - timedelta(hours=3)).timestamp())  # its pack is gone
+    blobs = (blob(1), blob(2), blob(5), fresh_marker, stale_marker)
+    policy = RetentionPolicy(savepoint=KindPolicy(keep_last=1))
+    p = plan(Observed((doomed, kept), blobs=blobs), policy, NOW)
+    # pack 0 (contents 1, 3) goes; pack 1 (content 5) is old but was emptied by a repack 5 minutes ago
+    assert p.blob_keys == [pack(0), retired_key(pack(7))]
+    later = plan(Observed((doomed, kept), blobs=blobs), policy, NOW + timedelta(hours=1))
+    assert later.blob_keys == [pack(0), pack(1), retired_key(pack(1)), retired_key(pack(7))]  # markers last
+    assert later.repacks == []
+
+
+def test_nothing_is_repacked_while_a_snapshot_is_in_flight() -> None:
+    ms = (snap(age_h=5, files=(1,)), snap(age_h=1, files=(3,)), snap(status=SnapshotStatus.IN_PROGRESS, age_h=0.5))
+    p = plan(Observed(ms, blobs=(blob(1),)), RetentionPolicy(savepoint=KindPolicy(keep_last=1)), NOW)
+    assert deleted_ids(p) == {ms[0].id} and p.actions == p.snapshots
+    assert "in flight" in p.notes[0]
 
 
 def test_no_blob_is_deleted_while_a_snapshot_is_in_flight() -> None:
@@ -182,7 +229,7 @@ def test_plan_prints_as_json_and_rows_with_reasons() -> None:
     ms = (snap(age_h=2, files=(1,)), snap(age_h=1))
     p = plan(Observed(ms, blobs=(blob(1),)), RetentionPolicy(savepoint=KindPolicy(keep_last=1)), NOW)
     data = json.loads(json.dumps(p.to_dict()))
-    assert data["summary"] == {"snapshots": 1, "blobs": 1, "checkpoints": 0, "bytes": 1}
+    assert data["summary"] == {"snapshots": 1, "blobs": 1, "checkpoints": 0, "repacks": 0, "bytes": PACK_SIZE}
     assert [a["action"] for a in data["actions"]] == ["delete-snapshot", "delete-blobs"]
     assert all(row[3] for row in p.rows())
 
@@ -195,8 +242,10 @@ def test_parse_policy_from_a_jobs_file_table() -> None:
             "failed_grace": "12h",
             "blob_grace": 60,
             "on_cancellation": "delete",
+            "max_unused": "25%",
         }
     )
+    assert policy.max_unused == 0.25 and parse_policy({"max_unused": 0.1}).max_unused == 0.1
     assert policy.checkpoint == KindPolicy(3, 2 * 86400.0) and policy.savepoint == KindPolicy(10, None)
     assert policy.failed_grace_s == 12 * HOUR and policy.blob_grace_s == 60.0
     assert policy.on_cancellation is OnCancellation.DELETE
@@ -212,6 +261,8 @@ def test_parse_policy_from_a_jobs_file_table() -> None:
         ({"on_cancellation": "drop"}, "retention.on_cancellation must be 'retain' or 'delete'"),
         ({"blob_grace": -1}, "retention.blob_grace must not be negative"),
         ({"checkpoint": 3}, "retention.checkpoint must be a table"),
+        ({"max_unused": "half"}, "retention.max_unused must be a fraction such as 0.25 or '25%'"),
+        ({"max_unused": 1.5}, "retention.max_unused must be between 0 and 1"),
     ],
 )
 def test_parse_policy_errors_name_the_key(raw: dict[str, Any], message: str) -> None:
@@ -253,7 +304,11 @@ def histories(draw: st.DrawFn) -> tuple[Observed, RetentionPolicy]:
         )
         for i in range(draw(st.integers(0, 3)))
     )
-    blobs = tuple(blob(n, draw(st.floats(0.0, 5.0))) for n in range(14))
+    objects = {blob(n, draw(st.floats(0.0, 5.0))).key: blob(n, draw(st.floats(0.0, 5.0))) for n in range(14)}
+    markers = [  # packs a repack emptied, some long gone (ids 4 and 5 hold no content)
+        ObjectInfo(retired_key(pack(i)), 0, (NOW - timedelta(hours=draw(st.floats(0.0, 5.0)))).timestamp())
+        for i in sorted(draw(st.frozensets(st.integers(0, 5), max_size=3)))
+    ]
     limits = st.builds(KindPolicy, st.none() | st.integers(1, 4), st.none() | st.floats(0.0, 200 * HOUR))
     policy = RetentionPolicy(
         checkpoint=draw(limits),
@@ -261,8 +316,9 @@ def histories(draw: st.DrawFn) -> tuple[Observed, RetentionPolicy]:
         failed_grace_s=draw(st.floats(0.0, 48 * HOUR)),
         blob_grace_s=draw(st.floats(0.0, 4 * HOUR)),
         on_cancellation=draw(st.sampled_from(list(OnCancellation))),
+        max_unused=draw(st.floats(0.0, 1.0)),
     )
-    return Observed(manifests, deployments, blobs), policy
+    return Observed(manifests, deployments, (*objects.values(), *markers)), policy
 
 
 @settings(max_examples=200, deadline=None)
@@ -282,12 +338,24 @@ def test_the_plan_never_deletes_what_must_stay(history: tuple[Observed, Retentio
     assert not any(m.pinned for m in observed.manifests if m.id in deleted)
     running_sources = {d.restored_from for d in observed.deployments if State(d.state).live}
     assert not running_sources & deleted
-    referenced = {e.blob for m in remaining for e in m.files}
-    assert not referenced & set(p.blob_keys)
+    referenced = {e.key for m in remaining for e in m.files}
+    deleted_objects = set(p.blob_keys)
+    assert not referenced & deleted_objects
+    listed = {o.key: o for o in observed.blobs}
+    for key in deleted_objects:
+        if key.endswith(".retired"):  # a marker goes with its pack, or after it
+            pack_key_ = key.removesuffix(".retired") + ".pack"
+            assert pack_key_ in deleted_objects or pack_key_ not in listed
+        else:  # the grace period runs from the repack's marker when there is one
+            clock = listed.get(retired_key(key), listed[key]) if key.endswith(".pack") else listed[key]
+            assert clock.mtime < NOW.timestamp() - policy.blob_grace_s
+    for action in p.repacks:
+        live = {(e.offset, e.size) for m in remaining for e in m.files if e.key == action.target}
+        assert live and 1 - sum(size for _, size in live) / listed[action.target].size > policy.max_unused
     if any(
         m.status is SnapshotStatus.IN_PROGRESS and (NOW - _created(m)).total_seconds() < 6 * HOUR for m in remaining
     ):
-        assert p.blob_keys == []
+        assert p.blob_keys == [] and p.repacks == []
     assert all(a.reason for a in p.actions)
     live = {d.id for d in observed.deployments if State(d.state).live or d.state == "LOST"}
     assert not live & {a.target for a in p.checkpoints}
@@ -330,8 +398,7 @@ def test_prune_on_a_local_store_leaves_every_remaining_snapshot_verifiable(tmp_p
     assert result is not None and result.snapshots == len(decided.snapshots) == 3 + 2 + 1
     assert {m.id for m in store.list("billing")} >= {pinned.id}
     assert _all_completed_verify(store) == 4
-    used = {e.blob for m in store.list() for e in m.files}
-    assert {i.key for i in store.storage.list("blobs/")} == used  # everything unreferenced is gone
+    assert stored_objects(store) == referenced_objects(store)  # everything unreferenced is gone
     again, _ = prune(store, policy, dry_run=True)
     assert again.actions == []
 
@@ -450,17 +517,22 @@ def test_prune_racing_a_create_does_not_break_it(tmp_path: Path) -> None:
     )
     creator.start()
     assert entered.wait(30)
-    policy = RetentionPolicy(savepoint=KindPolicy(keep_last=1), blob_grace_s=0)
+    policy = RetentionPolicy(savepoint=KindPolicy(keep_last=1), blob_grace_s=0, max_unused=0.0)
+    before = stored_objects(store)
     decided, result = prune(store, policy)
     gate.set()
     creator.join(30)
     assert result is not None and old[0].id in {a.target for a in decided.snapshots}
-    assert result.blobs == 0 and "in flight" in " ".join(decided.notes)
+    assert result.blobs == result.repacked == 0 and "in flight" in " ".join(decided.notes)
+    assert before <= stored_objects(store)  # nothing deleted, nothing retired
     assert made and made[0].status is SnapshotStatus.COMPLETED
     assert verify_snapshot(store, "orders", made[0].id).ok
-    _, after = prune(store, policy)  # nothing in flight now: the orphans go, the new snapshot stays whole
-    assert after is not None and after.blobs > 0
+    _, after = prune(store, policy)  # nothing in flight now: the old snapshot's pack is repacked...
+    assert after is not None and after.repacked > 0
+    _, last = prune(store, policy)  # ... and goes in the next run; every snapshot stays whole
+    assert last is not None and last.blobs > 0
     assert _all_completed_verify(store) >= 1 and made[0].id in {m.id for m in store.list()}
+    assert stored_objects(store) == referenced_objects(store)
 
 
 def test_execute_rechecks_in_flight_before_deleting_blobs(tmp_path: Path) -> None:
@@ -468,13 +540,17 @@ def test_execute_rechecks_in_flight_before_deleting_blobs(tmp_path: Path) -> Non
     store = SnapshotStore(LocalStorage(tmp_path / "store"))
     ckpt = write_checkpoint(tmp_path / "ckpt", batches=2)
     _snapshots(store, ckpt, "orders", 2, 2)
-    policy = RetentionPolicy(savepoint=KindPolicy(keep_last=1), blob_grace_s=0)
+    orphan = "blobs/ff/" + "f" * 64  # left by a crashed create
+    store.storage.write(orphan, b"x")
+    policy = RetentionPolicy(savepoint=KindPolicy(keep_last=1), blob_grace_s=0, max_unused=0.0)
     decided = plan(observe(store), policy, datetime.now(UTC))
-    assert decided.blob_keys
+    assert decided.blob_keys == [orphan] and decided.repacks
+    before = stored_objects(store)
     store.put(_in_progress())
     result = execute(store, decided, policy)
-    assert result.blobs == 0 and result.deferred_blobs == len(decided.blob_keys)
-    assert all(store.storage.stat(k) for k in decided.blob_keys)
+    assert result.blobs == result.repacked == 0 and result.deferred_blobs == 1
+    assert stored_objects(store) == before  # no object deleted, no pack retired
+    assert "repack stopped" in " ".join(result.notes)
 
 
 def _in_progress() -> Manifest:
@@ -494,7 +570,7 @@ def wait_for(condition: Any, timeout: float = 60.0) -> bool:
 
 def _prune_process(store: str, cwd: Path, *extra: str) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "airflow_plugin", "prune", "--store", store, "--json", *extra]
-    command += ["--savepoint-keep-last", "1", "--blob-grace", "0", "--concurrency", "2"]
+    command += ["--savepoint-keep-last", "1", "--blob-grace", "0", "--max-unused", "0", "--concurrency", "2"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
@@ -522,9 +598,9 @@ def test_prune_killed_with_sigkill_leaves_completed_snapshots_and_the_next_run_f
         kills += process.wait() == -signal.SIGKILL
         assert _all_completed_verify(store) >= 1
     assert kills >= 2, "the kills should have hit running prunes"
-    process = _prune_process(s3_store, tmp_path)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 0, err.decode()
+    for _ in range(2):  # the first finishes deletions and repacks; the second collects the emptied packs
+        process = _prune_process(s3_store, tmp_path)
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err.decode()
     assert _all_completed_verify(store) == 1
-    used = {e.blob for m in store.list() for e in m.files}
-    assert {i.key for i in store.storage.list("blobs/")} == used
+    assert stored_objects(store) == referenced_objects(store)

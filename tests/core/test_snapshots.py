@@ -98,17 +98,21 @@ def test_pinned_snapshot_is_not_deleted(tmp_path: Path) -> None:
     assert tree(tmp_path / "store") == before
     set_pinned(store, "orders", manifest.id, False)
     delete_snapshot(store, "orders", manifest.id)
-    assert not any(k.startswith("blobs/") for k in tree(tmp_path / "store"))
+    assert set(tree(tmp_path / "store")) == {"format.json"}  # no pack, no blob, no manifest left
 
 
 def test_verify_finds_a_corrupt_blob_and_restore_leaves_the_target_empty(tmp_path: Path) -> None:
     store, manifest = snapshot(str(tmp_path / "store"), write_checkpoint(tmp_path / "ckpt", batches=3))
     victim = next(f for f in manifest.files if f.path == "commits/2")
-    (tmp_path / "store" / victim.blob).write_bytes(b"bit rot")
+    assert victim.key.startswith("packs/")  # small files are packed: bit rot inside the pack, in its range
+    pack = tmp_path / "store" / victim.key
+    stored = bytearray(pack.read_bytes())
+    stored[victim.offset] ^= 0xFF
+    pack.write_bytes(bytes(stored))
 
     report = verify_snapshot(store, "orders", manifest.id)
     assert not report.ok and report.problems == [
-        f"commits/2: checksum mismatch (stored content {victim.blob} is corrupt)"
+        f"commits/2: checksum mismatch (stored content {victim.key} {victim.byte_range} is corrupt)"
     ]
     assert store.get("orders", manifest.id).verification["ok"] is False
 

@@ -12,7 +12,7 @@ from ...core.retention.policy import RetentionPolicy, parse_policy
 from ...core.retention.prune import prune, retain_checkpoints
 from ..render import Output, out, plan_table, say
 
-_POLICY_KEYS = ("failed_grace", "abandoned_after", "on_cancellation", "retired_retention", "blob_grace")
+_POLICY_KEYS = ("failed_grace", "abandoned_after", "on_cancellation", "retired_retention", "blob_grace", "max_unused")
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -31,6 +31,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     prune_cmd.add_argument("--retired-retention", metavar="AGE", help="retain-on-cancellation period (default 7d)")
     prune_cmd.add_argument("--blob-grace", metavar="AGE", help="leave unreferenced contents this long (default 1h)")
+    prune_cmd.add_argument(
+        "--max-unused", metavar="SHARE", help="repack packs with more unreferenced bytes than this (default 50%%)"
+    )
     prune_cmd.set_defaults(run=run_prune)
 
     checkpoint_cmd = commands.add_parser(
@@ -83,7 +86,7 @@ def run_prune(args: argparse.Namespace, ctx: Context) -> Output:
     data = {"dry_run": args.dry_run, "plan": plan.to_dict(), "result": result.to_dict() if result else None}
 
     def human() -> None:
-        out.print(plan_table(plan) if plan.rows() else "nothing to delete")
+        out.print(plan_table(plan) if plan.rows() else "nothing to delete or repack")
         for note in plan.notes:
             say(f"note: {note}")
         if result is None:
@@ -91,7 +94,8 @@ def run_prune(args: argparse.Namespace, ctx: Context) -> Output:
         else:
             say(
                 f"deleted {result.snapshots} snapshots, {result.checkpoints} retired checkpoint locations "
-                f"and {result.blobs} stored files ({result.deferred_blobs} left for the next run)"
+                f"and {result.blobs} stored objects ({result.deferred_blobs} left for the next run); "
+                f"repacked {result.repacked} packs"
             )
 
     return Output(data, human)

@@ -52,6 +52,9 @@ class Deployment:
     restored_from: str | None = None  # a snapshot id, or "checkpoint:<deployment id>" for latest state
     request_id: str | None = None  # the request that made it: its retries take it over (context.py Settings)
     restored_batch_id: int | None = None
+    # pre-started: the snapshot already restored into its location before the cutover (an upgrade's live
+    # savepoint); activating it restores only what differs (snapshots/restore.py `onto`)
+    prerestored_from: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
     launcher: dict[str, Any] = field(default_factory=dict)  # mode, pid, log, driver id, app id, command
     retired_at: str | None = None

@@ -6,9 +6,15 @@ Safety rules the planner never breaks, whatever the policy says:
 - the newest COMPLETED snapshot of a job and kind is kept;
 - a pinned snapshot is kept;
 - a snapshot that a live (or LOST: it may still run) deployment was restored from is kept;
-- a blob is deleted only when no REMAINING manifest of any job (any status) references it, it is older
-  than the GC grace period, and no snapshot is in flight (a create writes its IN_PROGRESS manifest
-  before it looks at what the store holds, so while one runs it may be about to reuse any blob).
+- a stored object (a blob or a pack) is deleted only when no REMAINING manifest of any job (any status)
+  references any content in it, it is older than the GC grace period (a pack a repack emptied: since
+  its `.retired` marker), and no snapshot is in flight (a create writes its IN_PROGRESS manifest before
+  it looks at what the store holds, so while one runs it may be about to reuse any content);
+- a pack is repacked (its referenced contents copied into a new pack, the manifests pointed there) only
+  when more than `max_unused` of it is unreferenced, and never while a snapshot is in flight. The
+  repack deletes nothing: the emptied pack goes by the rule above, in a later run.
+
+Over 300 lines: every deletion rule lives in this one pure module, where the property tests see them all.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ..jobs.deployments import State
-from ..layout import manifest_key
+from ..layout import is_stored_content, manifest_key, pack_of_retired, retired_key
 from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, in_flight
 from ..storage import ObjectInfo
 from .policy import KindPolicy, OnCancellation, RetentionPolicy
@@ -36,6 +42,7 @@ class ActionKind(StrEnum):
     DELETE_SNAPSHOT = "delete-snapshot"
     DELETE_BLOBS = "delete-blobs"
     DELETE_CHECKPOINT = "delete-checkpoint"
+    REPACK = "repack"
 
 
 # ---------------------------------------------------------------- what the planner sees
@@ -118,6 +125,10 @@ class Plan:
     def checkpoints(self) -> list[Action]:
         return [a for a in self.actions if a.kind is ActionKind.DELETE_CHECKPOINT]
 
+    @property
+    def repacks(self) -> list[Action]:
+        return [a for a in self.actions if a.kind is ActionKind.REPACK]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "actions": [a.to_dict() for a in self.actions],
@@ -127,7 +138,10 @@ class Plan:
                 "snapshots": len(self.snapshots),
                 "blobs": len(self.blob_keys),
                 "checkpoints": len(self.checkpoints),
-                "bytes": sum(a.bytes for a in self.actions if a.kind is not ActionKind.DELETE_SNAPSHOT),
+                "repacks": len(self.repacks),
+                "bytes": sum(
+                    a.bytes for a in self.actions if a.kind not in (ActionKind.DELETE_SNAPSHOT, ActionKind.REPACK)
+                ),
             },
         }
 
@@ -235,30 +249,53 @@ def _guard(m: Manifest, newest: str | None, protected: Mapping[str, str]) -> str
     return None
 
 
-def _blob_action(
+def _blob_actions(
     observed: Observed, remaining: Iterable[Manifest], policy: RetentionPolicy, now: datetime
-) -> tuple[Action | None, str | None]:
+) -> tuple[list[Action], list[str]]:
+    """Deletions of unreferenced objects (with their markers) and repacks of mostly unreferenced packs."""
     remaining = list(remaining)
     flying = [m.id for m in remaining if in_flight(m, now, policy.abandoned_after_s)]
-    referenced = {entry.blob for m in remaining for entry in m.files}
+    used: dict[str, dict[int, int]] = defaultdict(dict)  # object -> {offset: size} of referenced contents
+    for m in remaining:
+        for entry in m.files:
+            used[entry.key][entry.offset] = entry.size
+    contents = {b.key: b for b in observed.blobs if is_stored_content(b.key)}
+    retired = {pack: b for b in observed.blobs if (pack := pack_of_retired(b.key))}
     cutoff = now.timestamp() - policy.blob_grace_s
-    orphans = [b for b in observed.blobs if b.key not in referenced]
-    old = sorted((b for b in orphans if b.mtime < cutoff), key=lambda b: b.key)
-    if flying and orphans:
-        return (
-            None,
-            f"{len(orphans)} unreferenced blobs left for the next run: snapshots in flight: {', '.join(flying)}",
-        )
-    note = None
+    orphans = [b for b in contents.values() if b.key not in used]
+    notes: list[str] = []
+    old = sorted((b for b in orphans if (retired.get(b.key) or b).mtime < cutoff), key=lambda b: b.key)
     if len(old) < len(orphans):
-        note = f"{len(orphans) - len(old)} unreferenced blobs are younger than {_human(policy.blob_grace_s)}: kept"
-    if not old:
-        return None, note
-    reason = f"referenced by no remaining snapshot of any job, older than {_human(policy.blob_grace_s)}"
-    action = Action(
-        ActionKind.DELETE_BLOBS, f"{len(old)} blobs", reason, None, tuple(b.key for b in old), sum(b.size for b in old)
-    )
-    return action, note
+        notes.append(
+            f"{len(orphans) - len(old)} unreferenced objects are younger than {_human(policy.blob_grace_s)}: kept"
+        )
+    doomed = {b.key for b in old}
+    # markers last: a pack killed between the two keeps its grace; a marker whose pack is gone goes too
+    markers = sorted(retired_key(pack) for pack in retired if pack in doomed or pack not in contents)
+    actions = []
+    if old or markers:
+        reason = f"referenced by no remaining snapshot of any job, older than {_human(policy.blob_grace_s)}"
+        keys = (*(b.key for b in old), *markers)
+        actions.append(
+            Action(ActionKind.DELETE_BLOBS, f"{len(old)} objects", reason, None, keys, sum(b.size for b in old))
+        )
+    for key, ranges in sorted(used.items()):
+        pack = contents.get(key)
+        if pack is None or not key.endswith(".pack") or pack.size == 0:
+            continue
+        live = sum(ranges.values())
+        unused = 1 - live / pack.size
+        if unused > policy.max_unused and live > 0:
+            reason = (
+                f"{unused:.0%} of its {pack.size} bytes referenced by no remaining snapshot "
+                f"(max unused {policy.max_unused:.0%})"
+            )
+            actions.append(Action(ActionKind.REPACK, key, reason, None, (key,), live))
+    if flying and (actions or orphans):  # nothing deleted, nothing moved: a create may reuse any content
+        repacks = sum(a.kind is ActionKind.REPACK for a in actions)
+        left = f"{len(orphans)} unreferenced objects and {repacks} repacks left for the next run"
+        return [], [f"{left}: snapshots in flight: {', '.join(flying)}"]
+    return actions, notes
 
 
 def _checkpoint_actions(
@@ -300,9 +337,7 @@ def plan(
     deleted = {a.target for a in snapshot_actions}
     remaining = [m for m in observed.manifests if m.id not in deleted]
     result = Plan(actions=[*snapshot_actions, *_checkpoint_actions(observed, policy, job_policies, now)], kept=kept)
-    blobs, note = _blob_action(observed, remaining, policy, now)
-    if blobs:
-        result.actions.append(blobs)
-    if note:
-        result.notes.append(note)
+    blobs, notes = _blob_actions(observed, remaining, policy, now)
+    result.actions.extend(blobs)
+    result.notes.extend(notes)
     return result

@@ -48,6 +48,7 @@ class RetentionPolicy:
     on_cancellation: OnCancellation = OnCancellation.RETAIN
     retired_retention_s: float = 7 * 86400.0
     blob_grace_s: float = 3600.0  # unreferenced contents younger than this are left alone
+    max_unused: float = 0.5  # a pack with more than this fraction of unreferenced bytes is repacked
 
     def for_kind(self, kind: Kind) -> KindPolicy:
         return self.checkpoint if kind is Kind.CHECKPOINT else self.savepoint
@@ -61,6 +62,7 @@ class RetentionPolicy:
             "on_cancellation": str(self.on_cancellation),
             "retired_retention_s": self.retired_retention_s,
             "blob_grace_s": self.blob_grace_s,
+            "max_unused": self.max_unused,
         }
 
 
@@ -78,6 +80,20 @@ def duration_seconds(value: Any, where: str) -> float:
     if seconds < 0:
         raise InvalidInput(f"{where} must not be negative; got {value!r}")
     return seconds
+
+
+def fraction(value: Any, where: str) -> float:
+    """'25%' or 0.25 (also as text): a share between 0 and 1."""
+    text = str(value).strip()
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        share = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise InvalidInput(f"{where} must be a fraction such as 0.25 or '25%'; got {value!r}") from None
+    if not 0 <= share <= 1:
+        raise InvalidInput(f"{where} must be between 0 and 1 (0% and 100%); got {value!r}")
+    return share
 
 
 def _keep_last(value: Any, where: str) -> int:
@@ -119,13 +135,14 @@ def parse_policy(
     retention.savepoint = { keep_last = 10 }
     retention.failed_grace = "1d"; abandoned_after = "6h"; blob_grace = "1h"
     retention.on_cancellation = "retain" | "delete"; retired_retention = "7d"
+    retention.max_unused = "50%"   (a pack more unused than this is repacked)
     """
     policy = base or RetentionPolicy()
     if raw is None:
         return policy
     if not isinstance(raw, Mapping):
         raise InvalidInput(f"{where} must be a table of settings; got {raw!r}")
-    allowed = {"checkpoint", "savepoint", "on_cancellation", *_DURATION_KEYS}
+    allowed = {"checkpoint", "savepoint", "on_cancellation", "max_unused", *_DURATION_KEYS}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise InvalidInput(f"{where} has unknown key(s) {', '.join(unknown)}: allowed are {', '.join(sorted(allowed))}")
@@ -135,6 +152,8 @@ def parse_policy(
     for key, attr in _DURATION_KEYS.items():
         if key in raw:
             policy = replace(policy, **{attr: duration_seconds(raw[key], f"{where}.{key}")})
+    if "max_unused" in raw:
+        policy = replace(policy, max_unused=fraction(raw["max_unused"], f"{where}.max_unused"))
     if "on_cancellation" in raw:
         value = raw["on_cancellation"]
         if value not in {m.value for m in OnCancellation}:

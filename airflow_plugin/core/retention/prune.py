@@ -2,13 +2,14 @@
 take retained checkpoints of running deployments.
 
 Crash safety of `execute`: manifests go first (a snapshot disappears as a whole the moment its manifest
-does), then retired checkpoint locations, then blobs. A blob is deleted only after every manifest that
-referenced it is gone, so a prune killed at any point leaves every COMPLETED snapshot whole; what it did
-not finish is unreferenced and old, so the next run's plan contains it again. Every delete is idempotent.
+does), then retired checkpoint locations, then repacks (repack.py: they only add and re-point), then
+stored objects. An object is deleted only after every manifest that referenced it is gone, so a prune
+killed at any point leaves every COMPLETED snapshot whole; what it did not finish is unreferenced and old,
+so the next run's plan contains it again. Every delete is idempotent.
 
-Racing a create: right before each batch of blob deletions the manifests are listed again; a snapshot in
-flight (or a new reference) that appeared since the plan was made stops the blob deletion, and the blobs
-are left for the next run."""
+Racing a create: right before each repack and each batch of object deletions the manifests are listed
+again; a snapshot in flight (or a new reference) that appeared since the plan was made stops them, and
+they are left for the next run."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ..context import JobContext
 from ..errors import CheckpointError
 from ..jobs.deployments import DEFAULT_HEARTBEAT_TIMEOUT, Deployments, State, observed_state
 from ..jobs.snapshot import snapshot_deployment
-from ..layout import BLOBS, check_name
+from ..layout import BLOBS, PACKS, check_name
 from ..parallel import chunked
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, in_flight
@@ -31,6 +32,7 @@ from ..storage import Storage, open_storage
 from .plan import Observed, ObservedDeployment, Plan
 from .plan import plan as make_plan
 from .policy import RetentionPolicy
+from .repack import repack
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,8 @@ def _deployments(
     for d in records.list(job):
         state = observed_state(d, records.status(job, d.id), timeout)
         present = bool(d.retired_at) and state.value in ("STOPPED", "FAILED") and open_location(d.checkpoint).exists()
-        observed.append(ObservedDeployment(job, d.id, str(state), d.checkpoint, d.restored_from, d.retired_at, present))
+        source = d.restored_from or d.prerestored_from  # a standby's pre-restore is needed to activate it
+        observed.append(ObservedDeployment(job, d.id, str(state), d.checkpoint, source, d.retired_at, present))
     return observed
 
 
@@ -66,7 +69,7 @@ def observe(
         check_name(job, "job name")
     manifests = tuple(store.list())
     deployments = tuple(d for name in store.jobs() for d in _deployments(store, name, heartbeat_timeout, open_location))
-    blobs = tuple(store.storage.list(BLOBS))
+    blobs = (*store.storage.list(BLOBS), *store.storage.list(PACKS))
     return Observed(manifests, deployments, blobs, frozenset({job}) if job else None)
 
 
@@ -80,6 +83,7 @@ class PruneResult:
     checkpoint_objects: int = 0
     blobs: int = 0
     deferred_blobs: int = 0
+    repacked: int = 0
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,25 +93,41 @@ class PruneResult:
             "deleted_checkpoint_objects": self.checkpoint_objects,
             "deleted_blobs": self.blobs,
             "deferred_blobs": self.deferred_blobs,
+            "repacked_packs": self.repacked,
             "notes": self.notes,
         }
 
 
-def _blocked(store: SnapshotStore, keys: list[str], policy: RetentionPolicy) -> tuple[str | None, set[str]]:
-    """Look again right before deleting blobs: a snapshot in flight stops everything; a blob referenced by
-    a manifest that appeared since the plan was made is spared."""
+def _blocked(
+    store: SnapshotStore, keys: list[str], policy: RetentionPolicy
+) -> tuple[str | None, set[str], list[Manifest]]:
+    """Look again right before deleting or repacking: a snapshot in flight stops everything; an object
+    referenced by a manifest that appeared (or was re-pointed) since the plan was made is spared."""
     manifests = store.list()
     now = datetime.now(UTC)
     flying = [m.id for m in manifests if in_flight(m, now, policy.abandoned_after_s)]
     if flying:
-        return f"snapshots in flight: {', '.join(flying)}", set()
+        return f"snapshots in flight: {', '.join(flying)}", set(), manifests
     wanted = set(keys)
-    return None, {e.blob for m in manifests for e in m.files if e.blob in wanted}
+    return None, {e.key for m in manifests for e in m.files if e.key in wanted}, manifests
+
+
+def _repack(store: SnapshotStore, packs: list[str], policy: RetentionPolicy, result: PruneResult) -> None:
+    for pack in packs:
+        reason, _, manifests = _blocked(store, [], policy)
+        if reason:
+            result.notes.append(f"repack stopped, left for the next run: {reason}")
+            return
+        skipped = repack(store, pack, manifests)
+        if skipped:
+            result.notes.append(skipped)
+        else:
+            result.repacked += 1
 
 
 def _delete_blobs(store: SnapshotStore, keys: list[str], policy: RetentionPolicy, result: PruneResult) -> None:
     for number, chunk in enumerate(chunked(keys, BLOB_CHUNK)):
-        reason, referenced = _blocked(store, chunk, policy)
+        reason, referenced, _ = _blocked(store, chunk, policy)
         if reason:
             result.deferred_blobs += len(keys) - number * BLOB_CHUNK
             result.notes.append(f"blob deletion stopped, left for the next run: {reason}")
@@ -124,7 +144,7 @@ def execute(
     *,
     open_location: Callable[[str], Storage] = open_storage,
 ) -> PruneResult:
-    """Carry out `plan`: manifests, then retired checkpoint locations, then blobs (see the module doc).
+    """Carry out `plan`: manifests, retired checkpoint locations, repacks, objects (see the module doc).
     Idempotent: objects already gone are fine, so a rerun of the same plan, or the next plan, finishes."""
     policy = policy or RetentionPolicy()
     result = PruneResult(notes=list(plan.notes))
@@ -135,6 +155,7 @@ def execute(
         location = open_location(action.location or "")
         result.checkpoint_objects += location.delete([info.key for info in location.list()])
         result.checkpoints += 1
+    _repack(store, [a.target for a in plan.repacks], policy, result)
     _delete_blobs(store, plan.blob_keys, policy, result)
     log.info("prune: %s", result.to_dict())
     return result

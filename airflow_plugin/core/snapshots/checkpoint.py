@@ -211,12 +211,13 @@ def _source_logs(storage: Storage, last_kept_lines: list[str]) -> list[ObjectInf
     """All of `sources/<i>/`, except that a file source's log stops at the logOffset of the last kept
     offsets file: an entry beyond it would make Spark skip files it never processed."""
     selected = []
+    bounds = [_log_offset(line) for line in last_kept_lines]  # once, not once per log file
     for info in storage.list("sources/"):
         parts = info.key.split("/")
         if len(parts) < 3 or is_transient(parts[-1]):
             continue
         index = int(parts[1]) if parts[1].isdigit() else -1
-        bound = _log_offset(last_kept_lines[index]) if 0 <= index < len(last_kept_lines) else None
+        bound = bounds[index] if 0 <= index < len(bounds) else None
         match = _SOURCE_LOG.match(parts[-1])
         if bound is not None and match and len(parts) == 3 and int(match.group(1)) > bound:
             continue

@@ -1,12 +1,16 @@
 """Take a snapshot: consistent at the latest committed batch N, incremental, checksummed, manifest last.
 
-Steps: read the restart point of batch N (checkpoint.py) -> write an IN_PROGRESS manifest -> copy every
-needed file into content-addressed blobs (files known from an earlier snapshot of the same location
-and files whose content the store already holds are not uploaded again) -> write the COMPLETED manifest.
-If Spark's cleanup deletes a file mid-copy (or a file changes size), start again at a newer N. A crash at
-any point leaves at most an IN_PROGRESS manifest and unreferenced blobs, never a COMPLETED snapshot with a
-missing file. Reused blobs are not checked one by one: deletions never race a create (the ordering
-argument is in docs/architecture.md, "Retention and garbage collection"); `verify` checks every blob."""
+Steps: read the restart point of batch N (checkpoint.py) -> write an IN_PROGRESS manifest -> store every
+needed file's content (blobs.py: small ones into packs, large ones as single objects; files known from an
+earlier snapshot of the same location and contents the job's snapshots already hold are not stored
+again) -> write the last pack -> write the COMPLETED manifest. If Spark's cleanup deletes a file mid-copy
+(or a file changes size), start again at a newer N. A crash at any point leaves at most an IN_PROGRESS
+manifest and unreferenced objects, never a COMPLETED snapshot with a missing file. Reused contents are not
+checked one by one: deletions never race a create (the ordering argument is in docs/architecture.md,
+"Retention and garbage collection"); `verify` checks every content.
+
+Over 300 lines: the copy (hash exactly what is stored, deduplicate, pack), the sink logs and the retries
+are one transaction that ends in the manifest; split, each part would need the others' state."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import logging
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,7 @@ from ..progress import NullProgress, Progress
 from ..sinks import FILE, SinkRef
 from ..sinks import file as file_sink
 from ..storage import ObjectInfo, Storage, copy_and_hash, open_storage
+from .blobs import BlobWriter
 from .checkpoint import RestartPoint, read_restart_point
 from .manifest import (
     FileEntry,
@@ -44,7 +49,7 @@ from .store import SnapshotStore
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
-SMALL_FILE = 8 * 1024 * 1024  # read into memory in one go (per thread)
+SMALL_FILE = 8 * 1024 * 1024  # a task copies files of up to this many bytes together
 
 
 @dataclass(frozen=True)
@@ -63,74 +68,103 @@ class SnapshotRequest:
 
 @dataclass
 class _Known:
-    """What earlier snapshots of this job already stored: by source file identity and by content."""
+    """What earlier snapshots of this job already stored: by source file identity and by content, each with
+    the object and offset that hold it."""
 
-    by_file: dict[tuple[str, int, float], str]
-    contents: set[str]
+    by_file: dict[tuple[str, int, float], FileEntry]
+    contents: dict[str, tuple[str, int]]
 
     @classmethod
     def load(cls, store: SnapshotStore, job: str, source: str) -> _Known:
-        by_file: dict[tuple[str, int, float], str] = {}
-        contents: set[str] = set()
+        by_file: dict[tuple[str, int, float], FileEntry] = {}
+        contents: dict[str, tuple[str, int]] = {}
         for manifest in store.list(job):
             if manifest.status is not SnapshotStatus.COMPLETED:
                 continue
             for entry in manifest.files:
-                contents.add(entry.sha256)
+                contents[entry.sha256] = (entry.key, entry.offset)
                 if manifest.source == source:
-                    by_file[(entry.path, entry.size, entry.mtime)] = entry.sha256
+                    by_file[(entry.path, entry.size, entry.mtime)] = entry
         return cls(by_file, contents)
 
 
+def _batches(files: list[ObjectInfo], count: int = 64, size: int = SMALL_FILE) -> Iterator[list[ObjectInfo]]:
+    """Files in groups of up to `count` files and `size` bytes: one task each (a task per small file costs
+    more than copying it)."""
+    batch: list[ObjectInfo] = []
+    total = 0
+    for info in files:
+        if batch and (len(batch) == count or total + info.size > size):
+            yield batch
+            batch, total = [], 0
+        batch.append(info)
+        total += info.size
+    if batch:
+        yield batch
+
+
 class _Copier:
-    """Copies the files of one attempt; thread-safe; uploads each content at most once. The bytes that
-    are hashed are exactly the bytes that are stored (read once, or copied once to a private file)."""
+    """Copies the files of one attempt; thread-safe; stores each content at most once, small ones into
+    packs (blobs.py). The bytes that are hashed are exactly the bytes that are stored (read once, or
+    copied once to a private file)."""
 
     def __init__(
         self,
-        store: SnapshotStore,
         checkpoint: Storage,
         known: _Known,
         progress: Progress,
+        writer: BlobWriter,
         prefix: str = "",
-        claimed: set[str] | None = None,
+        stored: dict[str, tuple[str, int]] | None = None,
     ) -> None:
-        self.store, self.checkpoint, self.known, self.progress = store, checkpoint, known, progress
+        self.checkpoint, self.known, self.progress, self.writer = checkpoint, known, progress, writer
         self.prefix = prefix  # where the files go in the manifest: "" for the checkpoint, a sink's log elsewhere
         self.lock = threading.Lock()
-        self.claimed: set[str] = set() if claimed is None else claimed  # shared: one upload per content
+        self.stored: dict[str, tuple[str, int]] = {} if stored is None else stored  # shared: once per content
         self.uploaded_bytes = 0
         self.uploaded_files = 0
 
+    def batch(self, infos: list[ObjectInfo]) -> list[FileEntry]:
+        return [self(info) for info in infos]
+
     def __call__(self, info: ObjectInfo) -> FileEntry:
         path = self.prefix + info.key
-        sha = self.known.by_file.get((path, info.size, info.mtime))
-        if sha is None:
+        hit = self.known.by_file.get((path, info.size, info.mtime))
+        if hit is not None:
+            entry = FileEntry(path, info.size, hit.sha256, info.mtime, hit.key, hit.offset)
+        else:
             try:
-                sha = self._copy_small(info) if info.size <= SMALL_FILE else self._copy_large(info)
+                packed = self.writer.fits_pack(info.size)
+                sha, (key, offset) = self._copy_small(info) if packed else self._copy_large(info)
             except FileNotFoundError:
                 raise CheckpointChanged(f"{self.checkpoint.uri}/{info.key} was deleted while being copied") from None
+            entry = FileEntry(path, info.size, sha, info.mtime, key, offset)
         self.progress.advance(info.size)
-        return FileEntry(path, info.size, sha, info.mtime)
+        return entry
 
-    def _copy_small(self, info: ObjectInfo) -> str:
+    def _copy_small(self, info: ObjectInfo) -> tuple[str, tuple[str, int]]:
         data = self.checkpoint.read(info.key)
         self._check_size(info, len(data))
         sha = hashlib.sha256(data).hexdigest()
-        if self._claim(sha):
-            self.store.storage.write(blob_key(sha), data)
-            self._count(len(data))
-        return sha
+        with self.lock:
+            location = self._lookup(sha)
+            sealed = None
+            if location is None:
+                key, offset, sealed = self.writer.append(data)
+                location = self.stored[sha] = (key, offset)
+                self._count(len(data))
+        self.writer.write(sealed)
+        return sha, location
 
-    def _copy_large(self, info: ObjectInfo) -> str:
+    def _copy_large(self, info: ObjectInfo) -> tuple[str, tuple[str, int]]:
         with self.checkpoint.fetched(info.key) as source, tempfile.TemporaryDirectory(prefix="savepoints-") as tmp:
             private = Path(tmp) / "copy"
             digest = copy_and_hash(source, private)  # the live file may be replaced; this copy may not
             self._check_size(info, digest.size)
-            if self._claim(digest.sha256):
-                self.store.storage.upload(private, blob_key(digest.sha256))
-                self._count(digest.size)
-        return digest.sha256
+            location, new = self._claim(digest.sha256, digest.size)
+            if new:
+                self.writer.put_large(digest.sha256, private)
+        return digest.sha256, location
 
     def _check_size(self, info: ObjectInfo, size: int) -> None:
         if size != info.size:
@@ -138,17 +172,26 @@ class _Copier:
                 f"{self.checkpoint.uri}/{info.key} changed size while being copied ({info.size} -> {size})"
             )
 
-    def _claim(self, sha: str) -> bool:
-        """Whether this thread should upload `sha`: the store does not hold it and nobody else took it."""
+    def _lookup(self, sha: str) -> tuple[str, int] | None:
+        """Where the store (or this attempt) already holds `sha`; call with the lock held."""
+        return self.known.contents.get(sha) or self.stored.get(sha)
+
+    def _claim(self, sha: str, size: int) -> tuple[tuple[str, int], bool]:
+        """Where a content too large for a pack is stored, and whether this thread must store it (nobody
+        holds or took it). Another thread may still be uploading what it claimed: the manifest is written
+        only after all have finished."""
         with self.lock:
-            first = sha not in self.claimed
-            self.claimed.add(sha)
-            return first and sha not in self.known.contents
+            found = self._lookup(sha)
+            if found is not None:
+                return found, False
+            location = self.stored[sha] = (blob_key(sha), 0)
+            self._count(size)
+        return location, True
 
     def _count(self, size: int) -> None:
-        with self.lock:
-            self.uploaded_bytes += size
-            self.uploaded_files += 1
+        """Call with the lock held."""
+        self.uploaded_bytes += size
+        self.uploaded_files += 1
 
 
 def create_snapshot(
@@ -236,10 +279,12 @@ def _attempt(
 ) -> Manifest:
     planned = time.monotonic()
     known = _Known.load(store, request.job, checkpoint.uri)
-    copier = _Copier(store, checkpoint, known, progress)
+    writer = store.blobs.writer()
+    copier = _Copier(checkpoint, known, progress, writer)
     progress.start(f"snapshot {manifest.id} (batch {point.batch_id})", point.total_bytes, len(point.files))
     try:
-        files = sorted(run_parallel(copier, point.files, concurrency=concurrency), key=lambda f: f.path)
+        batches = run_parallel(copier.batch, _batches(point.files), concurrency=concurrency)
+        files = [entry for batch in batches for entry in batch]
     finally:
         progress.finish()
     copied = time.monotonic()
@@ -254,6 +299,7 @@ def _attempt(
     manifest.restore_conf = point.restore_conf
     manifest.operators = point.operators
     sink_copiers = _record_sinks(manifest, request.sinks, point.batch_id, open_location, copier)
+    writer.flush()  # the last pack: every content the manifest references is stored before the commit
     files = sorted([*files, *(f for c in sink_copiers for f in c.files)], key=lambda f: f.path)
     manifest.files = files
     manifest.total_bytes = sum(f.size for f in files)
@@ -303,7 +349,7 @@ def _record_sinks(
             output = open_location(sink.location)
             logs = file_sink.log_at(output, batch_id)
             prefix = sink_log_prefix(index)
-            sink_copier = _Copier(copier.store, output, copier.known, copier.progress, prefix, copier.claimed)
+            sink_copier = _Copier(output, copier.known, copier.progress, copier.writer, prefix, copier.stored)
             try:
                 copied = list(run_parallel(sink_copier, logs))
             except CheckpointChanged as exc:  # compacted and cleaned up meanwhile: the next attempt reads anew

@@ -1,4 +1,4 @@
-"""Small state changes of a snapshot: pin, unpin, delete (with the contents only it referenced)."""
+"""Small state changes of a snapshot: pin, unpin, delete (with the stored objects only it referenced)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import Refused
+from ..layout import PACKS, retired_key
 from .manifest import Manifest, in_flight
 from .store import SnapshotStore
 
@@ -32,8 +33,9 @@ def delete_snapshot(store: SnapshotStore, job: str, snapshot_id: str, *, force: 
         )
     store.remove(manifest)
     remaining = store.list()
-    still_used = {entry.sha256 for other in remaining for entry in other.files}
-    orphans = sorted({entry.blob for entry in manifest.files if entry.sha256 not in still_used})
+    still_used = {entry.key for other in remaining for entry in other.files}
+    # a pack goes only when no remaining snapshot references any content in it (repack: retention/)
+    orphans = sorted({entry.key for entry in manifest.files if entry.key not in still_used})
     now = datetime.now(UTC)
     flying = [m.id for m in remaining if in_flight(m, now)]
     if flying:
@@ -44,5 +46,5 @@ def delete_snapshot(store: SnapshotStore, job: str, snapshot_id: str, *, force: 
             "deferred_blobs": len(orphans),
             "deferred_because": f"snapshots in flight: {', '.join(flying)}",
         }
-    store.storage.delete(orphans)
+    store.blobs.delete([*orphans, *(retired_key(k) for k in orphans if k.startswith(PACKS))])
     return {"snapshot": manifest.id, "job": job, "deleted_blobs": len(orphans), "deferred_blobs": 0}

@@ -13,10 +13,14 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import IntegrityError, InvalidInput
-from ..layout import blob_key, check_name
+from ..layout import blob_key, check_name, is_stored_content
 from ..storage import check_key
 
-FORMAT_VERSION = 1
+# 1: files as [path, size, sha256, mtime], each content one object at blob_key(sha256).
+# 2: files as [path, size, sha256, mtime, key, offset]: the store object holding the content and where in it
+#    (a pack holds many small files; a large file is one object at offset 0). Version 1 is read as well.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, FORMAT_VERSION)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -94,6 +98,20 @@ def in_flight(manifest: Manifest, now: datetime, abandoned_after_s: float = IN_F
     return manifest.status is SnapshotStatus.IN_PROGRESS and (now - created).total_seconds() < abandoned_after_s
 
 
+def _file_entry(item: list[Any], version: int) -> FileEntry:
+    if version == 1:
+        path, size, sha, mtime = item
+        key, offset = blob_key(str(sha)), 0
+    else:
+        path, size, sha, mtime, key, offset = item
+    check_key(path)
+    if not isinstance(size, int) or size < 0 or not _SHA256.match(str(sha)):
+        raise ValueError(f"bad file entry {item!r}")
+    if not isinstance(key, str) or not is_stored_content(check_key(key)) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"bad stored location in file entry {item!r}")
+    return FileEntry(path, size, sha, float(mtime), key, offset)
+
+
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -104,10 +122,17 @@ class FileEntry:
     size: int
     sha256: str
     mtime: float = 0.0  # of the source file; lets the next snapshot of the same location skip re-hashing
+    key: str = ""  # the store object holding the content: a pack, or the content's own blob ("": its blob)
+    offset: int = 0  # where the content starts in that object; it is `size` bytes long
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            self.key = blob_key(self.sha256)
 
     @property
-    def blob(self) -> str:
-        return blob_key(self.sha256)
+    def byte_range(self) -> str:
+        """The HTTP Range of the content in its object (what `aws s3api get-object --range` takes)."""
+        return f"bytes={self.offset}-{self.offset + self.size - 1}"
 
 
 @dataclass(slots=True)
@@ -149,7 +174,8 @@ class Manifest:
 
     def to_json(self) -> bytes:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "files"}
-        data["files"] = [[f.path, f.size, f.sha256, f.mtime] for f in self.files]  # compact: 100k files
+        data["format_version"] = FORMAT_VERSION
+        data["files"] = [[f.path, f.size, f.sha256, f.mtime, f.key, f.offset] for f in self.files]  # compact
         return json.dumps(data, separators=(",", ":"), sort_keys=False).encode()
 
     @classmethod
@@ -159,15 +185,13 @@ class Manifest:
             data = json.loads(raw)
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
-            if data.get("format_version") != FORMAT_VERSION:
-                raise ValueError(f"unknown format_version {data.get('format_version')!r}")
-            files = []
-            for item in data.pop("files", []):
-                path, size, sha, mtime = item
-                check_key(path)
-                if not isinstance(size, int) or size < 0 or not _SHA256.match(str(sha)):
-                    raise ValueError(f"bad file entry {item!r}")
-                files.append(FileEntry(path, size, sha, float(mtime)))
+            version = data.get("format_version")
+            if version not in READABLE_VERSIONS:
+                raise ValueError(
+                    f"unknown format_version {version!r} (this savepoints reads {READABLE_VERSIONS}): "
+                    "a newer savepoints wrote it; upgrade savepoints"
+                )
+            files = [_file_entry(item, version) for item in data.pop("files", [])]
             manifest = cls(files=files, **data)
             manifest.kind = Kind(manifest.kind)
             manifest.trigger = Trigger(manifest.trigger)

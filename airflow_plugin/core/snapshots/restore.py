@@ -1,13 +1,22 @@
 """Restore a snapshot into a NEW checkpoint location (Flink's NO_CLAIM: the snapshot is only read).
 
 `plan_restore` checks everything and returns the plan as data (a dry run prints it); `execute_restore`
-carries it out: every file's checksum is verified on the way, absolute paths inside transformWithState
-metadata are rewritten to the new location, the commit files come last, and on any failure whatever
-was written is removed again, so the target is left as it was found."""
+carries it out: contents are read with as few requests as the packs allow (blobs.py), every file's
+checksum is verified on the way, absolute paths inside transformWithState metadata are rewritten to the
+new location, the commit files come last, and on any failure whatever was written is removed again, so
+the target is left as it was found.
+
+Incremental (`onto`): the target holds exactly an earlier restore of another snapshot of the same query
+(an upgrade restores its live savepoint into the new driver's location while the old version still runs).
+Then only the files whose path or content differ travel, files the snapshot does not have are removed,
+and the result is exactly what a restore into an empty location gives. A target that is anything else
+(a file more or less, another query, a later batch than the snapshot) is refused; a failure leaves the
+target empty (it held nothing but the earlier restore).
+
+Over 300 lines: planning (plain and incremental, the sink guard) and executing are one contract."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 import tempfile
@@ -23,6 +32,7 @@ from ..progress import NullProgress, Progress
 from ..sinks import FILE, GUARDED
 from ..sinks import file as file_sink
 from ..storage import Storage, open_storage, sha256_file, spark_uri
+from .blobs import IN_MEMORY, checksum_problem
 from .manifest import SINK_LOGS, FileEntry, Manifest, SnapshotStatus, sink_log_prefix
 from .store import SnapshotStore
 
@@ -41,6 +51,9 @@ class RestorePlan:
     spark_conf: dict[str, str] = field(default_factory=dict)  # the restored query must set these
     warnings: list[str] = field(default_factory=list)
     rewinds: list[tuple[Storage, file_sink.Rewind]] = field(default_factory=list)  # sinks moved back first
+    onto: Manifest | None = None  # incremental: the snapshot the target already holds a restore of
+    removals: list[str] = field(default_factory=list)  # incremental: files of `onto` this snapshot lacks
+    unchanged: int = 0  # incremental: files already in place
 
     @property
     def total_bytes(self) -> int:
@@ -60,6 +73,7 @@ class RestorePlan:
             "spark_conf": self.spark_conf,
             "warnings": self.warnings,
             "sink_rewinds": [rewind.describe() for _, rewind in self.rewinds],
+            **({"onto": self.onto.id, "unchanged": self.unchanged, "removed": len(self.removals)} if self.onto else {}),
         }
 
 
@@ -72,35 +86,25 @@ def plan_restore(
     rewind_sink: bool = False,
     check_sinks: bool = True,
     open_location: Callable[[str], Storage] = open_storage,
+    onto: str | None = None,
 ) -> RestorePlan:
     """Check everything and return what a restore would do; nothing is written. A sink that committed
     batches beyond the snapshot is refused (see sinks/) unless `rewind_sink`: then the plan also moves the
     sink back to the snapshot's batch. `check_sinks=False` for throwaway copies that write no sink (deep
-    verify, the pre-flight's noop sink)."""
-    manifest = store.get(job, snapshot_id)
-    if manifest.status is not SnapshotStatus.COMPLETED:
-        detail = f": {manifest.error}" if manifest.error else ""
-        raise Refused(
-            f"snapshot {manifest.id} of job {job} is {manifest.status}{detail}; nothing was restored. "
-            f"Pick a COMPLETED one with `savepoints list --job {job}`"
-        )
-    existing = next(iter(target.list()), None)
-    if existing is not None:
-        raise Refused(
-            f"restore target {target.uri} is not empty (it holds {existing.key}): restore into a new, empty "
-            "location; nothing was written"
-        )
+    verify, the pre-flight's noop sink, an upgrade's early restore). `onto`: the id of the snapshot whose
+    restore the target holds (an incremental restore, see the module doc)."""
+    manifest = _completed(store, job, snapshot_id)
     plan = RestorePlan(manifest, target, [])
-    rewritten = {f.path for f in manifest.files if _ABSOLUTE_PATH_FILE.match(f.path)}
-    for entry in manifest.files:
-        parent = entry.path.removesuffix(".crc")
-        if entry.path.startswith(SINK_LOGS):
-            continue  # kept for rewinding a sink, not part of the checkpoint
-        if entry.path.endswith(".crc") and parent in rewritten:
-            plan.dropped.append(entry.path)
-        else:
-            plan.files.append(entry)
-    plan.rewrites = sorted(rewritten)
+    plan.files, plan.dropped, plan.rewrites = _checkpoint_files(manifest)
+    if onto is None:
+        existing = next(iter(target.list()), None)
+        if existing is not None:
+            raise Refused(
+                f"restore target {target.uri} is not empty (it holds {existing.key}): restore into a new, empty "
+                "location; nothing was written"
+            )
+    else:
+        _plan_incremental(plan, _completed(store, job, onto))
     plan.spark_conf = {**manifest.spark_conf, **manifest.restore_conf}
     plan.warnings.append(
         f"the restored query keeps query id {manifest.query_id}: stop the original query before starting it, "
@@ -109,6 +113,63 @@ def plan_restore(
     if check_sinks:
         _guard_sinks(store, plan, rewind_sink, open_location)
     return plan
+
+
+def _completed(store: SnapshotStore, job: str, snapshot_id: str) -> Manifest:
+    manifest = store.get(job, snapshot_id)
+    if manifest.status is not SnapshotStatus.COMPLETED:
+        detail = f": {manifest.error}" if manifest.error else ""
+        raise Refused(
+            f"snapshot {manifest.id} of job {job} is {manifest.status}{detail}; nothing was restored. "
+            f"Pick a COMPLETED one with `savepoints list --job {job}`"
+        )
+    return manifest
+
+
+def _checkpoint_files(manifest: Manifest) -> tuple[list[FileEntry], list[str], list[str]]:
+    """The files a restore writes, the stale checksums it drops, the files whose absolute paths it rewrites."""
+    rewritten = {f.path for f in manifest.files if _ABSOLUTE_PATH_FILE.match(f.path)}
+    files, dropped = [], []
+    for entry in manifest.files:
+        if entry.path.startswith(SINK_LOGS):
+            continue  # kept for rewinding a sink, not part of the checkpoint
+        if entry.path.endswith(".crc") and entry.path.removesuffix(".crc") in rewritten:
+            dropped.append(entry.path)
+        else:
+            files.append(entry)
+    return files, dropped, sorted(rewritten)
+
+
+def _plan_incremental(plan: RestorePlan, onto: Manifest) -> None:
+    """Refuse unless the target is exactly a restore of `onto`, an earlier state of the same query; then
+    keep only the files to write and list the ones to remove."""
+    manifest, target = plan.manifest, plan.target
+    refuse = f"cannot restore {manifest.id} incrementally onto {target.uri}"
+    if onto.query_id != manifest.query_id:
+        raise Refused(f"{refuse}: it holds snapshot {onto.id} of another query ({onto.query_id}); nothing was written")
+    if (onto.batch_id or 0) > (manifest.batch_id or 0):
+        raise Refused(
+            f"{refuse}: it holds batch {onto.batch_id}, later than the snapshot's {manifest.batch_id}; "
+            "nothing was written"
+        )
+    before, _, rewritten = _checkpoint_files(onto)
+    expected = {f.path: f for f in before}
+    present = {info.key: info.size for info in target.list()}
+    odd = sorted(
+        set(present) ^ set(expected)
+        | {p for p, size in present.items() if p in expected and p not in rewritten and size != expected[p].size}
+    )
+    if odd:
+        raise Refused(
+            f"{refuse}: it is not exactly the restore of snapshot {onto.id} ({len(odd)} files differ, e.g. {odd[0]}): "
+            "restore into a new, empty location; nothing was written"
+        )
+    final = {f.path for f in plan.files}
+    plan.onto = onto
+    plan.removals = sorted(set(expected) - final)
+    changed = [f for f in plan.files if f.path not in expected or expected[f.path].sha256 != f.sha256]
+    plan.unchanged = len(plan.files) - len(changed)
+    plan.files = changed
 
 
 def sink_bound(manifest: Manifest) -> int | None:
@@ -164,15 +225,7 @@ def _saved_sink_log(store: SnapshotStore, manifest: Manifest, index: int) -> dic
     kept = [entry for entry in manifest.files if entry.path.startswith(prefix)]
     if not kept:
         return None
-    saved = {}
-    for entry in kept:
-        data = store.storage.read(entry.blob)
-        if hashlib.sha256(data).hexdigest() != entry.sha256:
-            raise IntegrityError(
-                f"snapshot {manifest.id}: its copy of {entry.path} does not match its checksum; run `savepoints verify`"
-            )
-        saved[entry.path[len(prefix) :]] = data
-    return saved
+    return {entry.path[len(prefix) :]: store.blobs.read(entry) for entry in kept}
 
 
 def execute_restore(
@@ -184,38 +237,7 @@ def execute_restore(
 ) -> dict[str, Any]:
     progress = progress or NullProgress()
     target = plan.target
-    root = spark_uri(target)
-    written: list[str] = []
-
-    def restore_one(entry: FileEntry) -> None:
-        destination = target.local_path(entry.path)
-        local = _scratch_file(destination)
-        written.append(entry.path)  # before the write: a failure mid-write is cleaned up too
-        try:
-            try:
-                store.storage.download(entry.blob, local, size=entry.size)
-            except FileNotFoundError:
-                raise IntegrityError(
-                    f"snapshot {plan.manifest.id}: stored content of {entry.path} ({entry.blob}) is missing; "
-                    "restore another snapshot"
-                ) from None
-            digest = sha256_file(local)
-            if digest.sha256 != entry.sha256 or digest.size != entry.size:
-                raise IntegrityError(
-                    f"snapshot {plan.manifest.id}: {entry.path} does not match its checksum (stored content "
-                    f"{entry.blob} is corrupt); restore another snapshot and run `savepoints verify`"
-                )
-            if entry.path in plan.rewrites:
-                text = local.read_text()
-                local.write_text(_SCHEMA_PATH.sub(lambda m: f'"{root}{m.group(2)}"', text))
-            if destination is not None:
-                local.replace(destination)  # same directory: an atomic rename, no second copy
-            else:
-                target.upload(local, entry.path)
-        finally:
-            local.unlink(missing_ok=True)
-        progress.advance(entry.size)
-
+    writer = _Writer(plan, spark_uri(target))
     started = time.monotonic()
     for output, rewind in plan.rewinds:  # first: the sink is back at batch N before anything can run on N
         file_sink.execute(output, rewind)
@@ -224,10 +246,17 @@ def execute_restore(
     last = [f for f in plan.files if f.path.startswith("commits/")]
     progress.start(f"restore {plan.manifest.id} -> {target.uri}", plan.total_bytes, len(plan.files))
     try:
+        target.delete(plan.removals)
         for batch in (first, last):
-            for _ in run_parallel(restore_one, batch, concurrency=concurrency):
-                pass
+            small = [f for f in batch if f.size <= IN_MEMORY]
+            for entry in store.blobs.read_each(small, writer.write, concurrency=concurrency):
+                progress.advance(entry.size)
+            large = [f for f in batch if f.size > IN_MEMORY]
+            for entry in run_parallel(lambda e: writer.download(store, e), large, concurrency=concurrency):
+                progress.advance(entry.size)
     except BaseException as exc:
+        # an incremental target held nothing but the earlier restore: left empty, never half of each
+        written = [info.key for info in target.list()] if plan.onto else writer.written
         _remove_partial(plan, written, exc)
         raise
     finally:
@@ -252,10 +281,71 @@ def _remove_partial(plan: RestorePlan, written: list[str], failure: BaseExceptio
             ) from failure
 
 
-def _scratch_file(destination: Path | None) -> Path:
-    """Where a file is downloaded and checked: beside its destination (so the final move is a rename,
-    and Spark ignores the dot-name meanwhile), or in the system temp directory for remote targets."""
-    directory = destination.parent if destination is not None else Path(tempfile.gettempdir())
-    directory.mkdir(parents=True, exist_ok=True)
-    name = destination.name if destination is not None else "restore"
-    return directory / f".{name}.{secrets.token_hex(8)}.tmp"
+class _Writer:
+    """Puts checked contents into place: beside its destination first (so that the final move is an
+    atomic rename, and Spark ignores the dot-name meanwhile), or with one atomic write to a remote target."""
+
+    def __init__(self, plan: RestorePlan, root: str) -> None:
+        self.plan, self.root = plan, root
+        self.written: list[str] = []
+        self.directories: set[Path] = set()
+
+    def write(self, entry: FileEntry, data: bytes | None) -> FileEntry:
+        problem = checksum_problem(entry, data)
+        if problem is not None or data is None:
+            raise self._integrity(entry, problem or "")
+        if entry.path in self.plan.rewrites:
+            data = _SCHEMA_PATH.sub(lambda m: f'"{self.root}{m.group(2)}"', data.decode()).encode()
+        self.written.append(entry.path)  # before the write: a failure mid-write is cleaned up too
+        destination = self.plan.target.local_path(entry.path)
+        if destination is None:
+            self.plan.target.write(entry.path, data)
+            return entry
+        local = self._scratch(destination)
+        try:
+            local.write_bytes(data)
+            local.replace(destination)
+        finally:
+            local.unlink(missing_ok=True)
+        return entry
+
+    def download(self, store: SnapshotStore, entry: FileEntry) -> FileEntry:
+        """A content too large for memory: streamed to a scratch file, checked, moved into place."""
+        destination = self.plan.target.local_path(entry.path)
+        local = self._scratch(destination)
+        self.written.append(entry.path)
+        try:
+            try:
+                store.blobs.download(entry, local)
+            except FileNotFoundError:
+                raise self._integrity(entry, f"{entry.path}: stored content {entry.key} is missing") from None
+            digest = sha256_file(local)
+            if digest.sha256 != entry.sha256 or digest.size != entry.size:
+                raise self._integrity(entry, "checksum")
+            if destination is not None:
+                local.replace(destination)
+            else:
+                self.plan.target.upload(local, entry.path)
+        finally:
+            local.unlink(missing_ok=True)
+        return entry
+
+    def _integrity(self, entry: FileEntry, problem: str) -> IntegrityError:
+        snapshot = self.plan.manifest.id
+        if "missing" in problem:
+            return IntegrityError(
+                f"snapshot {snapshot}: stored content of {entry.path} ({entry.key}) is missing; "
+                "restore another snapshot"
+            )
+        return IntegrityError(
+            f"snapshot {snapshot}: {entry.path} does not match its checksum (stored content {entry.key} "
+            f"{entry.byte_range} is corrupt); restore another snapshot and run `savepoints verify`"
+        )
+
+    def _scratch(self, destination: Path | None) -> Path:
+        directory = destination.parent if destination is not None else Path(tempfile.gettempdir())
+        if directory not in self.directories:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.directories.add(directory)
+        name = destination.name if destination is not None else "restore"
+        return directory / f".{name}.{secrets.token_hex(8)}.tmp"

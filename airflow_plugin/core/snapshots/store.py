@@ -1,4 +1,5 @@
-"""The snapshots of a store: manifests per job (their keys: layout.py), read, listed, written, removed."""
+"""The snapshots of a store: manifests per job (their keys: layout.py), read, listed, written, removed; the
+contents they reference are behind `SnapshotStore.blobs` (blobs.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from ..errors import IntegrityError, NotFound
 from ..layout import check_name, manifest_key
 from ..parallel import run_parallel
 from ..storage import Storage
+from .blobs import Blobs
 from .manifest import Manifest, SnapshotStatus
 
 log = logging.getLogger(__name__)
@@ -17,10 +19,12 @@ LATEST = "latest"
 
 
 class SnapshotStore:
-    """Manifests and blobs of one store. Listing skips unreadable manifests with a warning; `get` raises."""
+    """Manifests of one store, and its stored contents (`blobs`). Listing skips unreadable manifests with a
+    warning; `get` raises."""
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
+        self.blobs = Blobs(storage)
 
     @property
     def uri(self) -> str:

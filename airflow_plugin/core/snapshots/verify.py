@@ -1,5 +1,6 @@
-"""Verify a snapshot: every stored file against its checksum; `deep` also restores it into a scratch
-location and has Spark read every operator's state at batch N (a separate Spark application,
+"""Verify a snapshot: every stored file against its checksum (packed files by their byte ranges, each
+pack read with as few requests as its layout allows); `deep` also restores it into a scratch location and
+has Spark read every operator's state at batch N (a separate Spark application,
 spark_jobs/tools/state_check.py), comparing rows with the original checkpoint while it still holds N."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
 from ..spark_app import run_spark_tool
 from ..storage import LocalStorage, sha256_file
+from .blobs import IN_MEMORY, checksum_problem
 from .manifest import FileEntry, SnapshotStatus, utc_now
 from .restore import execute_restore, plan_restore
 from .store import SnapshotStore
@@ -59,28 +61,38 @@ def verify_snapshot(
     started = time.monotonic()
     report = VerifyReport(manifest.id, job, manifest.batch_id, len(manifest.files), manifest.total_bytes)
 
-    def check(entry: FileEntry) -> str | None:
+    def check(entry: FileEntry, data: bytes | None) -> str | None:
+        progress.advance(entry.size)
+        return checksum_problem(entry, data)
+
+    def check_large(entry: FileEntry) -> str | None:
         try:
-            with store.storage.fetched(entry.blob) as local:
+            with store.storage.fetched(entry.key) as local:
                 digest = sha256_file(local)
         except FileNotFoundError:
-            return f"{entry.path}: stored content {entry.blob} is missing"
+            return check(entry, None)
         progress.advance(entry.size)
         if digest.size != entry.size or digest.sha256 != entry.sha256:
-            return f"{entry.path}: checksum mismatch (stored content {entry.blob} is corrupt)"
+            return f"{entry.path}: checksum mismatch (stored content {entry.key} {entry.byte_range} is corrupt)"
         return None
 
+    small = [f for f in manifest.files if f.size <= IN_MEMORY]
+    large = [f for f in manifest.files if f.size > IN_MEMORY]
     progress.start(f"verify {manifest.id}", manifest.total_bytes, len(manifest.files))
     try:
-        report.problems = sorted(p for p in run_parallel(check, manifest.files, concurrency=concurrency) if p)
+        problems = list(store.blobs.read_each(small, check, concurrency=concurrency))
+        problems += run_parallel(check_large, large, concurrency=concurrency)
+        report.problems = sorted(p for p in problems if p)
     finally:
         progress.finish()
     if deep and report.ok:
         report.deep = _deep(store, job, manifest.id, manifest.batch_id, manifest.source, concurrency)
         report.problems.extend(report.deep.get("problems", []))
     report.seconds = round(time.monotonic() - started, 3)
-    manifest.verification = {"ok": report.ok, "deep": deep, "at": utc_now(), "problems": report.problems[:20]}
-    store.put(manifest)
+    # read again right before writing: a repack may have moved contents while this ran (retention/repack.py)
+    current = store.get(job, manifest.id)
+    current.verification = {"ok": report.ok, "deep": deep, "at": utc_now(), "problems": report.problems[:20]}
+    store.put(current)
     return report
 
 

@@ -133,6 +133,12 @@ class Storage(ABC):
             self.download(key, path)
             yield path
 
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """`length` bytes of `key` from byte `start` (one ranged request where the backend has them)."""
+        with self.fetched(key) as local, local.open("rb") as handle:
+            handle.seek(start)
+            return handle.read(length)
+
     def local_path(self, key: str) -> Path | None:
         """The file behind `key` when this storage is a local directory (lets copies skip a temp file)."""
         return None

@@ -250,6 +250,21 @@ class S3Storage(Storage):
     def read(self, key: str) -> bytes:
         return self.read_with_token(key)[0]
 
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """A range past the object's end reads as empty (a truncated object is corrupt, not unreachable)."""
+        from botocore.exceptions import ClientError
+
+        with self._errors("read", key):
+            try:
+                response = self.client.get_object(
+                    Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}"
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") == "InvalidRange":
+                    return b""
+                raise
+            return response["Body"].read()
+
     def write(self, key: str, data: bytes) -> None:
         self._put(key, data)
 

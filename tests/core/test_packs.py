@@ -1,0 +1,250 @@
+"""The blob layer (snapshots/blobs.py) on synthetic checkpoints: packing and its settings, large files as
+single objects, coalesced reads, format 1 stores read and extended, the incremental restore onto an
+earlier restore (the upgrade's early restore) byte for byte against a plain one, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from airflow_plugin.cli import main
+from airflow_plugin.core.errors import IntegrityError, Refused
+from airflow_plugin.core.layout import blob_key
+from airflow_plugin.core.snapshots.blobs import PackSettings, plan_reads
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.manifest import FileEntry, Manifest
+from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
+from airflow_plugin.core.snapshots.store import SnapshotStore
+from airflow_plugin.core.snapshots.verify import verify_snapshot
+from airflow_plugin.core.storage import LocalStorage, open_storage
+from tests.support.synthetic import add_batch, tree, write_checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def take(store: SnapshotStore, ckpt: Path) -> Manifest:
+    return create_snapshot(store, LocalStorage(ckpt), SnapshotRequest(job="orders"), concurrency=4)
+
+
+def restore(store: SnapshotStore, manifest: Manifest, target: Path, onto: str | None = None) -> dict:
+    plan = plan_restore(store, "orders", manifest.id, LocalStorage(target), onto=onto)
+    return execute_restore(store, plan, concurrency=4)
+
+
+def test_small_files_share_packs_large_files_stay_single_objects(tmp_path: Path) -> None:
+    store = SnapshotStore(LocalStorage(tmp_path / "store"))
+    store.blobs.init_format(PackSettings(threshold=1000, target_size=300))
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=6, partitions=3)
+    (ckpt / "state/0/0/7.snapshot").write_bytes(b"L" * 5000)  # over the threshold
+    manifest = take(store, ckpt)
+    packed = [f for f in manifest.files if f.key.startswith("packs/")]
+    assert {f.key for f in manifest.files if f.size > 1000} == set()  # the snapshot file is not needed...
+    assert len({f.key for f in packed}) > 3 and len(packed) == len(manifest.files)
+    for entry in packed:  # each pack is the files back to back: a byte range IS the file
+        stored = (tmp_path / "store" / entry.key).read_bytes()
+        assert stored[entry.offset : entry.offset + entry.size] == (ckpt / entry.path).read_bytes()
+    add_batch(ckpt, 6, partitions=3)
+    (ckpt / "state/0/0/8.delta").write_bytes(b"L" * 5000)  # ... this large delta is
+    second = take(store, ckpt)
+    [large] = [f for f in second.files if f.size == 5000]
+    assert (large.key, large.offset) == (blob_key(large.sha256), 0)
+    assert (tmp_path / "store" / large.key).read_bytes() == b"L" * 5000
+    assert verify_snapshot(store, "orders", second.id).ok
+    restore(store, second, tmp_path / "r")
+    assert tree(tmp_path / "r") == {f.path: (ckpt / f.path).read_bytes() for f in second.files}
+
+
+def test_reads_are_coalesced_per_object() -> None:
+    def entry(key: str, offset: int, size: int) -> FileEntry:
+        return FileEntry(f"f{key}{offset}", size, "0" * 64, 0.0, key, offset)
+
+    entries = [entry("packs/a", o, 10) for o in (0, 10, 30, 10_000_000)] + [entry("packs/b", 5, 1)]
+    entries.append(entry("packs/a", 10, 10))  # the same content under another path: read once
+    reads = plan_reads(entries, max_gap=100, max_read=1000)
+    assert [(r.key, r.start, r.length, len(r.entries)) for r in reads] == [
+        ("packs/a", 0, 40, 4),
+        ("packs/a", 10_000_000, 10, 1),
+        ("packs/b", 5, 1, 1),
+    ]
+
+
+def test_a_format_1_store_stays_readable_and_its_contents_are_reused(tmp_path: Path) -> None:
+    """A store written before packs: one object a content, manifests without locations, no format.json."""
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=3)
+    store = SnapshotStore(LocalStorage(tmp_path / "store"))
+    old = take(store, ckpt)
+    shutil.rmtree(tmp_path / "store" / "packs")
+    (tmp_path / "store" / "format.json").unlink()
+    for entry in old.files:
+        store.storage.write(blob_key(entry.sha256), (ckpt / entry.path).read_bytes())
+    key = f"jobs/orders/snapshots/{old.id}/manifest.json"
+    data = json.loads(store.storage.read(key))
+    data["format_version"], data["files"] = 1, [f[:4] for f in data["files"]]
+    store.storage.write(key, json.dumps(data).encode())
+
+    assert verify_snapshot(store, "orders", old.id).ok
+    restore(store, store.get("orders", old.id), tmp_path / "r")
+    assert tree(tmp_path / "r") == {f.path: (ckpt / f.path).read_bytes() for f in old.files}
+
+    add_batch(ckpt, 3)
+    new = take(store, ckpt)
+    assert json.loads(store.storage.read("format.json"))["format_version"] == 2
+    reused = {f.path for f in new.files if f.key.startswith("blobs/")}
+    assert "metadata" in reused and "offsets/3" not in reused  # old contents reused, new ones packed
+    assert verify_snapshot(store, "orders", new.id).ok
+    (tmp_path / "store" / "format.json").write_text('{"format_version": 3}')
+    with pytest.raises(Refused, match=r"format 3.*upgrade savepoints"):
+        take(store, ckpt)
+
+
+# ---------------------------------------------------------------- incremental restore
+
+
+@pytest.fixture
+def two_snapshots(tmp_path: Path) -> tuple[SnapshotStore, Path, Manifest, Manifest]:
+    """An early snapshot (batch 3) and a later one (batch 7, with offsets/8 pending) of one checkpoint."""
+    store = SnapshotStore(LocalStorage(tmp_path / "store"))
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=4)
+    early = take(store, ckpt)
+    for batch in range(4, 8):
+        add_batch(ckpt, batch)
+    (ckpt / "metadata").write_text('{"id":"6f1c1a52-3f5e-4a7e-9a52-0f6f3b2c1d11","changed":true}')
+    add_batch(ckpt, 8, commit=False)
+    for old in ("offsets/0", "offsets/1", "commits/0"):  # Spark's cleanup
+        (ckpt / old).unlink()
+    return store, tmp_path, early, take(store, ckpt)
+
+
+def test_incremental_restore_equals_a_plain_restore(two_snapshots: tuple) -> None:
+    store, tmp_path, early, late = two_snapshots
+    restore(store, early, tmp_path / "standby")
+    result = restore(store, late, tmp_path / "standby", onto=early.id)
+    restore(store, late, tmp_path / "plain")
+    assert tree(tmp_path / "standby") == tree(tmp_path / "plain")
+    assert result["onto"] == early.id and result["unchanged"] > 0 and result["removed"] > 0
+    assert result["files"] < len(late.files)  # only what changed travelled
+    assert {"metadata", "offsets/8", "commits/7"} <= set(plan_paths(store, late, tmp_path / "x", early))
+
+
+def plan_paths(store: SnapshotStore, late: Manifest, target: Path, early: Manifest) -> list[str]:
+    restore(store, early, target)
+    return [f.path for f in plan_restore(store, "orders", late.id, LocalStorage(target), onto=early.id).files]
+
+
+def test_incremental_restore_refuses_a_target_that_is_not_the_earlier_restore(two_snapshots: tuple) -> None:
+    store, tmp_path, early, late = two_snapshots
+    target = tmp_path / "standby"
+    restore(store, early, target)
+    (target / "commits/4").write_text("v1\n{}")  # a query ran there
+    before = tree(target)
+    with pytest.raises(Refused, match=r"not exactly the restore of snapshot .* e\.g\. commits/4"):
+        restore(store, late, target, onto=early.id)
+    assert tree(target) == before
+    (target / "commits/4").unlink()
+    later = tmp_path / "later"
+    restore(store, late, later)
+    with pytest.raises(Refused, match="it holds batch 7, later than the snapshot's 3"):
+        restore(store, early, later, onto=late.id)
+    other = json.loads(store.storage.read(f"jobs/orders/snapshots/{early.id}/manifest.json"))
+    other["query_id"] = "another"
+    store.storage.write(f"jobs/orders/snapshots/{early.id}/manifest.json", json.dumps(other).encode())
+    with pytest.raises(Refused, match="of another query"):
+        restore(store, late, target, onto=early.id)
+
+
+def test_a_failed_incremental_restore_leaves_the_target_empty(two_snapshots: tuple) -> None:
+    store, tmp_path, early, late = two_snapshots
+    target = tmp_path / "standby"
+    restore(store, early, target)
+    victim = next(f for f in late.files if f.path == "commits/7")
+    pack = tmp_path / "store" / victim.key
+    stored = bytearray(pack.read_bytes())
+    stored[victim.offset] ^= 0xFF
+    pack.write_bytes(bytes(stored))
+    with pytest.raises(IntegrityError, match="commits/7 does not match its checksum"):
+        restore(store, late, target, onto=early.id)
+    assert tree(target) == {}  # never half of each: a plain restore can follow
+
+
+# ---------------------------------------------------------------- the runbook's restore without this project
+
+
+def runbook_script(heading: str = "### Without savepoints installed") -> str:
+    """The second bash block under the runbook's heading (the first sets the variables)."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text[text.index(heading) :]
+    return section.split("```bash\n")[2].split("```")[0]
+
+
+def test_the_runbooks_hand_restore_gives_what_restore_gives(tmp_path: Path, s3_store: str) -> None:
+    store = SnapshotStore(open_storage(s3_store))
+    store.blobs.init_format(PackSettings(threshold=2000, target_size=200))  # two packs and a blob
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=1, partitions=1)  # few files: the AWS CLI starts slowly
+    (ckpt / "sources/0/1").write_bytes(b"")
+    (ckpt / "state/0/0/1.delta").write_bytes(b"D" * 3000)
+    manifest = create_snapshot(store, LocalStorage(ckpt), SnapshotRequest(job="orders"))
+    assert {f.key[:6] for f in manifest.files} == {"packs/", "blobs/"} and any(f.size == 0 for f in manifest.files)
+    assert len({f.key for f in manifest.files}) >= 3
+    target = tmp_path / "by-hand"
+    target.mkdir()
+    env = {**os.environ, "STORE": s3_store, "JOB": "orders", "ID": manifest.id, "TARGET": str(target)}
+    done = subprocess.run(["bash", "-c", runbook_script()], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "CORRUPT" not in done.stdout, done.stderr
+    restore(store, manifest, tmp_path / "restored")
+    assert tree(target) == tree(tmp_path / "restored") == {f.path: (ckpt / f.path).read_bytes() for f in manifest.files}
+
+
+def test_repack_through_the_cli_keeps_every_snapshot_restorable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store_dir = tmp_path / "store"
+    store = SnapshotStore(LocalStorage(store_dir))
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=2, partitions=4)
+    made = []
+    for batch in range(2, 6):
+        add_batch(ckpt, batch, partitions=4)
+        made.append(take(store, ckpt))
+    expected = {f.path: (ckpt / f.path).read_bytes() for f in made[-1].files}
+    old_packs = {f.key for m in made[:-1] for f in m.files}  # the packs the deleted snapshots wrote
+    args = ["prune", "--store", str(store_dir), "--savepoint-keep-last", "1", "--blob-grace", "0", "--json"]
+
+    assert main([*args, "--max-unused", "100%"]) == 0  # never repacks: the first pack stays, mostly unused
+    first = json.loads(capsys.readouterr().out)
+    assert first["result"]["deleted_snapshots"] == 3 and first["result"]["repacked_packs"] == 0
+    assert old_packs <= {i.key for i in store.storage.list("packs/")}
+
+    assert main([*args, "--max-unused", "10%"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["result"]["repacked_packs"] >= 1
+    [survivor] = store.list("orders")
+    keys = {i.key for i in store.storage.list("packs/")}
+    retired = {k.removesuffix(".retired") + ".pack" for k in keys if k.endswith(".retired")}
+    assert retired and retired <= old_packs
+    assert not retired & {f.key for f in survivor.files}  # its files were re-pointed to a new pack
+    assert verify_snapshot(store, "orders", survivor.id).ok
+
+    assert main([*args, "--max-unused", "10%"]) == 0  # the emptied packs go, with their markers
+    third = json.loads(capsys.readouterr().out)
+    assert third["result"]["deleted_blobs"] >= len(retired) and third["result"]["repacked_packs"] == 0
+    left = {i.key for i in [*store.storage.list("packs/"), *store.storage.list("blobs/")]}
+    assert left == {f.key for f in survivor.files}
+    restore(store, survivor, tmp_path / "r")
+    assert tree(tmp_path / "r") == expected
+
+
+def test_verify_reports_a_truncated_pack_on_s3_and_a_missing_one(tmp_path: Path, s3_store: str) -> None:
+    store = SnapshotStore(open_storage(s3_store))
+    manifest = take(store, write_checkpoint(tmp_path / "ckpt", batches=3))
+    [pack] = {f.key for f in manifest.files}
+    store.storage.write(pack, store.storage.read(pack)[:10])  # cut short: ranges past the end read empty
+    report = verify_snapshot(store, "orders", manifest.id)
+    assert len(report.problems) == len([f for f in manifest.files if f.offset + f.size > 10])
+    assert all("checksum mismatch" in p and pack in p for p in report.problems)
+    store.storage.delete([pack])
+    missing = verify_snapshot(store, "orders", manifest.id)
+    assert len(missing.problems) == len(manifest.files) and "is missing" in missing.problems[0]

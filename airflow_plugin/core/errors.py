@@ -21,6 +21,11 @@ class Refused(SavepointsError):
     snapshot, a sink that is ahead of the snapshot): nothing was changed."""
 
 
+class SourceGap(Refused):
+    """A restore would resume a source at positions whose records are gone (Kafka retention deleted them, the
+    topic or partition is gone): refused unless the gap is accepted explicitly."""
+
+
 class CheckpointError(SavepointsError):
     """The checkpoint location is not a usable Spark checkpoint (empty, no committed batch, files missing)."""
 
@@ -36,6 +41,10 @@ class IntegrityError(SavepointsError):
 
 class StoreUnavailable(SavepointsError):
     """The store cannot be reached or refuses us: endpoint down, missing bucket access, no credentials."""
+
+
+class BrokerUnavailable(SavepointsError):
+    """A Kafka broker whose offsets must be checked cannot be reached (or its client library is missing)."""
 
 
 class SparkToolFailed(SavepointsError):

@@ -19,7 +19,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from ..core.context import JobContext
 from ..core.errors import InvalidInput, NotFound, Refused
 from ..core.progress import LogProgress
-from ..hooks.savepoints import SavepointsHook
+from ..hooks.savepoints import DEFAULT_KAFKA_CONN, SavepointsHook
 
 DEFAULT_SPARK_CONN = "spark_default"
 
@@ -29,16 +29,27 @@ class SavepointsMixin:
     template fields after `("job",)`; the hook is built on first use, inside `execute`."""
 
     def _savepoints_args(
-        self, job: str, aws_conn_id: str | None, spark_conn_id: str | None, jobs_file: str | None
+        self,
+        job: str,
+        aws_conn_id: str | None,
+        spark_conn_id: str | None,
+        jobs_file: str | None,
+        kafka_conn_id: str | None = DEFAULT_KAFKA_CONN,
     ) -> None:
         self.job = job
         self.aws_conn_id = aws_conn_id
         self.spark_conn_id = spark_conn_id
         self.jobs_file = jobs_file
+        self.kafka_conn_id = kafka_conn_id
 
     @cached_property
     def hook(self) -> SavepointsHook:
-        return SavepointsHook(aws_conn_id=self.aws_conn_id, spark_conn_id=self.spark_conn_id, jobs_file=self.jobs_file)
+        return SavepointsHook(
+            aws_conn_id=self.aws_conn_id,
+            spark_conn_id=self.spark_conn_id,
+            jobs_file=self.jobs_file,
+            kafka_conn_id=self.kafka_conn_id,
+        )
 
     def job_context(self, context: Context) -> JobContext:
         return self.hook.job_context(self.job, requested_by=requested_by(context), progress=LogProgress())
@@ -71,10 +82,11 @@ class SavepointsBaseOperator(SavepointsMixin, BaseOperator):
         aws_conn_id: str | None = SavepointsHook.default_conn_name,
         spark_conn_id: str | None = DEFAULT_SPARK_CONN,
         jobs_file: str | None = None,
+        kafka_conn_id: str | None = DEFAULT_KAFKA_CONN,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._savepoints_args(job, aws_conn_id, spark_conn_id, jobs_file)
+        self._savepoints_args(job, aws_conn_id, spark_conn_id, jobs_file, kafka_conn_id)
 
     def execute(self, context: Context) -> Any:
         with task_errors():

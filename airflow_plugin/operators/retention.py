@@ -38,6 +38,7 @@ class RetentionOperator(SavepointsBaseOperator):
             dry_run=dry_run,
             heartbeat_timeout=job.heartbeat_timeout,
             open_location=ctx.open,
+            kafka=lambda name: ctx.kafka if name == job.name else None,
         )
         for row in plan.rows():
             self.log.info("%s", " | ".join(row))

@@ -51,6 +51,7 @@ class DeployRequest:
     partitions: int | None = None  # state partitions; differs from the snapshot's: rescale (repartition)
     wait_seconds: float = 180.0  # until the job reports RUNNING (Spark start-up on a busy machine); 0: do not wait
     rewind_sink: bool = False  # a sink ahead of the snapshot is rewound to it instead of refusing
+    accept_source_gap: bool = False  # restore even if Kafka no longer holds records after the snapshot (recorded)
 
 
 def live_deployments(ctx: JobContext) -> list[tuple[Deployment, State]]:
@@ -102,11 +103,21 @@ def _restore_source(ctx: JobContext, mode: str, exclude: str | None = None) -> M
     return newest
 
 
-def _plan(ctx: JobContext, source: Manifest | None, checkpoint: str, rewind_sink: bool) -> RestorePlan | None:
+def _plan(
+    ctx: JobContext, source: Manifest | None, checkpoint: str, rewind_sink: bool, accept_source_gap: bool
+) -> RestorePlan | None:
     if source is None:
         return None
-    target = ctx.open(checkpoint)
-    return plan_restore(ctx.store, ctx.name, source.id, target, rewind_sink=rewind_sink, open_location=ctx.open)
+    return plan_restore(
+        ctx.store,
+        ctx.name,
+        source.id,
+        ctx.open(checkpoint),
+        rewind_sink=rewind_sink,
+        open_location=ctx.open,
+        kafka=ctx.kafka,
+        accept_source_gap=accept_source_gap,
+    )
 
 
 def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
@@ -116,7 +127,7 @@ def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
 
     deployment_id = new_deployment_id()
     checkpoint = _claimable_location(ctx, deployment_id)
-    plan = _plan(ctx, source, checkpoint, request.rewind_sink)
+    plan = _plan(ctx, source, checkpoint, request.rewind_sink, request.accept_source_gap)
     rescale_to = None
     if source and request.partitions and request.partitions != current_partitions(source):
         check_rescalable(source, request.partitions)  # before anything is written
@@ -130,6 +141,7 @@ def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
         restored_from=source.id if source else None,
         restored_batch_id=source.batch_id if source else None,
         spark_conf={**ctx.spec.conf, **version.conf, **(plan.spark_conf if plan else {})},
+        source_gap=plan.source_gap if plan else None,
     )
     if request.partitions:
         deployment.spark_conf[PARTITIONS_CONF] = str(request.partitions)
@@ -196,7 +208,13 @@ def prestart(ctx: JobContext, version_name: str | None, *, wait_seconds: float =
 
 
 def activate(
-    ctx: JobContext, deployment_id: str, restore: str, *, wait_seconds: float = 180.0, rewind_sink: bool = False
+    ctx: JobContext,
+    deployment_id: str,
+    restore: str,
+    *,
+    wait_seconds: float = 180.0,
+    rewind_sink: bool = False,
+    accept_source_gap: bool = False,
 ) -> Deployment:
     """Restore state into a pre-started deployment's location and start its query. Refused while any
     other deployment of the job is live (stop the old version first) or if it is not in STANDBY."""
@@ -209,10 +227,11 @@ def activate(
         )
     _refuse_while_live(ctx, besides=deployment_id)
     source = _restore_source(ctx, restore, exclude=deployment_id)
-    plan = _plan(ctx, source, deployment.checkpoint, rewind_sink)
+    plan = _plan(ctx, source, deployment.checkpoint, rewind_sink, accept_source_gap)
     if plan is not None and source is not None:
         execute_restore(ctx.store, plan, progress=ctx.progress)
         deployment.restored_from, deployment.restored_batch_id = source.id, source.batch_id
+        deployment.source_gap = plan.source_gap
         deployment.spark_conf = {**deployment.spark_conf, **plan.spark_conf}
     ctx.deployments.put(deployment)
     conf = {k: v for k, v in (plan.spark_conf if plan else {}).items() if k.startswith("spark.sql.")}
@@ -249,6 +268,7 @@ def submit_spec(
             *runtime_args,
             *job.args,
             *version.args,
+            *kafka_args(ctx),
         ],
         master=job.spark_master,
         deploy_mode=job.deploy_mode,
@@ -256,6 +276,14 @@ def submit_spec(
         conf=conf,
         env=ctx.child_env(),
     )
+
+
+def kafka_args(ctx: JobContext) -> list[str]:
+    """A job that declares a `kafka` table reads the broker the engine checks: its address (flag, connection,
+    environment or jobs file, context.py) is appended to the job's arguments."""
+    if ctx.spec.kafka is None or ctx.kafka is None:
+        return []
+    return ["--kafka-bootstrap-servers", ctx.kafka.bootstrap_servers]
 
 
 def _wait_until_started(ctx: JobContext, deployment: Deployment, wait_seconds: float) -> None:

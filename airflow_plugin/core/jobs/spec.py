@@ -7,6 +7,7 @@ or `--jobs FILE` / `SAVEPOINTS_JOBS`). Relative paths in it are relative to the 
     spark_master = "local[2]"
 
     [jobs.windowed_counts]
+    kafka = { bootstrap_servers = "broker:9092" }   # only for a job that reads Kafka (sources/kafka.py)
     trigger_interval = "2 seconds"
     delivery = "exactly-once"
     default_version = "v1"
@@ -27,6 +28,7 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..snapshots.manifest import check_name
+from ..sources.kafka import DEFAULT_TIMEOUT_S, KafkaSettings
 
 JOBS_ENV = "SAVEPOINTS_JOBS"
 DEFAULT_JOBS_FILE = "jobs.toml"
@@ -71,6 +73,7 @@ class JobSpec:
     heartbeat_timeout: float = 30.0
     retention: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    kafka: KafkaSettings | None = None  # the broker a Kafka job reads; the engine checks offsets against it
 
     @classmethod
     def undeclared(cls, name: str) -> JobSpec:
@@ -123,6 +126,21 @@ def _args(value: Any, base: Path, where: str) -> list[str]:
     return [_resolve(base, v) if i > 0 and value[i - 1] in _PATH_ARGS else v for i, v in enumerate(value)]
 
 
+def _kafka(value: Any, where: str) -> KafkaSettings | None:
+    """`kafka = { bootstrap_servers = "host:9092", config = { ... client settings ... }, timeout = 10 }`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value.get("bootstrap_servers"):
+        example = 'kafka = { bootstrap_servers = "broker:9092" }'
+        raise InvalidInput(f"{where} kafka needs bootstrap_servers, e.g. {example}")
+    try:
+        timeout = float(value.get("timeout", DEFAULT_TIMEOUT_S))
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{where} kafka.timeout must be a number of seconds") from None
+    config = _strings(value.get("config", {}), f"{where} kafka.config")
+    return KafkaSettings(str(value["bootstrap_servers"]), config, timeout)
+
+
 def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
     """Parse and validate the jobs file; every error names the file and the key."""
     file = jobs_file(path)
@@ -173,6 +191,7 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
             heartbeat_timeout=float(merged.get("heartbeat_timeout", 30)),
             retention=dict(merged.get("retention", {})),
             description=str(merged.get("description", "")),
+            kafka=_kafka(merged.get("kafka"), where),
         )
         spec.version(default_version)
         interval_seconds(spec.trigger_interval)

@@ -9,6 +9,9 @@ Safety rules the planner never breaks, whatever the policy says:
 - a blob is deleted only when no REMAINING manifest of any job (any status) references it, it is older
   than the GC grace period, and no snapshot is in flight (a create writes its IN_PROGRESS manifest
   before it looks at what the store holds, so while one runs it may be about to reuse any blob).
+
+The plan also marks the snapshots that can no longer be restored without losing records because Kafka no
+longer holds what they would read next (`Observed.source_checks`, from the broker: snapshots/source_guard.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ..errors import InvalidInput
 from ..jobs.deployments import State
 from ..layout import manifest_key
 from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, in_flight
+from ..sources.kafka import SourceCheck
 from ..storage import ObjectInfo
 from .policy import KindPolicy, OnCancellation, RetentionPolicy
 
@@ -64,6 +68,7 @@ class Observed:
     deployments: tuple[ObservedDeployment, ...] = ()
     blobs: tuple[ObjectInfo, ...] = ()
     jobs: frozenset[str] | None = None
+    source_checks: Mapping[str, SourceCheck] = field(default_factory=dict)  # snapshot id -> its Kafka positions
 
 
 # ---------------------------------------------------------------- the plan
@@ -100,11 +105,22 @@ class Kept:
     reason: str
 
 
+@dataclass(frozen=True)
+class Unrestorable:
+    """A snapshot whose Kafka records are gone: restoring it would lose them (or needs the gap accepted)."""
+
+    job: str
+    snapshot: str
+    records_lost: int
+    reason: str
+
+
 @dataclass
 class Plan:
     actions: list[Action] = field(default_factory=list)
     kept: list[Kept] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    unrestorable: list[Unrestorable] = field(default_factory=list)
 
     @property
     def snapshots(self) -> list[Action]:
@@ -123,6 +139,10 @@ class Plan:
             "actions": [a.to_dict() for a in self.actions],
             "kept": [{"job": k.job, "snapshot": k.snapshot, "reason": k.reason} for k in self.kept],
             "notes": list(self.notes),
+            "unrestorable": [
+                {"job": u.job, "snapshot": u.snapshot, "records_lost": u.records_lost, "reason": u.reason}
+                for u in self.unrestorable
+            ],
             "summary": {
                 "snapshots": len(self.snapshots),
                 "blobs": len(self.blob_keys),
@@ -135,6 +155,7 @@ class Plan:
         """(action, job, target, reason) for a table: deletions first, then what safety rules kept."""
         rows = [(str(a.kind), a.job or "*", a.target, a.reason) for a in self.actions]
         rows += [("keep", k.job, k.snapshot, k.reason) for k in self.kept]
+        rows += [("unrestorable", u.job, u.snapshot, u.reason) for u in self.unrestorable]
         return rows
 
 
@@ -305,4 +326,18 @@ def plan(
         result.actions.append(blobs)
     if note:
         result.notes.append(note)
+    result.unrestorable = _unrestorable(observed, remaining)
     return result
+
+
+def _unrestorable(observed: Observed, remaining: Iterable[Manifest]) -> list[Unrestorable]:
+    """The remaining COMPLETED snapshots whose Kafka positions the broker can no longer serve."""
+    marked = []
+    for m in remaining:
+        check = observed.source_checks.get(m.id)
+        if m.status is not SnapshotStatus.COMPLETED or check is None or not check.checked or check.restorable:
+            continue
+        if observed.jobs is None or m.job in observed.jobs:
+            reason = f"cannot be restored without losing records: {check.summary()}"
+            marked.append(Unrestorable(m.job, m.id, check.records_lost, reason))
+    return marked

@@ -22,7 +22,9 @@ from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
 from ..sinks import FILE, GUARDED
 from ..sinks import file as file_sink
+from ..sources.kafka import KafkaSettings
 from ..storage import Storage, open_storage, sha256_file, spark_uri
+from . import source_guard
 from .manifest import SINK_LOGS, FileEntry, Manifest, SnapshotStatus, sink_log_prefix
 from .store import SnapshotStore
 
@@ -41,6 +43,12 @@ class RestorePlan:
     spark_conf: dict[str, str] = field(default_factory=dict)  # the restored query must set these
     warnings: list[str] = field(default_factory=list)
     rewinds: list[tuple[Storage, file_sink.Rewind]] = field(default_factory=list)  # sinks moved back first
+    sources: source_guard.Guarded = field(default_factory=lambda: source_guard.Guarded(None))  # the source guard's
+
+    @property
+    def source_gap(self) -> dict[str, Any] | None:
+        """The accepted source gap this restore records (None: every record after the snapshot is still held)."""
+        return self.sources.gap(self.target.uri)
 
     @property
     def total_bytes(self) -> int:
@@ -60,6 +68,8 @@ class RestorePlan:
             "spark_conf": self.spark_conf,
             "warnings": self.warnings,
             "sink_rewinds": [rewind.describe() for _, rewind in self.rewinds],
+            "sources": self.sources.check.to_dict() if self.sources.check else None,
+            "accepted_source_gap": self.sources.accepted_gap,
         }
 
 
@@ -72,11 +82,16 @@ def plan_restore(
     rewind_sink: bool = False,
     check_sinks: bool = True,
     open_location: Callable[[str], Storage] = open_storage,
+    kafka: KafkaSettings | None = None,
+    accept_source_gap: bool = False,
+    check_sources: bool = True,
 ) -> RestorePlan:
     """Check everything and return what a restore would do; nothing is written. A sink that committed
     batches beyond the snapshot is refused (see sinks/) unless `rewind_sink`: then the plan also moves the
     sink back to the snapshot's batch. `check_sinks=False` for throwaway copies that write no sink (deep
-    verify, the pre-flight's noop sink)."""
+    verify, the pre-flight's noop sink). Kafka positions whose records the broker (`kafka`) no longer holds
+    are refused (source_guard.py) unless `accept_source_gap`; `check_sources=False` only for copies that
+    never read a source (deep verify)."""
     manifest = store.get(job, snapshot_id)
     if manifest.status is not SnapshotStatus.COMPLETED:
         detail = f": {manifest.error}" if manifest.error else ""
@@ -106,6 +121,9 @@ def plan_restore(
         f"the restored query keeps query id {manifest.query_id}: stop the original query before starting it, "
         "and never let both write the same sink"
     )
+    if check_sources:
+        plan.sources = source_guard.guard(store, manifest, kafka, accept_gap=accept_source_gap)
+        plan.warnings += plan.sources.warnings()
     if check_sinks:
         _guard_sinks(store, plan, rewind_sink, open_location)
     return plan
@@ -232,6 +250,8 @@ def execute_restore(
         raise
     finally:
         progress.finish()
+    if (gap := plan.source_gap) is not None:
+        source_guard.record_gap(store, plan.manifest, gap)
     return {**plan.describe(), "seconds": round(time.monotonic() - started, 3)}
 
 

@@ -175,6 +175,13 @@ class JobContext:
         """What a launched driver or Spark tool needs in its environment to reach the store as we do."""
         return self.settings.s3.child_env() if self.settings.s3 else {}
 
+    def child_args(self) -> list[str]:
+        """What a launched driver needs after its own arguments: a job that declares a `kafka` table reads the
+        broker every restore checks (its address resolved here, with the same precedence)."""
+        if self.spec.kafka is None or self.kafka is None:
+            return []
+        return ["--kafka-bootstrap-servers", self.kafka.bootstrap_servers]
+
     def checkpoint_location(self, deployment_id: str) -> str:
         """Each deployment's own live checkpoint location."""
         return f"{self.spec.checkpoint_root.rstrip('/')}/{self.name}/{deployment_id}"

@@ -9,7 +9,6 @@ import pytest
 
 from airflow_plugin.core.context import KAFKA_ENV, STORE_ENV, Settings
 from airflow_plugin.core.errors import InvalidInput, NotFound
-from airflow_plugin.core.jobs.deploy import kafka_args
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.sources.kafka import KafkaSettings
 from airflow_plugin.core.storage import S3Settings, S3Storage
@@ -92,8 +91,8 @@ def test_the_kafka_broker_comes_from_flag_then_environment_then_jobs_file(
     assert declared.kafka("orders") == KafkaSettings("env:9092")
     flagged = Settings(jobs_file=jobs, kafka=KafkaSettings("flag:9092")).resolve().job("reads_kafka")
     assert flagged.kafka == KafkaSettings("flag:9092", {"security.protocol": "SSL"}, 10.0)
-    assert kafka_args(flagged) == ["--kafka-bootstrap-servers", "flag:9092"]  # the job reads the broker checked
-    assert kafka_args(Settings(jobs_file=jobs).resolve().job("orders")) == []
+    assert flagged.child_args() == ["--kafka-bootstrap-servers", "flag:9092"]  # the job reads the broker checked
+    assert Settings(jobs_file=jobs).resolve().job("orders").child_args() == []
     with pytest.raises(InvalidInput, match=r"\[jobs.bad\] kafka needs bootstrap_servers"):
         write_jobs(tmp_path, extra="[jobs.bad]\nkafka = { }\nversions.v1 = { application = 'b.py' }")
         Settings(jobs_file=jobs).resolve().jobs  # noqa: B018

@@ -22,6 +22,7 @@ from airflow_plugin.core.sources.kafka import Broker, KafkaSettings, PartitionSt
 from airflow_plugin.core.sources.subscription import Subscription, topic_changes
 from airflow_plugin.core.storage import open_storage
 from devtools.kafka import EmbeddedKafka
+from tests.support.jobs import write_jobs
 from tests.support.synthetic import add_batch, kafka_offsets, tree, write_checkpoint
 
 KAFKA_LINE = '{"events":{"0":42,"1":40}}'
@@ -165,3 +166,27 @@ def test_a_new_subscription_is_compared_with_the_snapshots_topics(
     assert found == {"dropped": ("dropped", True), fresh: ("added", False), trimmed: ("added", True)}
     detail = next(c.describe() for c in changes if c.topic == trimmed)
     assert f"{trimmed}-1 from 1" in detail and "ADDED_PARTITION_DOES_NOT_START_FROM_OFFSET_ZERO" in detail
+
+
+def test_deploy_refuses_an_expired_savepoint_and_records_an_accepted_gap_in_the_deployment(
+    kafka: EmbeddedKafka, new_topic: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = new_topic()
+    kafka.produce(topic, [f"r{i}" for i in range(8)])
+    _, (snapshot,) = _kafka_snapshots(tmp_path, topic, [{0: 3}])
+    kafka.delete_records(topic, {0: 5})
+    app = tmp_path / "job.py"  # stands in for the job: shows the arguments it was given, then fails
+    app.write_text("import sys\nprint('job args:', *sys.argv[1:], file=sys.stderr)\nsys.exit(3)\n")
+    table = f'kafka = {{ bootstrap_servers = "{kafka.bootstrap}" }}'
+    jobs = str(write_jobs(tmp_path, application=str(app), extra=table))
+
+    code, _, err = cli(capsys, "deploy", "orders", "--jobs", jobs, "--restore", snapshot)
+    assert code == 4 and "2 records are gone" in err and not (tmp_path / "checkpoints").exists()
+    assert cli(capsys, "status", "orders", "--jobs", jobs, "--json")[1].strip() == "[]"  # nothing deployed
+
+    code, _, err = cli(capsys, "deploy", "orders", "--jobs", jobs, "--restore", snapshot, "--accept-source-gap")
+    assert code == 9 and f"--kafka-bootstrap-servers {kafka.bootstrap}" in err  # restored, launched, failed
+    [row] = json.loads(cli(capsys, "status", "orders", "--jobs", jobs, "--json")[1])
+    assert row["restored_from"] == snapshot and row["source_gap"] == f"2 records gone from Kafka ({topic}-0)"
+    [event] = SnapshotStore(open_storage(str(tmp_path / "store"))).get("orders", snapshot).history
+    assert event["records_lost"] == 2 and event["target"] == row["checkpoint"]

@@ -12,7 +12,8 @@ launch, wait until the job runs or fails).
 A cutover can also pre-start the new driver (`prestart`): it is launched while the old version still
 runs, creates its Spark session (the slow part of a start) and waits in STANDBY; once the old version
 stopped, `activate` restores the state into its location and tells it to start: the downtime no longer
-includes the JVM and session start-up."""
+includes the JVM and session start-up. (A little over 300 lines: deploy, pre-start and activate share the
+restore and launch steps kept here.)"""
 
 from __future__ import annotations
 
@@ -268,7 +269,7 @@ def submit_spec(
             *runtime_args,
             *job.args,
             *version.args,
-            *kafka_args(ctx),
+            *ctx.child_args(),
         ],
         master=job.spark_master,
         deploy_mode=job.deploy_mode,
@@ -276,14 +277,6 @@ def submit_spec(
         conf=conf,
         env=ctx.child_env(),
     )
-
-
-def kafka_args(ctx: JobContext) -> list[str]:
-    """A job that declares a `kafka` table reads the broker the engine checks: its address (flag, connection,
-    environment or jobs file, context.py) is appended to the job's arguments."""
-    if ctx.spec.kafka is None or ctx.kafka is None:
-        return []
-    return ["--kafka-bootstrap-servers", ctx.kafka.bootstrap_servers]
 
 
 def _wait_until_started(ctx: JobContext, deployment: Deployment, wait_seconds: float) -> None:

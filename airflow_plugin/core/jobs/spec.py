@@ -46,6 +46,7 @@ _UNIT_SECONDS = {
 }
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(" + "|".join(sorted(_UNIT_SECONDS, key=len, reverse=True)) + r")\s*$")
 _PATH_ARGS = ("--input", "--output")  # job arguments whose values are paths
+_PATH_CONFS = ("spark.jars",)  # Spark confs whose values are comma-separated paths (spark-submit expands globs)
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,15 @@ def _strings(value: Any, where: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _conf(value: Any, base: Path, where: str) -> dict[str, str]:
+    """Spark confs; the paths in `spark.jars` are relative to the jobs file like every other path in it."""
+    conf = _strings(value, where)
+    for key in _PATH_CONFS:
+        if key in conf:
+            conf[key] = ",".join(_resolve(base, part.strip()) for part in conf[key].split(",") if part.strip())
+    return conf
+
+
 def _args(value: Any, base: Path, where: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InvalidInput(f"{where} must be a list of strings")
@@ -164,7 +174,7 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
             versions[version] = VersionSpec(
                 name=version,
                 application=_resolve(base, spec["application"]),
-                conf=_strings(spec.get("conf", {}), f"{where} versions.{version}.conf"),
+                conf=_conf(spec.get("conf", {}), base, f"{where} versions.{version}.conf"),
                 args=_args(spec.get("args", []), base, f"{where} versions.{version}.args"),
             )
         if not versions:
@@ -186,7 +196,7 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
             deploy_mode=str(merged.get("deploy_mode", "client")),
             trigger_interval=str(merged.get("trigger_interval", "5 seconds")),
             delivery=delivery,
-            conf=_strings(merged.get("conf", {}), f"{where} conf"),
+            conf=_conf(merged.get("conf", {}), base, f"{where} conf"),
             args=_args(merged.get("args", []), base, f"{where} args"),
             heartbeat_timeout=float(merged.get("heartbeat_timeout", 30)),
             retention=dict(merged.get("retention", {})),

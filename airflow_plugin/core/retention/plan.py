@@ -12,6 +12,8 @@ Safety rules the planner never breaks, whatever the policy says:
 
 The plan also marks the snapshots that can no longer be restored without losing records because Kafka no
 longer holds what they would read next (`Observed.source_checks`, from the broker: snapshots/source_guard.py).
+
+(Over 300 lines: the observation, the plan and the rules that join them are one reading.)
 """
 
 from __future__ import annotations

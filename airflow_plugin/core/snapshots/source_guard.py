@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BrokerUnavailable, SourceGap
@@ -65,13 +65,14 @@ class Guarded:
 
     check: SourceCheck | None
     accepted_gap: bool = False
+    at: str = field(default_factory=utc_now)  # when the broker was asked
 
     def gap(self, target: str) -> dict[str, Any] | None:
         """The record of an accepted gap (the snapshot's history, the deployment's record); None if none."""
         if not self.accepted_gap or self.check is None:
             return None
         return {
-            "at": utc_now(),
+            "at": self.at,
             "event": GAP_EVENT,
             "target": target,
             "checked": self.check.checked,

@@ -58,6 +58,8 @@ def test_compare_names_every_kind_of_gap() -> None:
     assert [p.state for p in beyond.partitions] == [PartitionState.BEYOND_END]
     assert "deleted and recreated" in beyond.partitions[0].describe()
     assert compare(kafka_positions(1, ['{"a":{"0":12}}']), {"a": {0: (12, 20)}}).restorable
+    grown = compare(kafka_positions(1, ['{"a":{"0":12}}']), {"a": {0: (12, 20), 1: (0, 3)}})
+    assert grown.restorable and grown.summary().endswith("(added since, read from offset 0: a-1)")
 
 
 def test_the_broker_reports_earliest_and_latest_offsets(kafka: EmbeddedKafka, new_topic: Callable[..., str]) -> None:

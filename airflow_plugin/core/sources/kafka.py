@@ -164,7 +164,9 @@ class SourceCheck:
         if not self.checked:
             return f"unchecked: {self.note}"
         if not self.problems:
-            return "ok: every record after the snapshot is still in Kafka"
+            added = [f"{p.topic}-{p.partition}" for p in self.partitions if p.state is PartitionState.ADDED]
+            since = f" (added since, read from offset 0: {', '.join(added)})" if added else ""
+            return f"ok: every record after the snapshot is still in Kafka{since}"
         lost = f"{self.records_lost} records" + (" and more" if self.lost_unknown else "")
         where = ", ".join(f"{p.topic}-{p.partition}" for p in self.problems)
         return f"{lost} gone from Kafka ({where})"

@@ -10,13 +10,11 @@ from pathlib import Path
 
 from airflow_plugin.core.jobs.spec import JobSpec
 from airflow_plugin.core.sources.kafka import kafka_positions
-from devtools import jvm
+from devtools import jvm, windowed
 from devtools.kafka import EmbeddedKafka
-from devtools.windowed import SPARK_UI, batches
+from devtools.windowed import batches
 from spark_jobs.generate import flush_event, poison_event, round_events
 
-REPO = Path(__file__).resolve().parents[1]
-APPS = REPO / "spark_jobs/jobs/windowed"
 VERSIONS = ("v1", "v2", "v3", "poisoned")
 JOB = "kafka_counts"
 PARTITIONS = 3
@@ -29,40 +27,24 @@ def write_jobs_file(
     bootstrap: str,
     topic: str,
     *,
-    job: str = JOB,
-    trigger: str = "1 second",
     shuffle_partitions: int = 3,
     max_offsets_per_trigger: int = 2000,
 ) -> Path:
-    """A jobs file whose Kafka job reads `topic` on `bootstrap`, writes `<directory>/output`, keeps checkpoints
-    and logs under `directory`, and hands its drivers the Kafka connector's jars as the repository's jobs.toml
-    does: a glob of devtools/jvm.py's links, which spark-submit expands."""
-    jars = jvm.link("spark-kafka") / "*.jar"
-    declared = "\n".join(f'versions.{v} = {{ application = "{APPS / v}.py" }}' for v in VERSIONS)
-    path = directory / "jobs.toml"
-    directory.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f"""
-[defaults]
-store = "{store}"
-checkpoint_root = "checkpoints"
-log_dir = "logs"
-heartbeat_timeout = 30
-
-[jobs.{job}]
-description = "deduplicated events per user and minute, from Kafka"
-kafka = {{ bootstrap_servers = "{bootstrap}" }}
-trigger_interval = "{trigger}"
-default_version = "v1"
-args = ["--topic", "{topic}", "--output", "output", "--max-offsets-per-trigger", "{max_offsets_per_trigger}"]
-conf = {{ "spark.sql.shuffle.partitions" = "{shuffle_partitions}", "spark.driver.host" = "127.0.0.1", {SPARK_UI}, \
-"spark.jars" = "{jars}" }}
-{declared}
-retention.checkpoint = {{ keep_last = 2 }}
-retention.savepoint = {{ keep_last = 5 }}
-"""
+    """The windowed job's jobs file (devtools/windowed.py) for job `kafka_counts` reading `topic` on `bootstrap`:
+    its `kafka` table, and the Kafka connector's jars as the repository's jobs.toml names them (a glob of
+    devtools/jvm.py's links, which spark-submit expands)."""
+    return windowed.write_jobs_file(
+        directory,
+        store,
+        job=JOB,
+        versions=VERSIONS,
+        source_args=("--topic", topic, "--max-offsets-per-trigger", str(max_offsets_per_trigger)),
+        conf={
+            "spark.sql.shuffle.partitions": str(shuffle_partitions),
+            "spark.jars": str(jvm.link("spark-kafka") / "*.jar"),
+        },
+        table=f'kafka = {{ bootstrap_servers = "{bootstrap}" }}',
     )
-    return path
 
 
 class KafkaFeeder:

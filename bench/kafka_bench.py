@@ -17,6 +17,7 @@ writes it to .bench/kafka.json. Exit code 0 even when the target is missed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_plugin.core.context import Settings
+from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.stop import kill, stop
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
@@ -65,18 +67,21 @@ def build_checkpoint(batches: int) -> float:
         job = Settings(jobs_file=str(jobs)).resolve().job(JOB)
         feeder = KafkaFeeder(kafka, topic, EVENTS_PER_ROUND)
         with BackgroundFeeder(feeder, interval=1.0):
-            deployment = deploy(job, DeployRequest("v1", wait_seconds=600))
             try:
-                checkpoint = Path(deployment.checkpoint)
+                checkpoint = Path(deploy(job, DeployRequest("v1", wait_seconds=600)).checkpoint)
+                seen = [-1]
 
                 def committed() -> bool:
-                    log(f"batch {last_commit(checkpoint)} of {batches - 1} committed")
-                    return last_commit(checkpoint) >= batches - 1
+                    if (batch := last_commit(checkpoint)) // 10 > seen[0] // 10:
+                        log(f"batch {batch} of {batches - 1} committed")
+                    seen[0] = batch
+                    return batch >= batches - 1
 
                 wait_for(committed, f"{batches} batches", timeout=batches * 120)
                 stop(job, timeout=600)
-            except BaseException:
-                kill(job)
+            except BaseException:  # Ctrl-C included: no driver left behind
+                with contextlib.suppress(SavepointsError):
+                    kill(job)
                 raise
     shutil.rmtree(BASE, ignore_errors=True)
     shutil.copytree(checkpoint, BASE)  # copy2 keeps mtimes

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -192,3 +193,9 @@ def test_deploy_refuses_an_expired_savepoint_and_records_an_accepted_gap_in_the_
     assert row["restored_from"] == snapshot and row["source_gap"] == f"2 records gone from Kafka ({topic}-0)"
     [event] = SnapshotStore(open_storage(str(tmp_path / "store"))).get("orders", snapshot).history
     assert event["records_lost"] == 2 and event["target"] == row["checkpoint"]
+
+
+def test_without_the_kafka_client_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "confluent_kafka.admin", None)  # as if the kafka extra were not installed
+    with pytest.raises(BrokerUnavailable, match=r"needs the confluent-kafka package.*spark-savepoints\[kafka\]"):
+        Broker(KafkaSettings("127.0.0.1:9")).watermarks(["events"])

@@ -242,10 +242,10 @@ class Broker:
 
     def watermarks(self, topics: Iterable[str]) -> dict[str, dict[int, tuple[int, int]] | None]:
         """topic -> partition -> (earliest, latest offset) now; None for a topic that does not exist."""
+        admin = self._client()  # first: without the client library, the error that names the extra
         from confluent_kafka import KafkaError, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
-        admin = self._client()
         timeout = self.settings.timeout_s
         found: dict[str, dict[int, tuple[int, int]] | None] = {}
         wanted: list[TopicPartition] = []

@@ -33,8 +33,9 @@ format:
 	$(UV) run --frozen ruff check --fix .
 	$(UV) run --frozen ruff format .
 
-bench: setup
+bench: setup  # the snapshot engine against its peers, then a savepoint of the Kafka job against aws s3 sync
 	$(UV) run --frozen python -m bench.snapshot_bench
+	$(UV) run --frozen python -m bench.kafka_bench
 
 bench-runtime: setup
 	$(UV) run --frozen python -m bench.runtime_bench

@@ -29,8 +29,8 @@ from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import stop
 from bench.report import Results, Target, log, report
 from devtools.embedded_s3 import EmbeddedS3
+from devtools.feeding import BackgroundFeeder
 from devtools.java import require_java
-from devtools.scenario import BackgroundFeeder
 from devtools.windowed import Feeder, batches, wait_for, write_jobs_file
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -29,6 +29,13 @@ with DAG(
             description="if the file sink committed batches after the snapshot, move that output into the sink's "
             "_savepoints_quarantine/ and write it again (otherwise the deploy is refused: records would be lost)",
         ),
+        "accept_source_gap": Param(
+            False,
+            type="boolean",
+            title="Accept a Kafka source gap",
+            description="restore even if Kafka no longer holds every record after the snapshot (the gap is "
+            "recorded with the deployment and the snapshot); otherwise the deploy is refused",
+        ),
         "min_batches": Param(2, type="integer", minimum=1, title="Healthy after this many new batches"),
     },
     doc_md=__doc__,
@@ -39,6 +46,7 @@ with DAG(
         version="{{ params.version }}",
         restore="{{ params.restore }}",
         rewind_sink="{{ params.rewind_sink }}",
+        accept_source_gap="{{ params.accept_source_gap }}",
         jobs_file=JOBS_FILE,
     )
     healthy = DeploymentHealthSensor(

@@ -3,11 +3,12 @@
     savepoint (live) -> pre-flight of the new version on a throwaway copy -> [approval] ->
     pre-start the new version's driver (STANDBY) with the live savepoint restored into its location ->
     stop-with-savepoint of the old version -> restore what changed since into the pre-started driver
-    and start it -> health gate
+    and start it -> health gate (new batches and, for a job that reads Kafka, a falling lag)
     -> on failure: rollback, the old version redeployed from the same savepoint
 
-A blocked pre-flight fails the run before anything is stopped: the old version keeps running. So does a
-new version whose driver cannot even start (pre-start fails before the cutover)."""
+A blocked pre-flight fails the run before anything is stopped: the old version keeps running. It blocks a
+state the new version cannot take, and Kafka offsets whose records are gone or a subscription Spark would
+fail on. So does a new version whose driver cannot even start (pre-start fails before the cutover)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ with DAG(
         ),
         "require_approval": Param(False, type="boolean", title="Wait for a human approval before the cutover"),
         "min_batches": Param(3, type="integer", minimum=1, title="Healthy after this many new batches"),
+        "kafka_lag_must_fall": Param(
+            True,
+            type="boolean",
+            title="A job reading Kafka is healthy only once its lag falls",
+            description="besides the new batches: the Kafka lag of its last batch is 0 or below its first batch's",
+        ),
+        "accept_source_gap": Param(
+            False,
+            type="boolean",
+            title="Accept a Kafka source gap",
+            description="upgrade even if Kafka no longer holds every record after the savepoint (recorded); "
+            "otherwise the pre-flight blocks",
+        ),
     },
     doc_md=__doc__,
 ):
@@ -57,6 +71,7 @@ with DAG(
         version="{{ params.version }}",
         snapshot_id="{{ ti.xcom_pull(task_ids='savepoint')['id'] }}",
         allow_renames="{{ params.allow_renames }}",
+        accept_source_gap="{{ params.accept_source_gap }}",
         jobs_file=JOBS_FILE,
     )
 
@@ -93,6 +108,7 @@ with DAG(
         standby_deployment="{{ ti.xcom_pull(task_ids='prestart_new')['deployment'] }}",
         restore=STOP_SAVEPOINT,
         rewind_sink=True,  # a batch the stop interrupted after its sink commit is replayed, not skipped
+        accept_source_gap="{{ params.accept_source_gap }}",
         wait_seconds=0,  # start only: the health gate decides, and a failure there rolls back
         **cutover,
     )
@@ -101,6 +117,7 @@ with DAG(
         job="{{ params.job }}",
         deployment_id="{{ ti.xcom_pull(task_ids='deploy_new')['deployment'] }}",
         min_batches="{{ params.min_batches }}",
+        lag_must_fall="{{ params.kafka_lag_must_fall }}",
         jobs_file=JOBS_FILE,
         deferrable=True,
         poke_interval=2,

@@ -3,18 +3,30 @@ scheduler, DAG processor, triggerer) in a project-local AIRFLOW_HOME (.airflow) 
 and the plugin, on the jobs file jobs.toml (its store is the local .runs/store unless $SAVEPOINTS_STORE
 says otherwise). Airflow prints the admin password it generates (also kept in
 .airflow/simple_auth_manager_passwords.json.generated); the UI is at http://127.0.0.1:8080
-(`make airflow AIRFLOW_PORT=8090` for another port)."""
+(`make airflow AIRFLOW_PORT=8090` for another port).
+
+When the jobs file declares a job that reads Kafka (a `kafka` table), a Kafka broker is started for it on a
+free port of 127.0.0.1 ($SAVEPOINTS_KAFKA_BOOTSTRAP points every component and driver at it), its topic is
+created, a round of events is produced every few seconds, and the broker is stopped when standalone ends."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from airflow_plugin.core.context import KAFKA_ENV
+from airflow_plugin.core.jobs.spec import load_jobs
 from devtools import airflow_env
+from devtools.feeding import BackgroundFeeder
+from devtools.kafka import EmbeddedKafka
+from devtools.kafka_job import PARTITIONS, KafkaFeeder, topic_of
+
+FEED_INTERVAL = 5.0  # seconds between rounds of events produced for a Kafka job
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +55,28 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.environ['SAVEPOINTS_JOBS']}; the UI will be at {url}",
         flush=True,
     )
-    return run_until_interrupted([airflow, "standalone"])
+    with contextlib.ExitStack() as running:
+        _kafka_for_jobs(running)
+        return run_until_interrupted([airflow, "standalone"])
+
+
+def _kafka_for_jobs(running: contextlib.ExitStack) -> None:
+    """A broker, topics and a feeder for the jobs that read Kafka; all stopped when `running` closes."""
+    topics = sorted(
+        {t for spec in load_jobs(os.environ["SAVEPOINTS_JOBS"]).values() if spec.kafka and (t := topic_of(spec))}
+    )
+    if not topics:
+        return
+    kafka = running.enter_context(EmbeddedKafka())
+    os.environ[KAFKA_ENV] = kafka.bootstrap  # standalone's components and the drivers they launch inherit it
+    for topic in topics:
+        kafka.create_topic(topic, PARTITIONS)
+        running.enter_context(BackgroundFeeder(KafkaFeeder(kafka, topic), interval=FEED_INTERVAL))
+    print(
+        f"Kafka broker at {kafka.bootstrap} (${KAFKA_ENV}); producing a round of events to {', '.join(topics)} "
+        f"every {FEED_INTERVAL:.0f}s",
+        flush=True,
+    )
 
 
 def run_until_interrupted(command: list[str]) -> int:

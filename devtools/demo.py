@@ -1,10 +1,13 @@
-"""The main job (`make demo`): the whole lifecycle of a stateful streaming job, run through Airflow.
+"""The main job (`make demo`): the whole lifecycle of a stateful streaming job that reads Kafka, run through
+Airflow.
 
-An embedded S3 server (moto) holds the snapshot store; a project-local AIRFLOW_HOME (.demo/airflow) gets a
-migrated sqlite metadata DB; the DAGs run with `dag.test()` (real tasks, real deferrable triggers, real
-spark-submit drivers in local mode): deploy v1, savepoint, retention, upgrade to v2 (passes), upgrade to
-v3 (blocked by the pre-flight, v2 keeps running), stop with a savepoint, and an exactly-once check of the
-output against the events fed. Prints a summary; exits non-zero if any check fails."""
+A Kafka broker (KRaft, on 127.0.0.1, devtools/kafka.py) holds the job's topic; an embedded S3 server (moto)
+holds the snapshot store; a project-local AIRFLOW_HOME (.demo/airflow) gets a migrated sqlite metadata DB; the
+DAGs run with `dag.test()` (real tasks, real deferrable triggers, real spark-submit drivers in local mode):
+deploy v1, savepoint, retention, upgrade to v2 (passes), upgrade to v3 (blocked by the pre-flight, v2 keeps
+running), stop with a savepoint, an exactly-once check of the output against every record produced, and a
+savepoint whose Kafka records retention deleted, refused. Prints a summary; exits non-zero if any check
+fails. The broker and the S3 server are stopped at the end, whatever happened."""
 
 from __future__ import annotations
 
@@ -18,11 +21,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from airflow_plugin.cli.render import source_text
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.stop import kill
+from airflow_plugin.core.snapshots import source_guard
 from devtools import airflow_env
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.java import require_java
+from devtools.kafka import EmbeddedKafka
 from devtools.scenario import JOB, Lifecycle  # imports airflow only when a DAG runs (after configure)
 
 WORK = Path(".demo").absolute()
@@ -39,9 +45,11 @@ def _quiet() -> None:
 
 def _summary(lifecycle: Lifecycle, started: float) -> None:
     snapshots = Table(title="snapshots", header_style="bold")
-    for column in ("id", "kind", "trigger", "status", "batch", "files", "bytes", "uploaded", "time", "labels"):
+    for column in ("id", "kind", "trigger", "status", "batch", "files", "bytes", "uploaded", "time", "kafka", "labels"):
         snapshots.add_column(column)
-    for m in lifecycle.store.list(JOB):
+    manifests = lifecycle.store.list(JOB)
+    checks = source_guard.assess(manifests, lifecycle.job.kafka)
+    for m in manifests:
         snapshots.add_row(
             m.id,
             str(m.kind),
@@ -52,6 +60,7 @@ def _summary(lifecycle: Lifecycle, started: float) -> None:
             f"{m.total_bytes:,}",
             f"{m.uploaded_bytes:,}",
             f"{m.timings.get('total_s', 0):.2f}s",
+            source_text(checks.get(m.id)),
             ",".join(f"{k}={v}" for k, v in m.labels.items()) + (" pinned" if m.pinned else ""),
         )
     deployments = Table(title="deployments", header_style="bold")
@@ -83,11 +92,12 @@ def main() -> int:
     home = WORK / "airflow"
     airflow_env.configure(home)  # before anything imports airflow
     _quiet()
-    with EmbeddedS3() as s3:
+    with EmbeddedS3() as s3, EmbeddedKafka() as kafka:
         s3.apply_env()
         os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = s3.airflow_connection()  # what the operators' hook reads
         store = s3.create_bucket("savepoints") + "/store"
         console.print(f"[bold cyan]>>[/] embedded S3 (moto server) at {s3.endpoint}; snapshot store {store}")
+        console.print(f"[bold cyan]>>[/] Kafka broker (KRaft) at {kafka.bootstrap}")
         console.print(f"[bold cyan]>>[/] Airflow metadata DB in {home} (airflow db migrate)")
         airflow_env.migrate(home)
 
@@ -96,6 +106,7 @@ def main() -> int:
         lifecycle = Lifecycle(
             WORK,
             store,
+            kafka,
             say=lambda text: console.print(f"[bold cyan]>>[/] {text}" if not text.startswith(" ") else text),
         )
         try:

@@ -3,6 +3,7 @@
     classpath("kafka-broker")                  # -> [Path, ...]: the jars of one group
     spark_conf(["spark-kafka", "s3a", "delta"])  # -> {"spark.jars": "...", ...} for a SparkSession or spark-submit
     python -m devtools.jvm [group ...]          # resolves (all groups by default); `make setup` runs it
+    link("spark-kafka")                         # -> .jvm/lib/spark-kafka/: the jars as symlinks, for a jobs file
 
 Groups: kafka-broker (a KRaft broker in its own JVM, devtools/kafka.py), and for Spark, on top of the jars
 pyspark ships: spark-kafka (the Kafka source and sink), s3a (hadoop-aws, s3a:// paths) and delta (Delta Lake).
@@ -35,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 POM_DIR = Path(__file__).resolve().parent / "jvm"
 CACHE_DIR = ROOT / ".jvm"
+LIB_DIR = CACHE_DIR / "lib"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 MAVEN_TIMEOUT_SECONDS = 1800  # a cold download of every group is a few hundred MB
 _ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")  # Maven's launcher colours a line or two even in batch mode
@@ -98,6 +100,22 @@ def spark_conf(groups: Iterable[str]) -> dict[str, str]:
         conf.update(GROUPS[group].spark_conf)
     _refuse_duplicates(jars, f"the POMs of {', '.join(groups)} in {POM_DIR}")  # one artifact, two versions
     return {"spark.jars": ",".join(str(jar) for jar in jars), **conf}
+
+
+def link(group: str, lib_dir: Path = LIB_DIR) -> Path:
+    """The jars of a Spark group as symlinks in one directory, `.jvm/lib/<group>/`: a jobs file (whose paths are
+    relative to it) names them as `"spark.jars" = ".jvm/lib/spark-kafka/*.jar"` without knowing ~/.m2's layout."""
+    jars = classpath(group)
+    directory = lib_dir / group
+    directory.mkdir(parents=True, exist_ok=True)
+    names = {jar.name: jar for jar in jars}
+    for stale in directory.iterdir():
+        if stale.name not in names or stale.resolve() != names[stale.name]:
+            stale.unlink()
+    for name, jar in names.items():
+        if not (directory / name).is_symlink():
+            (directory / name).symlink_to(jar)
+    return directory
 
 
 def artifact_id(jar: Path) -> str:
@@ -223,6 +241,8 @@ def main(argv: list[str]) -> int:
                     f"jvm: {group}: resolving with Maven into ~/.m2 (the first time downloads its jars) ...", flush=True
                 )
             jars = classpath(group)
+            if group in GROUPS and GROUPS[group].on_spark:
+                link(group)
         except JvmError as e:
             print(f"jvm: {group}: {e}", file=sys.stderr)
             return 1

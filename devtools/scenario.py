@@ -1,22 +1,28 @@
-"""The whole lifecycle of a streaming job, driven through Airflow's DAGs (`dag.test()`: real tasks, real
-deferrable triggers, real spark-submit drivers, the snapshot store on the embedded S3 server). Shared by
-the demo (`make demo`, which prints it) and the end-to-end test (which asserts it).
+"""The whole lifecycle of a streaming job that reads Kafka, driven through Airflow's DAGs (`dag.test()`: real
+tasks, real deferrable triggers, real spark-submit drivers, the snapshot store on the embedded S3 server,
+a real Kafka broker). Shared by the demo (`make demo`, which prints it) and the end-to-end test (which
+asserts it). The job is the windowed example reading a topic (dedup and windowed counts, RocksDB, file sink).
 
-    deploy v1 -> savepoint (pinned, labelled) -> retention -> upgrade to v2 (passes) -> upgrade to v3
-    (blocked by the pre-flight: v2 keeps running) -> [upgrade to `poisoned`: it commits batches to the
-    sink, then fails; the health gate fails and the rollback rewinds the sink and puts v2 back from the
-    same savepoint] -> stop-with-savepoint -> exactly-once check
+    deploy v1 -> savepoint (pinned, labelled; it records the Kafka offsets) -> retention -> upgrade to v2
+    (passes; the health gate waits for the Kafka lag to fall) -> upgrade to v3 (blocked by the pre-flight:
+    v2 keeps running) -> [upgrade to `poisoned`: it commits batches to the sink, then fails; the health gate
+    fails and the rollback rewinds the sink and puts v2 back from the same savepoint] -> [SIGKILL of the
+    driver mid-batch, redeployed from the latest state] -> stop-with-savepoint -> exactly-once check of every
+    record produced -> retention deletes the records the first savepoint would read next: a deploy from it
+    is refused before anything starts, and the retention plan marks it with the records lost
 
-Events are fed continuously while the DAGs run (the health gate waits for new batches), then flushed,
-so the final output can be compared with every event fed."""
+Events are produced continuously while the DAGs run (the health gate waits for new batches), with a few
+producer retries (records sent twice), then flushed, so the final output can be compared with every
+distinct event produced."""
 
 from __future__ import annotations
 
 import json
 import os
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import signal
+import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -26,13 +32,15 @@ from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State, observed_state
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.sinks.file import QUARANTINE
+from airflow_plugin.core.snapshots import source_guard
 from airflow_plugin.core.snapshots.manifest import Manifest
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from devtools.dag_runs import DagRunResult, run_dag
-from devtools.windowed import Feeder, output_complete, processed, wait_for, write_jobs_file
+from devtools.feeding import BackgroundFeeder
+from devtools.kafka import EmbeddedKafka
+from devtools.kafka_job import JOB, PARTITIONS, KafkaFeeder, processed, write_jobs_file
+from devtools.windowed import batches, output_complete, wait_for
 from spark_jobs.jobs.windowed.output import read_output, summarize
-
-JOB = "windowed"
 
 
 class Outcome(StrEnum):
@@ -49,63 +57,24 @@ class Check:
     ok: bool
 
 
-class BackgroundFeeder:
-    """Feeds a round of events every `interval` seconds on a thread, until stopped. While `poisoning`, it
-    writes one poison event as soon as its condition holds, and then feeds nothing more until the block
-    ends (so the poisoned version reaches the poison within a few batches)."""
-
-    def __init__(self, feeder: Feeder, interval: float = 1.5) -> None:
-        self.feeder, self.interval = feeder, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
-        self._poison_when: Callable[[], bool] | None = None
-        self._poisoned = threading.Event()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            condition = self._poison_when
-            if condition is None:
-                self.feeder.round()
-            elif not self._poisoned.is_set():
-                if condition():
-                    self.feeder.poison()
-                    self._poisoned.set()
-                else:
-                    self.feeder.round()
-
-    @contextmanager
-    def poisoning(self, condition: Callable[[], bool]) -> Iterator[threading.Event]:
-        """Poison once `condition()` holds; yields the event that is set when it was written."""
-        self._poisoned.clear()
-        self._poison_when = condition
-        try:
-            yield self._poisoned
-        finally:
-            self._poison_when = None
-
-    def __enter__(self) -> BackgroundFeeder:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 @dataclass
 class Lifecycle:
     work: Path
     store_uri: str
+    kafka: EmbeddedKafka
     say: Callable[[str], None] = print
     checks: list[Check] = field(default_factory=list)
     runs: list[DagRunResult] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.jobs_file = write_jobs_file(self.work, self.store_uri, job=JOB)
+        self.topic = f"events-{uuid.uuid4().hex[:8]}"
+        self.kafka.create_topic(self.topic, PARTITIONS)
+        self.jobs_file = write_jobs_file(self.work, self.store_uri, self.kafka.bootstrap, self.topic)
         os.environ[JOBS_ENV] = str(self.jobs_file)  # the DAGs read the same jobs file
         self.job: JobContext = Settings(jobs_file=str(self.jobs_file)).resolve().job(JOB)
         self.store = self.job.store
-        self.feeder = Feeder(self.work / "input")
+        self.feeder = KafkaFeeder(self.kafka, self.topic)
+        self.first_savepoint: Manifest | None = None
 
     # -- observations
     @property
@@ -154,6 +123,13 @@ class Lifecycle:
         )
         self.check(verify_snapshot(self.store, JOB, manifest.id).ok, f"savepoint {manifest.id} verifies")
         self.check(bool(self.running()), "the job kept running")
+        [position] = [p for p in result.value("savepoint")["source_positions"] if p["kind"] == "kafka"]
+        offsets = position["offset"].get(self.topic, {})
+        self.check(
+            len(offsets) == PARTITIONS,
+            f"it records the Kafka offsets at batch {manifest.batch_id} (its XCom too): {self.topic} {offsets}",
+        )
+        self.first_savepoint = self.first_savepoint or manifest
         return manifest
 
     def retention(self) -> DagRunResult:
@@ -176,7 +152,8 @@ class Lifecycle:
                 result = self._run("savepoints_upgrade", {"job": JOB, "version": version, "min_batches": 10})
             self.check(poisoned.is_set(), f"{version} committed 2 batches to the sink, then read a poison event")
         else:
-            result = self._run("savepoints_upgrade", {"job": JOB, "version": version, "min_batches": 3})
+            conf = {"job": JOB, "version": version, "min_batches": 3, "kafka_lag_must_fall": True}
+            result = self._run("savepoints_upgrade", conf)
         after = self.running()
         old = before[0].version if before else "-"
         if expect is Outcome.BLOCKED:
@@ -211,6 +188,15 @@ class Lifecycle:
             [d.version for d in after] == [version] and result.value("deploy_new")["restored_from"] == stop_savepoint,
             f"{version} runs, restored from the stop-with-savepoint {stop_savepoint}",
         )
+        sources = result.value("preflight")["sources"] or {}
+        checked = f"the pre-flight checked the Kafka offsets: {sources.get('summary')}"
+        self.check(sources.get("restorable") is True, checked)
+        health = result.value("health_gate")
+        self.check(
+            health.get("kafka_lag") is not None,
+            f"the health gate saw the Kafka lag fall: {health.get('kafka_lag')} at batch {health.get('last_batch_id')} "
+            f"(first batch {health.get('kafka_lag_first')})",
+        )
         return result
 
     def _committed_since_restore(self, version: str) -> int:
@@ -224,19 +210,42 @@ class Lifecycle:
             return 0
         return status.last_batch_id - newest.restored_batch_id
 
+    def crash(self) -> Deployment:
+        """SIGKILL the running driver in the middle of a batch (offsets logged, no commit), then deploy the same
+        version from the latest state: the live checkpoint is snapshotted with its pending batch, replayed."""
+        victim = self.running()[-1]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if batches(victim.checkpoint, "offsets")[-1:] > batches(victim.checkpoint, "commits")[-1:]:
+                os.killpg(victim.launcher["pid"], signal.SIGKILL)
+                break
+            time.sleep(0.005)
+        wait_for(lambda: self.state(victim.id) is State.LOST, "the killed driver to read LOST", 60)
+        self.check(True, f"deployment {victim.id} ({victim.version}) killed with SIGKILL in the middle of a batch")
+        conf = {"job": JOB, "version": victim.version, "restore": "latest-state", "min_batches": 2}
+        result = self._run("savepoints_deploy", conf)
+        deployed = result.value("deploy") if result.succeeded else {}
+        source = self.store.get(JOB, deployed["restored_from"]) if deployed.get("restored_from") else None
+        self.check(
+            source is not None and source.deployment == victim.id and source.pending_batch_id is not None,
+            f"deploy DAG from the latest state: {victim.version} again, restored from {deployed.get('restored_from')}, "
+            "the killed batch replayed with its logged offsets",
+        )
+        return Deployments(self.store.storage).get(JOB, deployed["deployment"])
+
     def finish(self) -> Manifest:
         """Flush, let the job process everything, stop it with a savepoint, check the output."""
         self.feeder.flush()
         current = self.running()[-1]
-        wait_for(lambda: processed(current.checkpoint, self.feeder.rounds), "the job to process every file", 240)
+        wait_for(lambda: processed(current.checkpoint, self.feeder.ends), "the job to read every record", 240)
         wait_for(lambda: output_complete(self.work / "output", self.feeder.events), "the last windows", 120)
         result = self._run("savepoints_savepoint", {"job": JOB, "stop": True, "pin": False, "label": "reason=final"})
         self.check(result.succeeded and not self.running(), "savepoint DAG with stop: stopped with a savepoint")
         summary = summarize(read_output(self.work / "output"))
         self.check(
             summary.events == self.feeder.events and not summary.duplicates,
-            f"exactly once: {self.feeder.events} events fed, {summary.events} counted, "
-            f"{len(summary.duplicates)} windows emitted twice",
+            f"exactly once: {self.feeder.produced} records produced ({self.feeder.events} distinct events), "
+            f"{summary.events} counted, {len(summary.duplicates)} windows emitted twice",
         )
         self.check(
             "poisoned" not in summary.versions,
@@ -244,8 +253,30 @@ class Lifecycle:
         )
         return self.store.get(JOB, result.value("savepoint")["id"])
 
-    def run(self, *, rollback: bool = False) -> None:
-        self.say("deploy v1 (deploy DAG), feeding events")
+    def expire(self, final: Manifest) -> None:
+        """Kafka retention deletes every record produced: the first savepoint can no longer be restored, the
+        final one (every record read) still can."""
+        first = self.first_savepoint
+        assert first is not None
+        [start] = [p.offset[self.topic] for p in source_guard.kafka_of(first)]
+        lost = sum(end - int(start.get(str(p), 0)) for p, end in self.feeder.ends.items())
+        self.kafka.delete_records(self.topic, dict(self.feeder.ends))
+        deploys = len(self.deployments())
+        result = self._run("savepoints_deploy", {"job": JOB, "version": "v2", "restore": first.id, "min_batches": 2})
+        self.check(
+            result.tasks.get("deploy") == "failed" and len(self.deployments()) == deploys,
+            f"deploy DAG from savepoint {first.id}: refused before anything started ({lost} of its records are gone)",
+        )
+        plan = self._run("savepoints_retention", {"dry_run": True}).value("retention")["plan"]
+        marked = {u["snapshot"]: u["records_lost"] for u in plan["unrestorable"]}
+        self.check(
+            marked.get(first.id) == lost and final.id not in marked,
+            f"the retention plan marks {first.id} unrestorable ({marked.get(first.id)} records lost); "
+            f"the final savepoint {final.id} stays restorable",
+        )
+
+    def run(self, *, rollback: bool = False, crash: bool = False) -> None:
+        self.say(f"deploy v1 (deploy DAG), producing events to Kafka topic {self.topic}")
         with BackgroundFeeder(self.feeder) as feeding:
             self.deploy("v1")
             self.say("savepoint (savepoint DAG, as the UI form would trigger it)")
@@ -259,5 +290,10 @@ class Lifecycle:
             if rollback:
                 self.say("upgrade to poisoned: it commits batches to the sink, then fails")
                 self.upgrade("poisoned", Outcome.ROLLED_BACK, feeding)
-        self.say("stop feeding; stop with a savepoint (savepoint DAG); exactly-once check")
-        self.finish()
+            if crash:
+                self.say("SIGKILL the driver mid-batch; deploy DAG from the latest state")
+                self.crash()
+        self.say("stop producing; stop with a savepoint (savepoint DAG); exactly-once check")
+        final = self.finish()
+        self.say("Kafka retention deletes the records: the first savepoint can no longer be restored")
+        self.expire(final)

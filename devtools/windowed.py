@@ -15,7 +15,7 @@ from spark_jobs.jobs.windowed.output import read_output, summarize
 REPO = Path(__file__).resolve().parents[1]
 APPS = REPO / "spark_jobs/jobs/windowed"
 VERSIONS = ("v1", "v2", "v3", "regrouped", "poisoned")
-SPARK_UI = '"spark.ui.enabled" = "true", "spark.ui.port" = "0"'  # each driver's UI on a free port
+SPARK_UI = {"spark.ui.enabled": "true", "spark.ui.port": "0"}  # each driver's UI on a free port
 
 
 def write_jobs_file(
@@ -27,11 +27,23 @@ def write_jobs_file(
     apps: Path = APPS,
     versions: tuple[str, ...] = VERSIONS,
     partitions: int = 3,
+    source_args: tuple[str, ...] = ("--input", "input"),
+    conf: dict[str, str] | None = None,
+    table: str = "",
 ) -> Path:
-    """A jobs file whose job reads `<directory>/input`, writes `<directory>/output`, keeps checkpoints and
-    logs under `directory`, and declares the example versions (the windowed job's, or those in `apps`)."""
+    """A jobs file whose job reads `<directory>/input` (or what `source_args` say), writes `<directory>/output`,
+    keeps checkpoints and logs under `directory`, and declares the example versions (the windowed job's, or
+    those in `apps`). `conf` adds Spark confs, `table` lines to the job's table (its `kafka`)."""
     declared = "\n".join(f'versions.{v} = {{ application = "{apps / v}.py" }}' for v in versions)
+    confs = {
+        "spark.sql.shuffle.partitions": str(partitions),
+        "spark.driver.host": "127.0.0.1",
+        **SPARK_UI,
+        **(conf or {}),
+    }
+    args = ", ".join(f'"{arg}"' for arg in (*source_args, "--output", "output"))
     path = directory / "jobs.toml"
+    directory.mkdir(parents=True, exist_ok=True)
     path.write_text(
         f"""
 [defaults]
@@ -44,8 +56,9 @@ heartbeat_timeout = 30
 description = "events per user and minute"
 trigger_interval = "{trigger}"
 default_version = "v1"
-args = ["--input", "input", "--output", "output"]
-conf = {{ "spark.sql.shuffle.partitions" = "{partitions}", "spark.driver.host" = "127.0.0.1", {SPARK_UI} }}
+args = [{args}]
+conf = {{ {", ".join(f'"{key}" = "{value}"' for key, value in confs.items())} }}
+{table}
 {declared}
 retention.checkpoint = {{ keep_last = 2 }}
 retention.savepoint = {{ keep_last = 5 }}

@@ -113,11 +113,16 @@ def write_flush(input_dir: Path, round_no: int) -> Written:
     return Written(str(path), round_no, 0, 0, str(event["event_time"]), str(event["event_time"]), flush=True)
 
 
+def poison_event(round_no: int) -> dict[str, object]:
+    """One ordinary event of POISON_USER in round `round_no`'s time span: it counts like any event, and the
+    `poisoned` versions of the example jobs fail the batch that reads it."""
+    return {**round_events(round_no, 1)[0], "user": POISON_USER}
+
+
 def write_poison(input_dir: Path, round_no: int) -> Written:
-    """One ordinary event of POISON_USER in round `round_no`'s time span, as one new file: it counts like
-    any event, and the `poisoned` version of the windowed job fails the batch that reads it."""
+    """The poison event (poison_event) of round `round_no`, as one new file."""
     input_dir.mkdir(parents=True, exist_ok=True)
-    event = {**round_events(round_no, 1)[0], "user": POISON_USER}
+    event = poison_event(round_no)
     path = input_dir / f"events-r{round_no:05d}-poison.json"
     _write_atomically(path, [json.dumps(event, separators=(",", ":"))])
     return Written(str(path), round_no, 0, 1, str(event["event_time"]), str(event["event_time"]))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ..core.errors import (
+    BrokerUnavailable,
     CheckpointError,
     IntegrityError,
     InvalidInput,
@@ -29,11 +30,13 @@ EXIT_CODES: list[tuple[type[SavepointsError], int, str]] = [
         Refused,
         4,
         "refused to avoid losing or overwriting data (a non-empty restore target, a FAILED or IN_PROGRESS snapshot, "
-        "a pinned snapshot, a file sink ahead of the snapshot, an upgrade blocked by its pre-flight): nothing changed",
+        "a pinned snapshot, a file sink ahead of the snapshot, Kafka offsets whose records are gone, an upgrade "
+        "blocked by its pre-flight): nothing changed",
     ),
     (CheckpointError, 5, "not a usable checkpoint: no metadata, no committed batch, files vanishing mid-copy"),
     (IntegrityError, 6, "integrity: checksum mismatch, `verify` failed, corrupt or unsafe manifest"),
     (StoreUnavailable, 7, "store unreachable, credentials missing or refused"),
+    (BrokerUnavailable, 7, "a Kafka broker whose offsets must be checked is unreachable"),
     (SparkToolFailed, 8, "a Spark tool failed (deep verify, rescale)"),
     (LaunchFailed, 9, "a job could not be launched, or failed while starting (its Spark error is shown)"),
     (TimedOut, 10, "timed out: a job did not stop in time; the request is withdrawn, the job keeps running"),

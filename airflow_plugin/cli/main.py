@@ -13,6 +13,7 @@ from typing import Any
 from ..core.context import Settings
 from ..core.errors import SavepointsError
 from ..core.jobs.launcher import default_command
+from ..core.sources.kafka import KafkaSettings
 from . import exit_codes
 from .parser import build_parser
 from .render import BarProgress, emit, fail
@@ -50,6 +51,7 @@ def settings(args: argparse.Namespace) -> Settings:
     return Settings(
         jobs_file=args.jobs,
         store=args.store,
+        kafka=KafkaSettings(args.kafka_bootstrap) if args.kafka_bootstrap else None,
         command_builder=builder,
         progress=BarProgress(),
         requested_by=os.environ.get("USER", ""),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.context import STORE_ENV
+from ..core.context import KAFKA_ENV, STORE_ENV
 from ..core.jobs.spec import JOBS_ENV
 from ..core.parallel import DEFAULT_CONCURRENCY
 from . import exit_codes
@@ -21,6 +21,11 @@ def shared_options() -> argparse.ArgumentParser:
         "--store",
         metavar="URI",
         help=f"snapshot store: s3://bucket/prefix or a path (default ${STORE_ENV}, else the jobs file's store)",
+    )
+    common.add_argument(
+        "--kafka-bootstrap",
+        metavar="HOST:PORT",
+        help=f"the Kafka broker whose offsets are checked (default ${KAFKA_ENV}, else the job's kafka table)",
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("-v", "--verbose", action="store_true", help="log what happens")

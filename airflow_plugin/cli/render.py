@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +19,7 @@ from rich.text import Text
 
 from ..core.retention.plan import Plan
 from ..core.snapshots.manifest import Manifest
+from ..core.sources.kafka import SourceCheck
 
 # Piped output (grep, logs) gets wide lines instead of a table squeezed to 80 columns.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
@@ -143,8 +144,22 @@ def labels_text(labels: dict[str, str]) -> str:
     return ",".join(f"{key}={value}" for key, value in labels.items())
 
 
-def snapshot_table(manifests: Sequence[Manifest]) -> Table:
-    columns = ("job", "id", "kind", "trigger", "status", "batch", "files", "size", "uploaded", "age", "pin", "labels")
+def source_text(check: SourceCheck | None) -> str:
+    """A snapshot's sources in a table cell: '-' (no Kafka source), 'ok', 'unchecked', or the records gone."""
+    if check is None:
+        return "-"
+    if not check.checked:
+        return "unchecked"
+    if check.restorable:
+        return "ok"
+    return f"GONE: {check.records_lost:,}{'+' if check.lost_unknown else ''} records"
+
+
+def snapshot_table(manifests: Sequence[Manifest], checks: Mapping[str, SourceCheck] | None = None) -> Table:
+    """Snapshots; `checks` marks those whose Kafka records are gone (they cannot be restored without a gap)."""
+    checks = checks or {}
+    columns = ("job", "id", "kind", "trigger", "status", "batch", "files", "size", "uploaded", "age", "pin")
+    columns += ("source", "labels")
     rows = [
         (
             m.job,
@@ -158,6 +173,7 @@ def snapshot_table(manifests: Sequence[Manifest]) -> Table:
             human_bytes(m.uploaded_bytes),
             age(m.created_at),
             "yes" if m.pinned else "",
+            source_text(checks.get(m.id)),
             labels_text(m.labels),
         )
         for m in manifests
@@ -176,7 +192,7 @@ def status_table(rows: Sequence[dict[str, Any]]) -> Table:
             seconds_ago(r["heartbeat_age_s"]),
             dash(r["last_batch_id"]),
             "-" if r["rows_per_second"] is None else f"{r['rows_per_second']:.0f}",
-            r["restored_from"] or "",
+            (r["restored_from"] or "") + (f" (source gap: {r['source_gap']})" if r.get("source_gap") else ""),
         )
         for r in rows
     ]

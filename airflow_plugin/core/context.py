@@ -8,6 +8,8 @@ Precedence, one rule for every setting that has several sources: flag > environm
     jobs file   --jobs FILE          > $SAVEPOINTS_JOBS   > ./jobs.toml
     store       --store URI          > $SAVEPOINTS_STORE  > the job's `store` (or [defaults])  > none: an error
     S3 access   an Airflow AWS connection > boto3's own chain (AWS_ENDPOINT_URL, AWS_PROFILE, role, ...)
+    Kafka       --kafka-bootstrap or an Airflow Kafka connection > $SAVEPOINTS_KAFKA_BOOTSTRAP > the job's
+                `kafka` table > none (a snapshot with Kafka offsets then cannot be checked: restores refuse)
 
 S3 access reaches every location the same way: the store, checkpoints and sinks are opened through
 `open`, and launched drivers get it in their environment (`child_env`), never on their command line."""
@@ -29,9 +31,11 @@ from .lease import DEFAULT_TTL, Lease, acquire, default_holder
 from .parallel import DEFAULT_CONCURRENCY
 from .progress import NullProgress, Progress
 from .snapshots.store import SnapshotStore
+from .sources.kafka import KafkaSettings
 from .storage import S3Settings, Storage, open_storage
 
 STORE_ENV = "SAVEPOINTS_STORE"
+KAFKA_ENV = "SAVEPOINTS_KAFKA_BOOTSTRAP"
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class Settings:
     jobs_file: str | None = None  # None: $SAVEPOINTS_JOBS, else ./jobs.toml
     store: str | None = None  # None: $SAVEPOINTS_STORE, else the jobs file's
     s3: S3Settings | None = None  # None: boto3's own chain
+    kafka: KafkaSettings | None = None  # a broker from a flag or an Airflow connection: wins over the jobs file
     command_builder: CommandBuilder = default_command
     progress: Progress = field(default_factory=NullProgress)
     requested_by: str = ""
@@ -119,6 +124,10 @@ class Context:
         """Any location (store, checkpoint, sink) with this context's S3 access."""
         return open_storage(uri, self.settings.s3)
 
+    def kafka(self, job: str) -> KafkaSettings | None:
+        """The broker of a job's Kafka sources (a job of the store that the jobs file does not declare too)."""
+        return resolve_kafka(self.settings.kafka, self.declared_jobs().get(job))
+
     def job(self, name: str) -> JobContext:
         spec = self.spec(name)
         return JobContext(spec, self.store(name), self.settings)
@@ -153,6 +162,11 @@ class JobContext:
     def name(self) -> str:
         return self.spec.name
 
+    @cached_property
+    def kafka(self) -> KafkaSettings | None:
+        """The broker its Kafka sources read, whose offsets every restore checks (None: none known)."""
+        return resolve_kafka(self.settings.kafka, self.spec)
+
     @property
     def progress(self) -> Progress:
         return self.settings.progress
@@ -186,6 +200,13 @@ class JobContext:
         """What a launched driver or Spark tool needs in its environment to reach the store as we do."""
         return self.settings.s3.child_env() if self.settings.s3 else {}
 
+    def child_args(self) -> list[str]:
+        """What a launched driver needs after its own arguments: a job that declares a `kafka` table reads the
+        broker every restore checks (its address resolved here, with the same precedence)."""
+        if self.spec.kafka is None or self.kafka is None:
+            return []
+        return ["--kafka-bootstrap-servers", self.kafka.bootstrap_servers]
+
     def checkpoint_location(self, deployment_id: str) -> str:
         """Each deployment's own live checkpoint location."""
         return f"{self.spec.checkpoint_root.rstrip('/')}/{self.name}/{deployment_id}"
@@ -212,3 +233,19 @@ class JobContext:
 
     def with_progress(self, progress: Progress) -> JobContext:
         return replace(self, settings=replace(self.settings, progress=progress))
+
+
+def resolve_kafka(edge: KafkaSettings | None, spec: JobSpec | None) -> KafkaSettings | None:
+    """The broker's address: flag or connection > $SAVEPOINTS_KAFKA_BOOTSTRAP > the job's `kafka` table. Its
+    client settings come with the address from a connection, else from the jobs file."""
+    declared = spec.kafka if spec is not None else None
+    address = (
+        (edge.bootstrap_servers if edge else None)
+        or os.environ.get(KAFKA_ENV)
+        or (declared.bootstrap_servers if declared else None)
+    )
+    if not address:
+        return None
+    config = (edge.config if edge and edge.config else None) or (declared.config if declared else {})
+    timeout = edge.timeout_s if edge else declared.timeout_s if declared else KafkaSettings(address).timeout_s
+    return KafkaSettings(address, dict(config), timeout)

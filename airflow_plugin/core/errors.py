@@ -26,6 +26,11 @@ class Conflict(Refused):
     was read. Nothing was written."""
 
 
+class SourceGap(Refused):
+    """A restore would resume a source at positions whose records are gone (Kafka retention deleted them, the
+    topic or partition is gone): refused unless the gap is accepted explicitly."""
+
+
 class CheckpointError(SavepointsError):
     """The checkpoint location is not a usable Spark checkpoint (empty, no committed batch, files missing)."""
 
@@ -41,6 +46,10 @@ class IntegrityError(SavepointsError):
 
 class StoreUnavailable(SavepointsError):
     """The store cannot be reached or refuses us: endpoint down, missing bucket access, no credentials."""
+
+
+class BrokerUnavailable(SavepointsError):
+    """A Kafka broker whose offsets must be checked cannot be reached (or its client library is missing)."""
 
 
 class SparkToolFailed(SavepointsError):

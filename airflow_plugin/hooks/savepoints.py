@@ -6,7 +6,10 @@ connections into the engine's `Settings` and resolves a `Context` from them (cor
   key, extras `endpoint_url` and `region_name`); without that connection, boto3's own chain
   (environment, profile, instance role) as the CLI uses it;
 - spark-submit from a Spark connection (`spark_default`: host = master, extra `deploy-mode`); without that
-  connection, the master and deploy mode of the jobs file.
+  connection, the master and deploy mode of the jobs file;
+- the Kafka broker whose offsets every restore checks from a Kafka connection as the Airflow Kafka provider
+  defines it (`kafka_default`: extra = the client config, with `bootstrap.servers`); without it,
+  $SAVEPOINTS_KAFKA_BOOTSTRAP, else the job's `kafka` table in the jobs file.
 
 Secrets never leave S3Settings (its repr hides them) and the environment of the drivers it launches.
 """
@@ -25,10 +28,14 @@ from ..core.jobs.health import Health, check_health
 from ..core.jobs.launcher import CommandBuilder, default_command
 from ..core.lease import DEFAULT_TTL
 from ..core.progress import NullProgress, Progress
+from ..core.sources.kafka import KafkaSettings
 from ..core.storage import S3Settings
 
 log = logging.getLogger(__name__)
 _NO_AWS_CONNECTION = "S3 access from boto3's own chain (environment, profile, role)"
+_NO_KAFKA_CONNECTION = "the Kafka broker from $SAVEPOINTS_KAFKA_BOOTSTRAP or the jobs file"
+DEFAULT_KAFKA_CONN = "kafka_default"
+_CONSUMER_ONLY = ("group.id", "auto.offset.reset", "enable.auto.commit")  # the provider's consumers' settings
 
 
 class SavepointsHook(BaseHook):
@@ -42,11 +49,13 @@ class SavepointsHook(BaseHook):
         aws_conn_id: str | None = default_conn_name,
         spark_conn_id: str | None = "spark_default",
         jobs_file: str | None = None,
+        kafka_conn_id: str | None = DEFAULT_KAFKA_CONN,
     ) -> None:
         super().__init__()
         self.aws_conn_id = aws_conn_id
         self.spark_conn_id = spark_conn_id
         self.jobs_file = jobs_file
+        self.kafka_conn_id = kafka_conn_id
 
     def _connection(self, conn_id: str | None, what: str) -> Any | None:
         if not conn_id:
@@ -85,6 +94,22 @@ class SavepointsHook(BaseHook):
         )
 
     @cached_property
+    def kafka_settings(self) -> KafkaSettings | None:
+        return self.kafka_from(self._connection(self.kafka_conn_id, _NO_KAFKA_CONNECTION))
+
+    @staticmethod
+    def kafka_from(conn: Any | None) -> KafkaSettings | None:
+        """A Kafka connection as the Kafka provider keeps it: its extra is the client config."""
+        if conn is None:
+            return None
+        extra = {str(k): str(v) for k, v in conn.extra_dejson.items()}
+        address = extra.pop("bootstrap.servers", "") or (f"{conn.host}:{conn.port}" if conn.host and conn.port else "")
+        if not address:
+            log.warning("Airflow connection %r has no bootstrap.servers: %s", conn.conn_id, _NO_KAFKA_CONNECTION)
+            return None
+        return KafkaSettings(address, {k: v for k, v in extra.items() if k not in _CONSUMER_ONLY})
+
+    @cached_property
     def command_builder(self) -> CommandBuilder:
         if self._connection(self.spark_conn_id, "spark-submit with the jobs file's master and deploy mode") is None:
             return default_command
@@ -107,6 +132,7 @@ class SavepointsHook(BaseHook):
         return Settings(
             jobs_file=self.jobs_file,
             s3=self.s3_settings,
+            kafka=self.kafka_settings,
             command_builder=self.command_builder if self.spark_conn_id else default_command,
             progress=progress or NullProgress(),
             requested_by=requested_by,
@@ -125,6 +151,8 @@ class SavepointsHook(BaseHook):
         """Everything one task needs to act on job `name` (`settings`: those of `settings()`)."""
         return self.settings(**settings).resolve().job(name)
 
-    def health(self, job_name: str, deployment_id: str, min_batches: int) -> Health:
+    def health(self, job_name: str, deployment_id: str, min_batches: int, lag_must_fall: bool = False) -> Health:
         """The health verdict of one deployment (the sensor's poke, the trigger's poll; blocking I/O)."""
-        return check_health(self.job_context(job_name), deployment_id, min_batches=min_batches)
+        return check_health(
+            self.job_context(job_name), deployment_id, min_batches=min_batches, lag_must_fall=lag_must_fall
+        )

@@ -20,7 +20,7 @@ from ..core.context import JobContext
 from ..core.errors import InvalidInput, NotFound, Refused
 from ..core.lease import DEFAULT_TTL, airflow_holder
 from ..core.progress import LogProgress
-from ..hooks.savepoints import SavepointsHook
+from ..hooks.savepoints import DEFAULT_KAFKA_CONN, SavepointsHook
 
 DEFAULT_SPARK_CONN = "spark_default"
 
@@ -33,16 +33,27 @@ class SavepointsMixin:
     lease_ttl = DEFAULT_TTL
 
     def _savepoints_args(
-        self, job: str, aws_conn_id: str | None, spark_conn_id: str | None, jobs_file: str | None
+        self,
+        job: str,
+        aws_conn_id: str | None,
+        spark_conn_id: str | None,
+        jobs_file: str | None,
+        kafka_conn_id: str | None = DEFAULT_KAFKA_CONN,
     ) -> None:
         self.job = job
         self.aws_conn_id = aws_conn_id
         self.spark_conn_id = spark_conn_id
         self.jobs_file = jobs_file
+        self.kafka_conn_id = kafka_conn_id
 
     @cached_property
     def hook(self) -> SavepointsHook:
-        return SavepointsHook(aws_conn_id=self.aws_conn_id, spark_conn_id=self.spark_conn_id, jobs_file=self.jobs_file)
+        return SavepointsHook(
+            aws_conn_id=self.aws_conn_id,
+            spark_conn_id=self.spark_conn_id,
+            jobs_file=self.jobs_file,
+            kafka_conn_id=self.kafka_conn_id,
+        )
 
     def job_context(self, context: Context) -> JobContext:
         return self.hook.job_context(
@@ -99,12 +110,13 @@ class SavepointsBaseOperator(SavepointsMixin, BaseOperator):
         jobs_file: str | None = None,
         keep_lease: bool = False,
         lease_ttl: float = DEFAULT_TTL,
+        kafka_conn_id: str | None = DEFAULT_KAFKA_CONN,
         **kwargs: Any,
     ) -> None:
         """`keep_lease`: the job's lease outlives the task (held by the DAG run, `lease_ttl` seconds), for the
         next step of an operation of several tasks; a ReleaseLeaseOperator ends it."""
         super().__init__(**kwargs)
-        self._savepoints_args(job, aws_conn_id, spark_conn_id, jobs_file)
+        self._savepoints_args(job, aws_conn_id, spark_conn_id, jobs_file, kafka_conn_id)
         self.keep_lease = keep_lease
         self.lease_ttl = lease_ttl
 

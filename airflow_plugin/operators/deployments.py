@@ -33,9 +33,19 @@ class DeployJobOperator(SavepointsBaseOperator):
         (its version is the one it was launched with)
     :param rewind_sink: a file sink that committed batches after the snapshot is rewound to it (its later
         output moved into the sink's quarantine and written again) instead of failing the task
+    :param accept_source_gap: restore even if Kafka no longer holds every record after the snapshot (the gap
+        is recorded in the deployment and the snapshot's history) instead of failing the task
     """
 
-    template_fields: Sequence[str] = ("job", "version", "restore", "partitions", "standby_deployment", "rewind_sink")
+    template_fields: Sequence[str] = (
+        "job",
+        "version",
+        "restore",
+        "partitions",
+        "standby_deployment",
+        "rewind_sink",
+        "accept_source_gap",
+    )
     operator_extra_links = (SparkUILink(),)
 
     def __init__(
@@ -47,10 +57,12 @@ class DeployJobOperator(SavepointsBaseOperator):
         wait_seconds: float = 180.0,
         standby_deployment: str | None = None,
         rewind_sink: bool | str = False,
+        accept_source_gap: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.rewind_sink = rewind_sink
+        self.accept_source_gap = accept_source_gap
         self.version = version
         self.restore = restore
         self.partitions = partitions
@@ -58,14 +70,19 @@ class DeployJobOperator(SavepointsBaseOperator):
         self.standby_deployment = standby_deployment
 
     def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
-        restore, rewind = self.restore or "none", flag(self.rewind_sink)
+        restore, rewind, gap = self.restore or "none", flag(self.rewind_sink), flag(self.accept_source_gap)
         if self.standby_deployment:
             deployment = activate(
-                ctx, self.standby_deployment, restore, wait_seconds=self.wait_seconds, rewind_sink=rewind
+                ctx,
+                self.standby_deployment,
+                restore,
+                wait_seconds=self.wait_seconds,
+                rewind_sink=rewind,
+                accept_source_gap=gap,
             )
         else:
             partitions = optional_int(self.partitions, "partitions")
-            request = DeployRequest(self.version or None, restore, partitions, self.wait_seconds, rewind)
+            request = DeployRequest(self.version or None, restore, partitions, self.wait_seconds, rewind, gap)
             deployment = deploy(ctx, request)
         restored = deployment.restored_from or "nothing"
         self.log.info("deployed %s %s as %s (restored from %s)", ctx.name, deployment.version, deployment.id, restored)

@@ -42,6 +42,7 @@ class RetentionOperator(SavepointsBaseOperator):
                     dry_run=dry_run,
                     heartbeat_timeout=job.heartbeat_timeout,
                     open_location=ctx.open,
+                    kafka=lambda name: ctx.kafka if name == job.name else None,
                 )
         except LeaseHeld as busy:  # another operation changes the job now: the next scheduled run prunes
             self.log.warning("retention of %s skipped: %s", job.name, busy)

@@ -21,7 +21,7 @@ class PreflightCheckOperator(SavepointsBaseOperator):
     against throwaway copies (batch N re-planned, noop sink) and compares state schema field names.
     Fails the task, touching nothing that runs, if the upgrade is blocked."""
 
-    template_fields: Sequence[str] = ("job", "version", "snapshot_id", "allow_renames")
+    template_fields: Sequence[str] = ("job", "version", "snapshot_id", "allow_renames", "accept_source_gap")
     operator_extra_links = (SnapshotLink(),)
 
     def __init__(
@@ -30,6 +30,7 @@ class PreflightCheckOperator(SavepointsBaseOperator):
         version: str,
         snapshot_id: str = "latest",
         allow_renames: bool | str = False,
+        accept_source_gap: bool | str = False,
         timeout_seconds: float = DEFAULT_TIMEOUT,
         **kwargs: Any,
     ) -> None:
@@ -37,11 +38,17 @@ class PreflightCheckOperator(SavepointsBaseOperator):
         self.version = version
         self.snapshot_id = snapshot_id
         self.allow_renames = allow_renames
+        self.accept_source_gap = accept_source_gap
         self.timeout_seconds = timeout_seconds
 
     def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
         report = preflight(
-            ctx, self.snapshot_id, self.version, allow_renames=flag(self.allow_renames), timeout=self.timeout_seconds
+            ctx,
+            self.snapshot_id,
+            self.version,
+            allow_renames=flag(self.allow_renames),
+            timeout=self.timeout_seconds,
+            accept_source_gap=flag(self.accept_source_gap),
         )
         self.log.info("pre-flight of %s %s: %s", ctx.name, self.version, report.reason)
         report.raise_if_blocked()

@@ -49,7 +49,10 @@ class SavepointsPollTrigger(BaseTrigger):
         with a "message"), which a timeout reports."""
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = SavepointsHook(aws_conn_id=self.aws_conn_id, spark_conn_id=None, jobs_file=self.jobs_file)
+        # no Spark and no Kafka connection: a trigger only reads the store (connections resolve async, below)
+        hook = SavepointsHook(
+            aws_conn_id=self.aws_conn_id, spark_conn_id=None, jobs_file=self.jobs_file, kafka_conn_id=None
+        )
         hook.s3_settings = await hook.async_s3_settings()  # resolved once, asynchronously; the threads reuse it
         while True:
             try:

@@ -11,15 +11,16 @@ from .base import SavepointsPollTrigger
 
 
 class DeploymentHealthTrigger(SavepointsPollTrigger):
-    fields: ClassVar[tuple[str, ...]] = ("deployment_id", "min_batches")
+    fields: ClassVar[tuple[str, ...]] = ("deployment_id", "min_batches", "lag_must_fall")
 
-    def __init__(self, *, deployment_id: str, min_batches: int, **kwargs: Any) -> None:
+    def __init__(self, *, deployment_id: str, min_batches: int, lag_must_fall: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.deployment_id = deployment_id
         self.min_batches = min_batches
+        self.lag_must_fall = lag_must_fall
 
     def check(self, hook: SavepointsHook) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        health = hook.health(self.job, self.deployment_id, self.min_batches)
+        health = hook.health(self.job, self.deployment_id, self.min_batches, self.lag_must_fall)
         seen = {"message": health.reason, "health": health.to_dict()}
         if health.verdict is Verdict.WAITING:
             return None, seen

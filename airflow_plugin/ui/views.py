@@ -14,7 +14,9 @@ from ..core.context import JobContext
 from ..core.errors import InvalidInput
 from ..core.jobs.spec import JobSpec
 from ..core.jobs.stop import job_status
+from ..core.snapshots import source_guard
 from ..core.snapshots.manifest import Manifest
+from ..core.sources.kafka import SourceCheck
 from ..core.storage import S3Settings
 from ..hooks.savepoints import SavepointsHook
 
@@ -23,6 +25,7 @@ MAX_PAGE_SIZE = 500
 # A person waits for the page: give up on an unreachable store after a few attempts, not botocore's ten
 # with exponential backoff (a minute), and show the store's error instead.
 PAGE_S3_ATTEMPTS = 2
+PAGE_KAFKA_TIMEOUT_S = 3.0  # the same for the Kafka broker whose offsets mark snapshots that cannot be restored
 
 
 class PageHook(SavepointsHook):
@@ -102,6 +105,9 @@ def snapshots_page(
         if index is not None:
             offset = index - index % limit
     now = utc_now()
+    page = shown[offset : offset + limit]
+    kafka = ctx.kafka
+    checks = source_guard.assess(page, replace(kafka, timeout_s=PAGE_KAFKA_TIMEOUT_S) if kafka else None)
     return {
         "job": job.name,
         "store": ctx.store.uri,
@@ -111,7 +117,7 @@ def snapshots_page(
         "limit": limit,
         "focus": focus,
         "focus_found": focus_found,
-        "snapshots": [snapshot_row(m, ctx, jobs_file, now) for m in shown[offset : offset + limit]],
+        "snapshots": [snapshot_row(m, ctx, jobs_file, now, checks.get(m.id)) for m in page],
         "timeline": [
             {
                 "id": m.id,
@@ -136,12 +142,17 @@ def _age_seconds(timestamp: str | None, now: datetime) -> float | None:
     return round((now - datetime.fromisoformat(timestamp.replace("Z", "+00:00"))).total_seconds(), 1)
 
 
-def snapshot_row(manifest: Manifest, ctx: JobContext, jobs_file: str | None, now: datetime) -> dict[str, Any]:
+def snapshot_row(
+    manifest: Manifest, ctx: JobContext, jobs_file: str | None, now: datetime, check: SourceCheck | None = None
+) -> dict[str, Any]:
+    """A snapshot as the page shows it; `check`: its Kafka positions against the broker (None: no Kafka source)."""
     return {
         **manifest.summary(),
         "job_version": manifest.job_version,
         "age_s": _age_seconds(manifest.created_at, now),
         "commands": restore_commands(ctx.spec, ctx.store.uri, manifest, jobs_file),
+        "source_check": check.to_dict() if check else None,
+        "history": manifest.history,
     }
 
 

@@ -34,6 +34,18 @@ TERMINAL = frozenset({State.STOPPED, State.FAILED})
 FINAL_WRITE_ATTEMPTS = 5  # a lost STOPPED/FAILED leaves the engine waiting for a heartbeat timeout
 
 
+def kafka_lag(sources: list[dict[str, Any]]) -> int | None:
+    """The most records any partition of the Kafka sources is behind (Spark's maxOffsetsBehindLatest metric);
+    None without a Kafka source."""
+    lags = [
+        int(float(source["metrics"]["maxOffsetsBehindLatest"]))
+        for source in sources
+        if str(source.get("description", "")).startswith("KafkaV2")
+        and (source.get("metrics") or {}).get("maxOffsetsBehindLatest") not in (None, "")
+    ]
+    return max(lags) if lags else None
+
+
 def _finite(value: Any) -> float | None:
     """Spark reports NaN/Infinity rates for empty batches; JSON readers other than Python's reject them."""
     if value is None:
@@ -144,8 +156,14 @@ class ProgressListener(StreamingQueryListener):
         if not self._ours(progress.get("id")):
             return
         self.batch_done.set()
+        sources = progress.get("sources") or []
+        lag = kafka_lag(sources)
+        first = self._board.current.kafka_lag_first
         self._board.update(
             last_batch_id=progress.get("batchId"),
+            sources=[str(source.get("description")) for source in sources],
+            kafka_lag=lag,
+            kafka_lag_first=lag if first is None else first,
             input_rows_per_second=_finite(progress.get("inputRowsPerSecond")),
             processed_rows_per_second=_finite(progress.get("processedRowsPerSecond")),
             batch_duration_ms=progress.get("batchDuration"),

@@ -52,6 +52,23 @@ def test_the_store_connection_gives_endpoint_and_credentials(monkeypatch: pytest
     assert settings.child_env()["AWS_SECRET_ACCESS_KEY"] == "very-secret-key"  # the driver's environment only
 
 
+def test_a_kafka_connection_names_the_broker_every_restore_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Airflow Kafka provider's connection: its extra is the client config. It wins over the jobs file."""
+    extra = {"bootstrap.servers": "conn:9092", "group.id": "airflow", "security.protocol": "SASL_SSL"}
+    extra["sasl.password"] = "very-secret"
+    monkeypatch.setenv("AIRFLOW_CONN_MY_KAFKA", json.dumps({"conn_type": "kafka", "extra": extra}))
+    jobs = str(write_jobs(tmp_path, extra='kafka = { bootstrap_servers = "file:9092" }'))
+    hook = SavepointsHook(aws_conn_id=None, spark_conn_id=None, jobs_file=jobs, kafka_conn_id="my_kafka")
+    job = hook.job_context("orders")
+    assert job.kafka is not None and job.kafka.bootstrap_servers == "conn:9092"
+    assert dict(job.kafka.config) == {"security.protocol": "SASL_SSL", "sasl.password": "very-secret"}
+    assert "very-secret" not in repr(job.settings) and job.child_args() == ["--kafka-bootstrap-servers", "conn:9092"]
+    without = SavepointsHook(aws_conn_id=None, spark_conn_id=None, jobs_file=jobs, kafka_conn_id="no_such_kafka")
+    assert without.job_context("orders").kafka.bootstrap_servers == "file:9092"  # the jobs file's, then
+
+
 def test_without_the_connection_boto3s_own_chain_is_used() -> None:
     assert SavepointsHook(aws_conn_id="no_such_connection").s3_settings is None
 

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ from airflow_plugin.core.storage import open_storage
 from airflow_plugin.ui.app import create_app
 from airflow_plugin.ui.security import PAGE_HEADER, SAVEPOINT_DAG_ID
 from airflow_plugin.ui.views import PAGE_SIZE, PageSettings
-from tests.support.synthetic import add_batch, tree, write_checkpoint
+from devtools.kafka import EmbeddedKafka
+from tests.support.synthetic import add_batch, kafka_offsets, tree, write_checkpoint
 from tests.support.ui_support import bearer, serialize_dags, token
 
 SNAPSHOTS = 200  # "hundreds": four pages of 50
@@ -294,6 +295,30 @@ def test_hundreds_of_snapshots_come_in_pages_newest_first(client: TestClient, wo
 
     too_many = client.get("/api/jobs/orders/snapshots?limit=100000", headers=viewer)
     assert too_many.status_code == 422
+
+
+def test_the_page_marks_a_snapshot_whose_kafka_records_are_gone(
+    airflow_app: FastAPI, kafka: EmbeddedKafka, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = new_topic()
+    kafka.produce(topic, [f"r{i}" for i in range(6)])
+    store_dir, checkpoint = tmp_path / "store", write_checkpoint(tmp_path / "ckpt", batches=1)
+    store, source = SnapshotStore(open_storage(str(store_dir))), open_storage(str(checkpoint))
+    kafka_offsets(checkpoint, 0, {topic: {0: 2}})
+    expired = create_snapshot(store, source, SnapshotRequest(job="streams")).id
+    add_batch(checkpoint, 1)
+    kafka_offsets(checkpoint, 1, {topic: {0: 5}})
+    held = create_snapshot(store, source, SnapshotRequest(job="streams")).id
+    kafka.delete_records(topic, {0: 4})  # retention: offsets 2 and 3 are gone
+    jobs_file = tmp_path / "jobs.toml"
+    jobs = jobs_toml(store_dir, tmp_path / "checkpoints", ("streams",))
+    jobs_file.write_text(jobs + f'kafka = {{ bootstrap_servers = "{kafka.bootstrap}" }}\n')
+    with TestClient(create_app(PageSettings(jobs_file=str(jobs_file)))) as page:
+        answer = page.get("/api/jobs/streams/snapshots", headers=bearer(*VIEWER)).json()
+    rows = {row["id"]: row for row in answer["snapshots"]}
+    assert rows[expired]["source_check"]["records_lost"] == 2 and not rows[expired]["source_check"]["restorable"]
+    assert rows[held]["source_check"]["restorable"] is True
+    assert rows[held]["source_positions"] == [{"source": "0", "kind": "kafka", "offset": {topic: {"0": 5}}}]
 
 
 def test_an_empty_job_and_an_empty_jobs_file_are_plain_empty_answers(

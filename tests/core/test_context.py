@@ -1,5 +1,5 @@
 """context.py: one precedence for every setting (flag > environment > jobs file > default), the store
-every command reads, and S3 access handed to every location it opens."""
+every command reads, S3 access handed to every location it opens, and the Kafka broker a job reads."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.context import STORE_ENV, Settings
+from airflow_plugin.core.context import KAFKA_ENV, STORE_ENV, Settings
 from airflow_plugin.core.errors import InvalidInput, NotFound
 from airflow_plugin.core.jobs.spec import JOBS_ENV
+from airflow_plugin.core.sources.kafka import KafkaSettings
 from airflow_plugin.core.storage import S3Settings, S3Storage
 from tests.support.jobs import write_jobs
 
@@ -74,3 +75,24 @@ def test_s3_access_reaches_the_store_and_every_location_the_job_opens(tmp_path: 
     assert isinstance(job.store.storage, S3Storage) and job.store.storage.settings is access
     assert isinstance(checkpoint, S3Storage) and checkpoint.settings is access
     assert job.child_env()["AWS_SECRET_ACCESS_KEY"] == "secret" and "secret" not in repr(job.settings)
+
+
+def test_the_kafka_broker_comes_from_flag_then_environment_then_jobs_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(KAFKA_ENV, raising=False)
+    table = 'kafka = { bootstrap_servers = "file:9092", config = { "security.protocol" = "SSL" }, timeout = 4 }'
+    jobs = str(write_jobs(tmp_path, extra=f"[jobs.reads_kafka]\n{table}\nversions.v1 = {{ application = 'k.py' }}"))
+    declared = Settings(jobs_file=jobs).resolve()
+    assert declared.job("orders").kafka is None  # a job without a kafka table reads no broker
+    assert declared.job("reads_kafka").kafka == KafkaSettings("file:9092", {"security.protocol": "SSL"}, 4.0)
+    monkeypatch.setenv(KAFKA_ENV, "env:9092")
+    assert declared.kafka("reads_kafka") == KafkaSettings("env:9092", {"security.protocol": "SSL"}, 4.0)
+    assert declared.kafka("orders") == KafkaSettings("env:9092")
+    flagged = Settings(jobs_file=jobs, kafka=KafkaSettings("flag:9092")).resolve().job("reads_kafka")
+    assert flagged.kafka == KafkaSettings("flag:9092", {"security.protocol": "SSL"}, 10.0)
+    assert flagged.child_args() == ["--kafka-bootstrap-servers", "flag:9092"]  # the job reads the broker checked
+    assert Settings(jobs_file=jobs).resolve().job("orders").child_args() == []
+    with pytest.raises(InvalidInput, match=r"\[jobs.bad\] kafka needs bootstrap_servers"):
+        write_jobs(tmp_path, extra="[jobs.bad]\nkafka = { }\nversions.v1 = { application = 'b.py' }")
+        Settings(jobs_file=jobs).resolve().jobs  # noqa: B018

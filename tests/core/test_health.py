@@ -70,3 +70,26 @@ def test_check_health_reads_the_store(tmp_path: Path) -> None:
     assert check_health(job, "dp-1", min_batches=3).verdict is Verdict.WAITING
     with pytest.raises(NotFound, match="deployment dp-9 of job orders does not exist"):
         check_health(job, "dp-9", min_batches=1)
+
+
+@pytest.mark.parametrize(
+    ("lag", "first", "verdict", "reason"),
+    [
+        (400, 900, Verdict.HEALTHY, "Kafka lag 400 (first batch 900)"),
+        (0, 0, Verdict.HEALTHY, "Kafka lag 0"),  # caught up from the start
+        (900, 900, Verdict.WAITING, "its Kafka lag 900 has not fallen below 900"),
+        (1500, 900, Verdict.WAITING, "its Kafka lag 1500 has not fallen below 900"),  # falling behind
+    ],
+)
+def test_the_kafka_lag_must_fall_when_asked(lag: int, first: int, verdict: Verdict, reason: str) -> None:
+    status = DeploymentStatus(State.RUNNING, NOW - 1, last_batch_id=44, kafka_lag=lag, kafka_lag_first=first)
+    deployment = _deployment(restored_batch_id=41)
+    health = assess(deployment, status, min_batches=3, heartbeat_timeout=30, lag_must_fall=True, now=NOW)
+    assert health.verdict is verdict and reason in health.reason
+    assert health.kafka_lag == lag and health.kafka_lag_first == first
+    # batches alone decide when the lag is not asked for, and for a job without Kafka (no lag reported)
+    assert assess(deployment, status, min_batches=3, heartbeat_timeout=30, now=NOW).verdict is Verdict.HEALTHY
+    no_kafka = DeploymentStatus(State.RUNNING, NOW - 1, last_batch_id=44)
+    assert assess(deployment, no_kafka, min_batches=3, heartbeat_timeout=30, lag_must_fall=True, now=NOW).verdict is (
+        Verdict.HEALTHY
+    )

@@ -1,9 +1,12 @@
 """End to end through Airflow: every DAG runs with `dag.test()` (real tasks and deferrable triggers) against
-the moto server, with real spark-submit drivers. The store is reached through the Airflow AWS connection.
-The scenario (devtools/scenario.py, also the demo) deploys v1, takes a savepoint, runs retention, upgrades
-to v2, is blocked upgrading to v3, upgrades to a version that commits batches to its file sink and then
-fails (the health gate fails; the rollback rewinds the sink and puts v2 back from the same savepoint),
-stops with a savepoint, and compares the live output with every event fed: each exactly once."""
+the moto server and the session's Kafka broker, with real spark-submit drivers. The store is reached through
+the Airflow AWS connection. The scenario (devtools/scenario.py, also the demo) runs the Kafka job: deploys v1,
+takes a savepoint (with its Kafka offsets), runs retention, upgrades to v2 (the health gate waits for the lag
+to fall), is blocked upgrading to v3, upgrades to a version that commits batches to its file sink and then
+fails (the health gate fails; the rollback rewinds the sink and puts v2 back from the same savepoint), kills
+the driver mid-batch and redeploys from the latest state, stops with a savepoint, and compares the live
+output with every record produced: each exactly once. Then retention deletes the records, and a deploy from
+the first savepoint is refused before anything starts. (The file-source job's lifecycle: test_lifecycle_e2e.)"""
 
 from __future__ import annotations
 
@@ -19,20 +22,22 @@ from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.jobs.stop import kill
 from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.verify import verify_snapshot
+from devtools.kafka import EmbeddedKafka
 from devtools.scenario import JOB, Lifecycle
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_the_lifecycle_through_airflow_loses_no_event_and_rolls_back_a_failed_upgrade(
-    tmp_path: Path, s3_server: Any, airflow_db: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.timeout(900)  # the longest scenario of the suite: 8 Spark applications one after another
+def test_the_lifecycle_through_airflow_loses_no_record_and_rolls_back_a_failed_upgrade(
+    tmp_path: Path, s3_server: Any, kafka: EmbeddedKafka, airflow_db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", s3_server.airflow_connection())
     monkeypatch.setenv(JOBS_ENV, "")  # restored after the test; the scenario points it at its own jobs file
     store = s3_server.create_bucket(f"e2e-{int(time.time() * 1000)}") + "/store"
-    lifecycle = Lifecycle(tmp_path, store)
+    lifecycle = Lifecycle(tmp_path, store, kafka)
     try:
-        lifecycle.run(rollback=True)
+        lifecycle.run(rollback=True, crash=True)
     finally:
         if lifecycle.running():
             with contextlib.suppress(SavepointsError):
@@ -53,7 +58,7 @@ def test_the_lifecycle_through_airflow_loses_no_event_and_rolls_back_a_failed_up
     assert upgrades[2].tasks["rollback"] == "success" and upgrades[2].tasks["upgrade_failed"] == "failed"
     assert upgrades[0].value("prestart_new")["deployment"] == upgrades[0].value("deploy_new")["deployment"]
     versions = [d.version for d in lifecycle.deployments()]
-    assert versions == ["v1", "v2", "poisoned", "v2"]
+    assert versions == ["v1", "v2", "poisoned", "v2", "v2"]  # the last one after the SIGKILL
 
     manifests = lifecycle.store.list(JOB)
     assert manifests and all(m.status is SnapshotStatus.COMPLETED for m in manifests)

@@ -39,7 +39,7 @@ from spark_jobs.runtime import Delivery, DeliveryRefused, Runner, SinkKind, Sour
 from spark_jobs.runtime.control import ControlChannel
 from spark_jobs.runtime.delivery import check, plan
 from spark_jobs.runtime.failure import describe
-from spark_jobs.runtime.status import StatusBoard
+from spark_jobs.runtime.status import ProgressListener, StatusBoard, kafka_lag
 
 ROOT = Path(__file__).resolve().parents[2]
 WINDOWED = ROOT / "spark_jobs" / "jobs" / "windowed"
@@ -142,6 +142,29 @@ def test_status_board_never_overwrites_a_final_state(tmp_path: Path) -> None:
     status = deployments.status("j", "d")
     assert status is not None
     assert (status.state, status.last_batch_id, status.handled_requests) == (State.STOPPED, None, ["rq-1"])
+
+
+def test_the_listener_reports_sources_and_kafka_lag_from_sparks_progress(tmp_path: Path) -> None:
+    """Spark's progress JSON (its fields as Spark names them): the sources' descriptions, and the most records
+    any Kafka partition is behind, at the last batch and at the run's first."""
+    deployments = Deployments(open_storage(str(tmp_path)))
+    board = StatusBoard(deployments, "j", "d", DeploymentStatus(State.STARTING, time.time()))
+    listener = ProgressListener(board)
+
+    def progress(batch: int, behind: str | None) -> dict[str, Any]:
+        kafka = {"description": "KafkaV2[Subscribe[events]]", "metrics": {"maxOffsetsBehindLatest": behind}}
+        if behind is None:
+            kafka["metrics"] = {}
+        files = {"description": "FileStreamSource[file:/in]", "metrics": {}}
+        return {"id": "q", "batchId": batch, "sources": [kafka, files], "sink": {"description": "FileSink[/out]"}}
+
+    listener.progress(progress(7, "1200"))
+    listener.progress(progress(8, "300"))
+    status = deployments.status("j", "d")
+    assert status is not None and status.state is State.RUNNING and status.last_batch_id == 8
+    assert status.sources == ["KafkaV2[Subscribe[events]]", "FileStreamSource[file:/in]"]
+    assert (status.kafka_lag, status.kafka_lag_first) == (300, 1200)
+    assert kafka_lag(progress(9, None)["sources"]) is None and kafka_lag([]) is None
 
 
 def test_control_channel_hands_out_each_request_once(tmp_path: Path) -> None:

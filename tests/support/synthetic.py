@@ -47,3 +47,11 @@ def tree(root: Path) -> dict[str, bytes]:
     if not root.exists():
         return {}
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def kafka_offsets(root: Path, batch: int, offsets: dict[str, dict[int, int]], *, version: int = 1) -> None:
+    """Rewrite offsets/<batch> of a synthetic checkpoint as a Kafka source's: next offset per topic and partition,
+    in offset log `version` 1 (positional) or 2 (`<source id>:<offset>`)."""
+    line = json.dumps({topic: {str(p): o for p, o in parts.items()} for topic, parts in offsets.items()})
+    meta = json.loads((root / f"offsets/{batch}").read_text().splitlines()[1])
+    (root / f"offsets/{batch}").write_text(f"v{version}\n{json.dumps(meta)}\n{'0:' if version >= 2 else ''}{line}")

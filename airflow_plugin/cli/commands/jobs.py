@@ -13,6 +13,7 @@ from ...core.jobs.preflight import preflight
 from ...core.jobs.stop import job_status, kill, stop
 from ...core.lease import break_lease, held_leases, read_lease
 from ..render import Output, out, say, status_table
+from .snapshots import ACCEPT_GAP_HELP
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -34,6 +35,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="a file sink that committed batches after the snapshot is rewound to it (its later output is "
         "moved into the sink's _savepoints_quarantine/ and written again) instead of refusing",
     )
+    deploy_cmd.add_argument("--accept-source-gap", action="store_true", help=ACCEPT_GAP_HELP)
     deploy_cmd.add_argument("--wait", type=float, default=180, help="seconds to wait for RUNNING (default 180)")
     deploy_cmd.add_argument(
         "--spark-conn", metavar="CONN_ID", help="build spark-submit from this Airflow connection (the [airflow] extra)"
@@ -49,6 +51,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     preflight_cmd.add_argument(
         "--allow-renames", action="store_true", help="accept state field renames (Spark does not check names)"
     )
+    preflight_cmd.add_argument("--accept-source-gap", action="store_true", help=ACCEPT_GAP_HELP)
     preflight_cmd.set_defaults(run=run_preflight)
 
     status_cmd = commands.add_parser("status", parents=[common], help="deployments with state and heartbeat")
@@ -80,6 +83,7 @@ def run_deploy(args: argparse.Namespace, ctx: Context) -> Output:
         partitions=args.partitions,
         wait_seconds=args.wait,
         rewind_sink=args.rewind_sink,
+        accept_source_gap=args.accept_source_gap,
     )
     deployment = deploy(job, request)
     status, state = job.observe(deployment)
@@ -88,12 +92,18 @@ def run_deploy(args: argparse.Namespace, ctx: Context) -> Output:
 
 def run_preflight(args: argparse.Namespace, ctx: Context) -> Output:
     job = ctx.job(args.job)
-    report = preflight(job, args.snapshot, args.version, allow_renames=args.allow_renames)
+    report = preflight(
+        job, args.snapshot, args.version, allow_renames=args.allow_renames, accept_source_gap=args.accept_source_gap
+    )
 
     def human() -> None:
         verdict = "PASSED" if report.passed else "BLOCKED"
         say(f"pre-flight of {job.name} {report.version} on {report.snapshot} (batch {report.batch_id}): {verdict}")
         say(report.reason)
+        if report.sources:
+            say(f"Kafka offsets: {report.sources['summary']}")
+        for change in report.topic_changes:
+            say(f"  {change['detail']}")
 
     return Output(report.to_dict(), human, error=report.blocked())  # refused (exit 4) after the report
 

@@ -82,6 +82,7 @@ def run_prune(args: argparse.Namespace, ctx: Context) -> Output:
             dry_run=args.dry_run,
             heartbeat_timeout=timeout,
             open_location=ctx.open,
+            kafka=ctx.kafka,
         )
     data = {"dry_run": args.dry_run, "plan": plan.to_dict(), "result": result.to_dict() if result else None}
 

@@ -10,6 +10,7 @@ from ...core.context import Context, JobContext
 from ...core.errors import Refused
 from ...core.jobs.deploy import live_deployments
 from ...core.sinks import FILE, SinkRef
+from ...core.snapshots import source_guard
 from ...core.snapshots.create import SnapshotRequest, create_snapshot
 from ...core.snapshots.lifecycle import delete_snapshot, set_pinned
 from ...core.snapshots.manifest import Kind, Trigger, parse_labels
@@ -17,6 +18,11 @@ from ...core.snapshots.restore import execute_restore, plan_restore
 from ...core.snapshots.verify import verify_snapshot
 from .. import exit_codes
 from ..render import Output, human_bytes, key_values, out, say, snapshot_table, warn
+
+ACCEPT_GAP_HELP = (
+    "restore even if Kafka no longer holds every record after the snapshot (retention deleted them, a topic or "
+    "partition is gone); the gap is recorded in the snapshot's history"
+)
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -63,6 +69,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="a recorded file sink that committed batches after the snapshot is rewound to it (its later "
         "output is moved into the sink's _savepoints_quarantine/) instead of refusing; no query may write it",
     )
+    restore.add_argument("--accept-source-gap", action="store_true", help=ACCEPT_GAP_HELP)
     restore.set_defaults(run=run_restore)
 
 
@@ -96,15 +103,20 @@ def run_create(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def run_list(args: argparse.Namespace, ctx: Context) -> Output:
+    """Every snapshot; those with Kafka sources are checked against their job's broker (one query per job)."""
     manifests = ctx.store(args.job).list(args.job)
-    return Output(
-        [m.summary() for m in manifests], lambda: out.print(snapshot_table(manifests) if manifests else "no snapshots")
-    )
+    checks = {}
+    for job in sorted({m.job for m in manifests}):
+        checks |= source_guard.assess([m for m in manifests if m.job == job], ctx.kafka(job))
+    rows = [m.summary() | {"source_check": checks[m.id].to_dict() if m.id in checks else None} for m in manifests]
+    return Output(rows, lambda: out.print(snapshot_table(manifests, checks) if manifests else "no snapshots"))
 
 
 def run_show(args: argparse.Namespace, ctx: Context) -> Output:
     manifest = ctx.store(args.job).get(args.job, args.id)
+    check = source_guard.assess([manifest], ctx.kafka(args.job)).get(manifest.id)
     data = manifest.summary() | {
+        "source_check": check.to_dict() if check else None,
         "query_id": manifest.query_id,
         "pending_batch_id": manifest.pending_batch_id,
         "watermark_ms": manifest.watermark_ms,
@@ -116,6 +128,7 @@ def run_show(args: argparse.Namespace, ctx: Context) -> Output:
         "timings": manifest.timings,
         "attempts": manifest.attempts,
         "verification": manifest.verification,
+        "history": manifest.history,
     }
     return Output(data, lambda: out.print(key_values(data)))
 
@@ -178,7 +191,14 @@ def _restore(args: argparse.Namespace, ctx: Context, job: JobContext) -> Output:
                 f"first (`savepoints stop {args.job}`); nothing was written"
             )
     plan = plan_restore(
-        store, args.job, args.id, ctx.open(args.to), rewind_sink=args.rewind_sink, open_location=ctx.open
+        store,
+        args.job,
+        args.id,
+        ctx.open(args.to),
+        rewind_sink=args.rewind_sink,
+        open_location=ctx.open,
+        kafka=ctx.kafka(args.job),
+        accept_source_gap=args.accept_source_gap,
     )
     if args.dry_run:
         result = plan.describe()
@@ -193,6 +213,8 @@ def _restore(args: argparse.Namespace, ctx: Context, job: JobContext) -> Output:
             f"{len(plan.files)} files, {human_bytes(plan.total_bytes)}; the query resumes at batch "
             f"{result['resumes_at_batch']}"
         )
+        if plan.sources.check is not None:
+            say(f"Kafka offsets: {plan.sources.check.summary()}")
         for path in plan.rewrites:
             say(f"  rewrote absolute paths in {path}")
         for warning in plan.warnings:

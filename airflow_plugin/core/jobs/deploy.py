@@ -56,6 +56,7 @@ class DeployRequest:
     partitions: int | None = None  # state partitions; differs from the snapshot's: rescale (repartition)
     wait_seconds: float = 180.0  # until the job reports RUNNING (Spark start-up on a busy machine); 0: do not wait
     rewind_sink: bool = False  # a sink ahead of the snapshot is rewound to it instead of refusing
+    accept_source_gap: bool = False  # restore even if Kafka no longer holds records after the snapshot (recorded)
 
 
 def live_deployments(ctx: JobContext) -> list[tuple[Deployment, State]]:
@@ -108,13 +109,25 @@ def _restore_source(ctx: JobContext, mode: str, exclude: str | None = None) -> M
 
 
 def _plan(
-    ctx: JobContext, source: Manifest | None, checkpoint: str, rewind_sink: bool, onto: str | None = None
+    ctx: JobContext,
+    source: Manifest | None,
+    checkpoint: str,
+    rewind_sink: bool,
+    accept_source_gap: bool,
+    onto: str | None = None,
 ) -> RestorePlan | None:
     if source is None:
         return None
-    target = ctx.open(checkpoint)
     return plan_restore(
-        ctx.store, ctx.name, source.id, target, rewind_sink=rewind_sink, open_location=ctx.open, onto=onto
+        ctx.store,
+        ctx.name,
+        source.id,
+        ctx.open(checkpoint),
+        rewind_sink=rewind_sink,
+        open_location=ctx.open,
+        kafka=ctx.kafka,
+        accept_source_gap=accept_source_gap,
+        onto=onto,
     )
 
 
@@ -137,7 +150,7 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec) -> De
 
     deployment_id = new_deployment_id()
     checkpoint = _claimable_location(ctx, deployment_id)
-    plan = _plan(ctx, source, checkpoint, request.rewind_sink)
+    plan = _plan(ctx, source, checkpoint, request.rewind_sink, request.accept_source_gap)
     rescale_to = None
     if source and request.partitions and request.partitions != current_partitions(source):
         check_rescalable(source, request.partitions)  # before anything is written
@@ -152,6 +165,7 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec) -> De
         restored_batch_id=source.batch_id if source else None,
         spark_conf={**ctx.spec.conf, **version.conf, **(plan.spark_conf if plan else {})},
         request_id=ctx.settings.request_id,
+        source_gap=plan.source_gap if plan else None,
     )
     if request.partitions:
         deployment.spark_conf[PARTITIONS_CONF] = str(request.partitions)
@@ -251,7 +265,9 @@ def _prestart(ctx: JobContext, version: VersionSpec, wait_seconds: float, preres
         ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, ("--standby",))
     )
     if prerestore:  # the driver does not touch its location before a start request
-        plan = plan_restore(ctx.store, ctx.name, prerestore, ctx.open(checkpoint), check_sinks=False)
+        plan = plan_restore(
+            ctx.store, ctx.name, prerestore, ctx.open(checkpoint), check_sinks=False, check_sources=False
+        )
         execute_restore(ctx.store, plan, progress=ctx.progress)
         deployment.prerestored_from = plan.manifest.id
         ctx.deployments.put(deployment)
@@ -260,15 +276,23 @@ def _prestart(ctx: JobContext, version: VersionSpec, wait_seconds: float, preres
 
 
 def activate(
-    ctx: JobContext, deployment_id: str, restore: str, *, wait_seconds: float = 180.0, rewind_sink: bool = False
+    ctx: JobContext,
+    deployment_id: str,
+    restore: str,
+    *,
+    wait_seconds: float = 180.0,
+    rewind_sink: bool = False,
+    accept_source_gap: bool = False,
 ) -> Deployment:
     """Restore state into a pre-started deployment's location and start its query. Refused while any
     other deployment of the job is live (stop the old version first) or if it is not in STANDBY."""
     with ctx.operation("deploy"):
-        return _activate(ctx, deployment_id, restore, wait_seconds, rewind_sink)
+        return _activate(ctx, deployment_id, restore, wait_seconds, rewind_sink, accept_source_gap)
 
 
-def _activate(ctx: JobContext, deployment_id: str, restore: str, wait_seconds: float, rewind_sink: bool) -> Deployment:
+def _activate(
+    ctx: JobContext, deployment_id: str, restore: str, wait_seconds: float, rewind_sink: bool, accept_source_gap: bool
+) -> Deployment:
     deployment = ctx.deployments.get(ctx.name, deployment_id)
     state = ctx.state_of(deployment)
     if state is not State.STANDBY:
@@ -283,10 +307,11 @@ def _activate(ctx: JobContext, deployment_id: str, restore: str, wait_seconds: f
             f"deployment {deployment_id} holds a restore of snapshot {deployment.prerestored_from}: it cannot "
             "start with no state; activate it with a snapshot, or stop it and deploy anew"
         )
-    plan = _plan(ctx, source, deployment.checkpoint, rewind_sink, onto=deployment.prerestored_from)
+    plan = _plan(ctx, source, deployment.checkpoint, rewind_sink, accept_source_gap, deployment.prerestored_from)
     if plan is not None and source is not None:
         execute_restore(ctx.store, plan, progress=ctx.progress)
         deployment.restored_from, deployment.restored_batch_id = source.id, source.batch_id
+        deployment.source_gap = plan.source_gap
         deployment.spark_conf = {**deployment.spark_conf, **plan.spark_conf}
     ctx.deployments.put(deployment)
     conf = {k: v for k, v in (plan.spark_conf if plan else {}).items() if k.startswith("spark.sql.")}
@@ -323,6 +348,7 @@ def submit_spec(
             *runtime_args,
             *job.args,
             *version.args,
+            *ctx.child_args(),
         ],
         master=job.spark_master,
         deploy_mode=job.deploy_mode,

@@ -58,6 +58,7 @@ class Deployment:
     spark_conf: dict[str, str] = field(default_factory=dict)
     launcher: dict[str, Any] = field(default_factory=dict)  # mode, pid, log, driver id, app id, command
     retired_at: str | None = None
+    source_gap: dict[str, Any] | None = None  # records its restore accepted to lose (snapshots/source_guard.py)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()
@@ -77,6 +78,11 @@ class DeploymentStatus:
     app_id: str | None = None
     ui_url: str | None = None  # the driver's Spark UI, when enabled
     sink: str | None = None  # the query's sink as Spark describes it in its progress (FileSink[<path>], ...)
+    sources: list[str] = field(default_factory=list)  # its sources, as Spark describes them (KafkaV2[Subscribe[t]])
+    # Kafka lag: the most records any partition of its Kafka sources is behind the latest offset, as Spark's
+    # progress reports it (maxOffsetsBehindLatest), at the last batch and at the first batch of this run
+    kafka_lag: int | None = None
+    kafka_lag_first: int | None = None
     pid: int | None = None
     error_class: str | None = None
     error_message: str | None = None
@@ -215,4 +221,5 @@ def describe(deployment: Deployment, status: DeploymentStatus | None, state: Sta
         "log": deployment.launcher.get("log"),
         "created_at": deployment.created_at,
         "retired_at": deployment.retired_at,
+        "source_gap": deployment.source_gap["summary"] if deployment.source_gap else None,
     }

@@ -1,6 +1,9 @@
 """Is a deployment healthy? A pure verdict from what the store shows (the Flink operator's job-status
-observation): a fresh heartbeat, K batches committed since it started or was restored, no error. The
-health gate of an upgrade and the Airflow sensor/trigger share this one rule."""
+observation): a fresh heartbeat, K batches committed since it started or was restored, no error; and, if
+asked (`lag_must_fall`) for a job that reads Kafka, a Kafka lag that falls: the lag of its last batch is 0
+or below the lag of its first batch (both from Spark's progress, reported by the job runtime). A new
+version that commits batches but falls further behind never becomes healthy, so the upgrade rolls back.
+The health gate of an upgrade and the Airflow sensor/trigger share this one rule."""
 
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ class Health:
     last_batch_id: int | None
     target_batch_id: int
     heartbeat_age_s: float | None
+    kafka_lag: int | None = None
+    kafka_lag_first: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "verdict": str(self.verdict)}
@@ -48,6 +53,7 @@ def assess(
     *,
     min_batches: int,
     heartbeat_timeout: float,
+    lag_must_fall: bool = False,
     now: float | None = None,
 ) -> Health:
     now = time.time() if now is None else now
@@ -55,9 +61,11 @@ def assess(
     target = target_batch(deployment, min_batches)
     last = status.last_batch_id if status else None
     age = round(status.age(now), 1) if status else None
+    lag, first_lag = (status.kafka_lag, status.kafka_lag_first) if status else (None, None)
 
     def verdict(v: Verdict, reason: str) -> Health:
-        return Health(v, reason, deployment.job, deployment.id, deployment.version, str(state), last, target, age)
+        facts = (deployment.job, deployment.id, deployment.version, str(state), last, target, age, lag, first_lag)
+        return Health(v, reason, *facts)
 
     if state is State.FAILED:
         error = "no error recorded"
@@ -69,13 +77,28 @@ def assess(
     if state in (State.STOPPING, State.STOPPED):
         return verdict(Verdict.UNHEALTHY, f"deployment {deployment.id} is {state}, not running")
     if state is State.RUNNING and last is not None and last >= target:
-        return verdict(Verdict.HEALTHY, f"batch {last} committed (needed {target}), heartbeat {age}s old")
+        committed = f"batch {last} committed (needed {target})"
+        if lag_must_fall and lag is not None:
+            if lag > 0 and (first_lag is None or lag >= first_lag):
+                return verdict(
+                    Verdict.WAITING,
+                    f"deployment {deployment.id}: {committed}, but its Kafka lag {lag} has not fallen below "
+                    f"{first_lag} (its first batch's)",
+                )
+            committed += f", Kafka lag {lag} (first batch {first_lag})"
+        return verdict(Verdict.HEALTHY, f"{committed}, heartbeat {age}s old")
     so_far = f"last batch {last}" if last is not None else "no batch yet"
     return verdict(Verdict.WAITING, f"deployment {deployment.id} is {state}, {so_far}, waiting for batch {target}")
 
 
-def check_health(ctx: JobContext, deployment_id: str, *, min_batches: int) -> Health:
+def check_health(ctx: JobContext, deployment_id: str, *, min_batches: int, lag_must_fall: bool = False) -> Health:
     """Observe one deployment and assess it."""
     deployment = ctx.deployments.get(ctx.name, deployment_id)
     status = ctx.deployments.status(ctx.name, deployment_id)
-    return assess(deployment, status, min_batches=min_batches, heartbeat_timeout=ctx.spec.heartbeat_timeout)
+    return assess(
+        deployment,
+        status,
+        min_batches=min_batches,
+        heartbeat_timeout=ctx.spec.heartbeat_timeout,
+        lag_must_fall=lag_must_fall,
+    )

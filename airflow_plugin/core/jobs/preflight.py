@@ -26,9 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from ..context import JobContext
-from ..errors import Refused
+from ..errors import BrokerUnavailable, Refused, SourceGap
+from ..snapshots import source_guard
 from ..snapshots.manifest import Manifest
 from ..snapshots.restore import execute_restore, plan_restore
+from ..sources.kafka import Broker
+from ..sources.subscription import topic_changes
 from ..storage import Storage
 from .deploy import submit_spec
 from .deployments import State
@@ -120,6 +123,9 @@ class PreflightReport:
     schemas_compared: int = 0
     seconds: float = 0.0
     log: str | None = None
+    sources: dict[str, Any] | None = None  # the snapshot's Kafka positions against the broker (source_guard)
+    topic_changes: list[dict[str, Any]] = field(default_factory=list)  # the new version's subscription vs them
+    accepted_source_gap: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "renames": [r.describe() for r in self.renames]}
@@ -174,7 +180,8 @@ def _drop_schemas(location: Storage, state_keys: list[str]) -> None:
 def _prepare(ctx: JobContext, manifest: Manifest, location: Storage, *, drop_schemas: bool) -> dict[str, bytes]:
     """Restore the snapshot into a scratch location and remove `commits/N` so that batch N is re-planned;
     for the schema probe also remove the stored schemas. Returns the stored schemas."""
-    plan = plan_restore(ctx.store, manifest.job, manifest.id, location, check_sinks=False)  # noop sink
+    # noop sink; the sources were checked once, before the copies (preflight)
+    plan = plan_restore(ctx.store, manifest.job, manifest.id, location, check_sinks=False, check_sources=False)
     execute_restore(ctx.store, plan)
     location.delete([f"commits/{manifest.batch_id}", f"commits/.{manifest.batch_id}.crc"])
     state_keys = _state_keys(location)
@@ -208,12 +215,22 @@ def preflight(
     *,
     allow_renames: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
+    accept_source_gap: bool = False,
 ) -> PreflightReport:
-    """Run the pre-flight and return its report (`raise_if_blocked()` turns a block into an error)."""
+    """Run the pre-flight and return its report (`raise_if_blocked()` turns a block into an error). Before
+    Spark runs, the snapshot's Kafka positions are checked against the broker (as every restore does); after
+    it ran, the topics the new version subscribes to are compared with them."""
     job = ctx.spec
     spec_version = job.version(version)
     manifest = ctx.store.get(job.name, snapshot_id)
     report = PreflightReport(job.name, spec_version.name, manifest.id, manifest.batch_id, renames_allowed=allow_renames)
+    report.accepted_source_gap = accept_source_gap
+    try:
+        guarded = source_guard.guard(ctx.store, manifest, ctx.kafka, accept_gap=accept_source_gap)
+    except (SourceGap, BrokerUnavailable) as exc:
+        report.reason = str(exc).removesuffix(". Nothing was written").removesuffix("; nothing was written")
+        return report
+    report.sources = guarded.check.to_dict() if guarded.check else None
     started = time.monotonic()
     run_id = f"pf-{manifest.id.split('-', 1)[1]}-{secrets.token_hex(2)}"
     root = f"{job.checkpoint_root.rstrip('/')}/{job.name}/_preflight/{run_id}"
@@ -240,6 +257,16 @@ def preflight(
             report.reason = f"Spark refused the state: {first_line}"
             return report
         compare_schemas(report, stored, _stored_schemas(probe, _state_keys(probe)))
+        if guarded.check is not None and ctx.kafka is not None and status is not None:
+            changes = topic_changes(source_guard.kafka_of(manifest), status.sources, Broker(ctx.kafka))
+            report.topic_changes = [c.to_dict() for c in changes]
+            if any(c.problem for c in changes) and not accept_source_gap:
+                report.reason = (
+                    "the new version reads other Kafka topics than the snapshot: "
+                    + "; ".join(c.describe() for c in changes if c.problem)
+                    + f". Keep the subscription, or accept the gap explicitly ({source_guard.ACCEPT_FLAG})"
+                )
+                return report
         if report.renames and not allow_renames:
             report.reason = (
                 "the new version's state schema renames fields that Spark's own check ignores (the old state "

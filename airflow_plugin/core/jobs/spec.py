@@ -7,6 +7,7 @@ or `--jobs FILE` / `SAVEPOINTS_JOBS`). Relative paths in it are relative to the 
     spark_master = "local[2]"
 
     [jobs.windowed_counts]
+    kafka = { bootstrap_servers = "broker:9092" }   # only for a job that reads Kafka (sources/kafka.py)
     trigger_interval = "2 seconds"
     delivery = "exactly-once"
     default_version = "v1"
@@ -27,6 +28,7 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..snapshots.manifest import check_name
+from ..sources.kafka import DEFAULT_TIMEOUT_S, KafkaSettings
 
 JOBS_ENV = "SAVEPOINTS_JOBS"
 DEFAULT_JOBS_FILE = "jobs.toml"
@@ -44,6 +46,7 @@ _UNIT_SECONDS = {
 }
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(" + "|".join(sorted(_UNIT_SECONDS, key=len, reverse=True)) + r")\s*$")
 _PATH_ARGS = ("--input", "--output")  # job arguments whose values are paths
+_PATH_CONFS = ("spark.jars",)  # Spark confs whose values are comma-separated paths (spark-submit expands globs)
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class JobSpec:
     heartbeat_timeout: float = 30.0
     retention: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    kafka: KafkaSettings | None = None  # the broker a Kafka job reads; the engine checks offsets against it
 
     @classmethod
     def undeclared(cls, name: str) -> JobSpec:
@@ -117,10 +121,34 @@ def _strings(value: Any, where: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _conf(value: Any, base: Path, where: str) -> dict[str, str]:
+    """Spark confs; the paths in `spark.jars` are relative to the jobs file like every other path in it."""
+    conf = _strings(value, where)
+    for key in _PATH_CONFS:
+        if key in conf:
+            conf[key] = ",".join(_resolve(base, part.strip()) for part in conf[key].split(",") if part.strip())
+    return conf
+
+
 def _args(value: Any, base: Path, where: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InvalidInput(f"{where} must be a list of strings")
     return [_resolve(base, v) if i > 0 and value[i - 1] in _PATH_ARGS else v for i, v in enumerate(value)]
+
+
+def _kafka(value: Any, where: str) -> KafkaSettings | None:
+    """`kafka = { bootstrap_servers = "host:9092", config = { ... client settings ... }, timeout = 10 }`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value.get("bootstrap_servers"):
+        example = 'kafka = { bootstrap_servers = "broker:9092" }'
+        raise InvalidInput(f"{where} kafka needs bootstrap_servers, e.g. {example}")
+    try:
+        timeout = float(value.get("timeout", DEFAULT_TIMEOUT_S))
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{where} kafka.timeout must be a number of seconds") from None
+    config = _strings(value.get("config", {}), f"{where} kafka.config")
+    return KafkaSettings(str(value["bootstrap_servers"]), config, timeout)
 
 
 def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
@@ -146,7 +174,7 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
             versions[version] = VersionSpec(
                 name=version,
                 application=_resolve(base, spec["application"]),
-                conf=_strings(spec.get("conf", {}), f"{where} versions.{version}.conf"),
+                conf=_conf(spec.get("conf", {}), base, f"{where} versions.{version}.conf"),
                 args=_args(spec.get("args", []), base, f"{where} versions.{version}.args"),
             )
         if not versions:
@@ -168,11 +196,12 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
             deploy_mode=str(merged.get("deploy_mode", "client")),
             trigger_interval=str(merged.get("trigger_interval", "5 seconds")),
             delivery=delivery,
-            conf=_strings(merged.get("conf", {}), f"{where} conf"),
+            conf=_conf(merged.get("conf", {}), base, f"{where} conf"),
             args=_args(merged.get("args", []), base, f"{where} args"),
             heartbeat_timeout=float(merged.get("heartbeat_timeout", 30)),
             retention=dict(merged.get("retention", {})),
             description=str(merged.get("description", "")),
+            kafka=_kafka(merged.get("kafka"), where),
         )
         spec.version(default_version)
         interval_seconds(spec.trigger_interval)

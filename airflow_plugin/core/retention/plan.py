@@ -14,6 +14,9 @@ Safety rules the planner never breaks, whatever the policy says:
   when more than `max_unused` of it is unreferenced, and never while a snapshot is in flight. The
   repack deletes nothing: the emptied pack goes by the rule above, in a later run.
 
+The plan also marks the snapshots that can no longer be restored without losing records because Kafka no
+longer holds what they would read next (`Observed.source_checks`, from the broker: snapshots/source_guard.py).
+
 Over 300 lines: every deletion rule lives in this one pure module, where the property tests see them all.
 """
 
@@ -30,6 +33,7 @@ from ..errors import InvalidInput
 from ..jobs.deployments import State
 from ..layout import is_stored_content, manifest_key, pack_of_retired, retired_key
 from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, in_flight
+from ..sources.kafka import SourceCheck
 from ..storage import ObjectInfo
 from .policy import KindPolicy, OnCancellation, RetentionPolicy
 
@@ -71,6 +75,7 @@ class Observed:
     deployments: tuple[ObservedDeployment, ...] = ()
     blobs: tuple[ObjectInfo, ...] = ()
     jobs: frozenset[str] | None = None
+    source_checks: Mapping[str, SourceCheck] = field(default_factory=dict)  # snapshot id -> its Kafka positions
 
 
 # ---------------------------------------------------------------- the plan
@@ -107,11 +112,22 @@ class Kept:
     reason: str
 
 
+@dataclass(frozen=True)
+class Unrestorable:
+    """A snapshot whose Kafka records are gone: restoring it would lose them (or needs the gap accepted)."""
+
+    job: str
+    snapshot: str
+    records_lost: int
+    reason: str
+
+
 @dataclass
 class Plan:
     actions: list[Action] = field(default_factory=list)
     kept: list[Kept] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    unrestorable: list[Unrestorable] = field(default_factory=list)
 
     @property
     def snapshots(self) -> list[Action]:
@@ -134,6 +150,10 @@ class Plan:
             "actions": [a.to_dict() for a in self.actions],
             "kept": [{"job": k.job, "snapshot": k.snapshot, "reason": k.reason} for k in self.kept],
             "notes": list(self.notes),
+            "unrestorable": [
+                {"job": u.job, "snapshot": u.snapshot, "records_lost": u.records_lost, "reason": u.reason}
+                for u in self.unrestorable
+            ],
             "summary": {
                 "snapshots": len(self.snapshots),
                 "blobs": len(self.blob_keys),
@@ -149,6 +169,7 @@ class Plan:
         """(action, job, target, reason) for a table: deletions first, then what safety rules kept."""
         rows = [(str(a.kind), a.job or "*", a.target, a.reason) for a in self.actions]
         rows += [("keep", k.job, k.snapshot, k.reason) for k in self.kept]
+        rows += [("unrestorable", u.job, u.snapshot, u.reason) for u in self.unrestorable]
         return rows
 
 
@@ -340,4 +361,18 @@ def plan(
     blobs, notes = _blob_actions(observed, remaining, policy, now)
     result.actions.extend(blobs)
     result.notes.extend(notes)
+    result.unrestorable = _unrestorable(observed, remaining)
     return result
+
+
+def _unrestorable(observed: Observed, remaining: Iterable[Manifest]) -> list[Unrestorable]:
+    """The remaining COMPLETED snapshots whose Kafka positions the broker can no longer serve."""
+    marked = []
+    for m in remaining:
+        check = observed.source_checks.get(m.id)
+        if m.status is not SnapshotStatus.COMPLETED or check is None or not check.checked or check.restorable:
+            continue
+        if observed.jobs is None or m.job in observed.jobs:
+            reason = f"cannot be restored without losing records: {check.summary()}"
+            marked.append(Unrestorable(m.job, m.id, check.records_lost, reason))
+    return marked

@@ -25,9 +25,11 @@ from ..jobs.deployments import DEFAULT_HEARTBEAT_TIMEOUT, Deployments, State, ob
 from ..jobs.snapshot import snapshot_deployment
 from ..layout import BLOBS, PACKS, check_name
 from ..parallel import chunked
+from ..snapshots import source_guard
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, in_flight
 from ..snapshots.store import SnapshotStore
+from ..sources.kafka import KafkaSettings
 from ..storage import Storage, open_storage
 from .plan import Observed, ObservedDeployment, Plan
 from .plan import plan as make_plan
@@ -61,16 +63,21 @@ def observe(
     *,
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
     open_location: Callable[[str], Storage] = open_storage,
+    kafka: Callable[[str], KafkaSettings | None] = lambda job: None,
 ) -> Observed:
     """Read the store: manifests of ALL jobs (blob references are store-wide), deployments with their
-    observed state, and the blob listing. `job` limits what the plan may touch, not what is read.
-    Deployments are read for every job because a deployment may be restored from another job's snapshot."""
+    observed state, and the blob listing; and, per job in scope, its snapshots' Kafka positions against its
+    broker (`kafka(job)`). `job` limits what the plan may touch, not what is read. Deployments are read for
+    every job because a deployment may be restored from another job's snapshot."""
     if job is not None:
         check_name(job, "job name")
     manifests = tuple(store.list())
     deployments = tuple(d for name in store.jobs() for d in _deployments(store, name, heartbeat_timeout, open_location))
     blobs = (*store.storage.list(BLOBS), *store.storage.list(PACKS))
-    return Observed(manifests, deployments, blobs, frozenset({job}) if job else None)
+    checks = {}
+    for name in sorted({m.job for m in manifests} if job is None else {job}):
+        checks |= source_guard.assess([m for m in manifests if m.job == name], kafka(name))
+    return Observed(manifests, deployments, blobs, frozenset({job}) if job else None, checks)
 
 
 # ---------------------------------------------------------------- act
@@ -170,10 +177,11 @@ def prune(
     dry_run: bool = False,
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
     open_location: Callable[[str], Storage] = open_storage,
+    kafka: Callable[[str], KafkaSettings | None] = lambda job: None,
 ) -> tuple[Plan, PruneResult | None]:
     """Observe, plan, and (unless `dry_run`) execute. The one call for DAGs and the CLI."""
     policy = policy or RetentionPolicy()
-    observed = observe(store, job, heartbeat_timeout=heartbeat_timeout, open_location=open_location)
+    observed = observe(store, job, heartbeat_timeout=heartbeat_timeout, open_location=open_location, kafka=kafka)
     decided = make_plan(observed, policy, datetime.now(UTC), job_policies=job_policies)
     if dry_run:
         return decided, None

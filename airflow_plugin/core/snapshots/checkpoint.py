@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CheckpointError, NotFound
+from ..sources import offsets_by_source
 from ..storage import ObjectInfo, Storage
 from .state_files import files_for_version
 
@@ -54,6 +55,7 @@ class RestartPoint:
     watermark_ms: int | None = None
     batch_timestamp_ms: int | None = None
     source_offsets: list[str] = field(default_factory=list)
+    offsets_version: int = 1  # the offsets log's version: how `source_offsets` are laid out (sources/)
     spark_conf: dict[str, str] = field(default_factory=dict)
     restore_conf: dict[str, str] = field(default_factory=dict)
     operators: list[dict[str, Any]] = field(default_factory=list)
@@ -80,13 +82,14 @@ def _parse_log(raw: bytes, where: str) -> tuple[str, list[str]]:
     return lines[0], lines[1:]
 
 
-def _offsets(raw: bytes, where: str) -> tuple[dict[str, Any], list[str]]:
-    _, rest = _parse_log(raw, where)
+def _offsets(raw: bytes, where: str) -> tuple[int, dict[str, Any], list[str]]:
+    """The log's version, its metadata and its source lines (laid out by the version: sources/)."""
+    version, rest = _parse_log(raw, where)
     try:
         meta = json.loads(rest[0]) if rest else {}
     except json.JSONDecodeError:
         raise CheckpointError(f"{where} has unreadable offset metadata") from None
-    return meta, [line for line in rest[1:] if line != ""]
+    return int(version[1:]), meta, [line for line in rest[1:] if line != ""]
 
 
 def _commit(raw: bytes, where: str) -> tuple[int, dict[str, Any]]:
@@ -172,15 +175,17 @@ def read_restart_point(storage: Storage) -> RestartPoint:
     except (ValueError, AttributeError):
         raise CheckpointError(f"{where}/metadata is not Spark checkpoint metadata JSON") from None
 
-    offset_meta, source_lines = _offsets(storage.read(offsets[n].key), f"{where}/{offsets[n].key}")
-    last_kept_lines = source_lines
+    offsets_version, offset_meta, source_lines = _offsets(storage.read(offsets[n].key), f"{where}/{offsets[n].key}")
+    last_kept = offsets_by_source(offsets_version, source_lines, f"{where}/{offsets[n].key}")
     if pending is not None:
-        _, last_kept_lines = _offsets(storage.read(offsets[pending].key), f"{where}/{offsets[pending].key}")
+        pending_where = f"{where}/{offsets[pending].key}"
+        pending_version, _, pending_lines = _offsets(storage.read(offsets[pending].key), pending_where)
+        last_kept = offsets_by_source(pending_version, pending_lines, pending_where)
     format_version, commit = _commit(storage.read(commits[n].key), f"{where}/{commits[n].key}")
 
     selected = [meta_info, commits[n], offsets[n]]
     selected += [offsets[b] for b in (previous, pending) if b is not None]
-    selected += _source_logs(storage, last_kept_lines)
+    selected += _source_logs(storage, last_kept)
     state = [i for i in storage.list("state/") if not is_transient(i.key.rsplit("/", 1)[-1])]
     state_files, uses_changelog = _state_files(storage, state, n + 1, commit.get("stateUniqueIds") or {})
     metadata = [info for info in state if _is_state_metadata(info.key)]
@@ -201,23 +206,23 @@ def read_restart_point(storage: Storage) -> RestartPoint:
         watermark_ms=offset_meta.get("batchWatermarkMs"),
         batch_timestamp_ms=offset_meta.get("batchTimestampMs"),
         source_offsets=source_lines,
+        offsets_version=offsets_version,
         spark_conf={str(k): str(v) for k, v in (offset_meta.get("conf") or {}).items()},
         restore_conf=restore_conf,
         operators=_operator_info(storage, metadata),
     )
 
 
-def _source_logs(storage: Storage, last_kept_lines: list[str]) -> list[ObjectInfo]:
-    """All of `sources/<i>/`, except that a file source's log stops at the logOffset of the last kept
-    offsets file: an entry beyond it would make Spark skip files it never processed."""
+def _source_logs(storage: Storage, last_kept: dict[str, str]) -> list[ObjectInfo]:
+    """All of `sources/<id>/`, except that a file source's log stops at the logOffset of the last kept
+    offsets file (its position by source id): an entry beyond it would make Spark skip files it never processed."""
     selected = []
-    bounds = [_log_offset(line) for line in last_kept_lines]  # once, not once per log file
+    bounds = {source: _log_offset(line) for source, line in last_kept.items()}  # once, not once per log file
     for info in storage.list("sources/"):
         parts = info.key.split("/")
         if len(parts) < 3 or is_transient(parts[-1]):
             continue
-        index = int(parts[1]) if parts[1].isdigit() else -1
-        bound = bounds[index] if 0 <= index < len(bounds) else None
+        bound = bounds.get(parts[1])
         match = _SOURCE_LOG.match(parts[-1])
         if bound is not None and match and len(parts) == 3 and int(match.group(1)) > bound:
             continue

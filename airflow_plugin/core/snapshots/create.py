@@ -295,6 +295,7 @@ def _attempt(
     manifest.watermark_ms = point.watermark_ms
     manifest.batch_timestamp_ms = point.batch_timestamp_ms
     manifest.source_offsets = point.source_offsets
+    manifest.offsets_version = point.offsets_version
     manifest.spark_conf = point.spark_conf
     manifest.restore_conf = point.restore_conf
     manifest.operators = point.operators

@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from ..errors import IntegrityError, InvalidInput
+from ..errors import CheckpointError, IntegrityError, InvalidInput
 from ..layout import blob_key, check_name, is_stored_content
+from ..sources import SourcePosition, positions
 from ..storage import check_key
 
 # 1: files as [path, size, sha256, mtime], each content one object at blob_key(sha256).
@@ -155,6 +156,7 @@ class Manifest:
     watermark_ms: int | None = None
     batch_timestamp_ms: int | None = None
     source_offsets: list[str] = field(default_factory=list)  # one line per source, as in offsets/N
+    offsets_version: int = 1  # offsets/N's version line: how source_offsets are laid out (sources/)
     spark_conf: dict[str, str] = field(default_factory=dict)  # pinned by Spark in offsets/N
     restore_conf: dict[str, str] = field(default_factory=dict)  # a restored query must set these itself
     operators: list[dict[str, Any]] = field(default_factory=list)
@@ -170,6 +172,8 @@ class Manifest:
     labels: dict[str, str] = field(default_factory=dict)
     verification: dict[str, Any] | None = None
     error: str | None = None
+    # what happened to the snapshot after it was taken, oldest first (e.g. a restore that accepted a source gap)
+    history: list[dict[str, Any]] = field(default_factory=list)
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> bytes:
@@ -197,13 +201,18 @@ class Manifest:
             manifest.trigger = Trigger(manifest.trigger)
             manifest.status = SnapshotStatus(manifest.status)
             check_name(manifest.job, "job name")
+            manifest.source_positions()
         except InvalidInput as exc:
             raise IntegrityError(f"manifest {where} is unsafe: {exc}") from None
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, CheckpointError) as exc:
             raise IntegrityError(
                 f"manifest {where} is corrupt ({exc}): delete the snapshot or restore the manifest from a backup"
             ) from None
         return manifest
+
+    def source_positions(self) -> list[SourcePosition]:
+        """Where each source stood at batch N: the next offsets to read (Kafka: per topic and partition)."""
+        return positions(self.offsets_version, self.source_offsets, f"snapshot {self.id}")
 
     def summary(self) -> dict[str, Any]:
         """The machine-readable row the CLI prints (`--json`), without the file list."""
@@ -225,4 +234,5 @@ class Manifest:
             "deployment": self.deployment,
             "verified": (self.verification or {}).get("ok"),
             "error": self.error,
+            "source_positions": [p.to_dict() for p in self.source_positions()],
         }

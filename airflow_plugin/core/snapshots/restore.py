@@ -31,7 +31,9 @@ from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
 from ..sinks import FILE, GUARDED
 from ..sinks import file as file_sink
+from ..sources.kafka import KafkaSettings
 from ..storage import Storage, open_storage, sha256_file, spark_uri
+from . import source_guard
 from .blobs import IN_MEMORY, checksum_problem
 from .manifest import SINK_LOGS, FileEntry, Manifest, SnapshotStatus, sink_log_prefix
 from .store import SnapshotStore
@@ -54,6 +56,12 @@ class RestorePlan:
     onto: Manifest | None = None  # incremental: the snapshot the target already holds a restore of
     removals: list[str] = field(default_factory=list)  # incremental: files of `onto` this snapshot lacks
     unchanged: int = 0  # incremental: files already in place
+    sources: source_guard.Guarded = field(default_factory=lambda: source_guard.Guarded(None))  # the source guard's
+
+    @property
+    def source_gap(self) -> dict[str, Any] | None:
+        """The accepted source gap this restore records (None: every record after the snapshot is still held)."""
+        return self.sources.gap(self.target.uri)
 
     @property
     def total_bytes(self) -> int:
@@ -74,6 +82,8 @@ class RestorePlan:
             "warnings": self.warnings,
             "sink_rewinds": [rewind.describe() for _, rewind in self.rewinds],
             **({"onto": self.onto.id, "unchanged": self.unchanged, "removed": len(self.removals)} if self.onto else {}),
+            "sources": self.sources.check.to_dict() if self.sources.check else None,
+            "accepted_source_gap": self.sources.accepted_gap,
         }
 
 
@@ -87,12 +97,18 @@ def plan_restore(
     check_sinks: bool = True,
     open_location: Callable[[str], Storage] = open_storage,
     onto: str | None = None,
+    kafka: KafkaSettings | None = None,
+    accept_source_gap: bool = False,
+    check_sources: bool = True,
 ) -> RestorePlan:
     """Check everything and return what a restore would do; nothing is written. A sink that committed
     batches beyond the snapshot is refused (see sinks/) unless `rewind_sink`: then the plan also moves the
     sink back to the snapshot's batch. `check_sinks=False` for throwaway copies that write no sink (deep
     verify, the pre-flight's noop sink, an upgrade's early restore). `onto`: the id of the snapshot whose
-    restore the target holds (an incremental restore, see the module doc)."""
+    restore the target holds (an incremental restore, see the module doc). Kafka positions whose records
+    the broker (`kafka`) no longer holds are refused (source_guard.py) unless `accept_source_gap`;
+    `check_sources=False` for copies that never read a source (deep verify) or are checked again before
+    they start (an upgrade's early restore)."""
     manifest = _completed(store, job, snapshot_id)
     plan = RestorePlan(manifest, target, [])
     plan.files, plan.dropped, plan.rewrites = _checkpoint_files(manifest)
@@ -110,6 +126,9 @@ def plan_restore(
         f"the restored query keeps query id {manifest.query_id}: stop the original query before starting it, "
         "and never let both write the same sink"
     )
+    if check_sources:
+        plan.sources = source_guard.guard(store, manifest, kafka, accept_gap=accept_source_gap)
+        plan.warnings += plan.sources.warnings()
     if check_sinks:
         _guard_sinks(store, plan, rewind_sink, open_location)
     return plan
@@ -261,6 +280,8 @@ def execute_restore(
         raise
     finally:
         progress.finish()
+    if (gap := plan.source_gap) is not None:
+        source_guard.record_gap(store, plan.manifest, gap)
     return {**plan.describe(), "seconds": round(time.monotonic() - started, 3)}
 
 

@@ -101,7 +101,8 @@ def _deep(
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="savepoints-deep-") as tmp:
         scratch = LocalStorage(Path(tmp) / "checkpoint")
-        plan = plan_restore(store, job, snapshot_id, scratch, check_sinks=False)  # a scratch copy: no sink
+        # a scratch copy that Spark only reads: no sink written, no source read
+        plan = plan_restore(store, job, snapshot_id, scratch, check_sinks=False, check_sources=False)
         execute_restore(store, plan, concurrency=concurrency)
         result_file = Path(tmp) / "result.json"
         args = ["--checkpoint", str(scratch.root), "--batch", str(batch_id), "--out", str(result_file)]

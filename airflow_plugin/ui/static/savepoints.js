@@ -275,6 +275,24 @@ function renderRuns(runs) {
 
 // --- snapshots ---------------------------------------------------------------------------------------
 
+// Kafka positions against the broker: "-" without a Kafka source, else ok, unchecked, or the records gone
+function sourceCell(check) {
+  if (!check) return el("td", { class: "muted" }, "–");
+  if (!check.checked) return el("td", { class: "muted", title: check.note }, "unchecked");
+  if (check.restorable) return el("td", { title: check.summary }, "ok");
+  const lost = `${num(check.records_lost)}${check.lost_unknown ? "+" : ""} records gone`;
+  const where = check.partitions.filter((p) => p.state !== "ok").map((p) => `${p.topic}-${p.partition}: ${p.state}`);
+  return el("td", { class: "error-text source-gone", title: `cannot be restored without a gap\n${where.join("\n")}` },
+    lost);
+}
+
+function positionsText(positions) {
+  return (positions || []).map((p) => p.kind === "kafka"
+    ? Object.entries(p.offset).map(([topic, parts]) =>
+      `${topic} ${Object.entries(parts).map(([part, offset]) => `${part}:${offset}`).join(", ")}`).join("; ")
+    : `${p.kind} ${JSON.stringify(p.offset)}`).join(" | ");
+}
+
 function snapshotRows(s) {
   const can = state.me.can;
   const open = state.open.has(s.id);
@@ -299,6 +317,7 @@ function snapshotRows(s) {
     ),
     el("td", { title: s.verified === null ? "not verified yet" : "" },
       s.verified === true ? "yes" : s.verified === false ? el("span", { class: "error-text" }, "FAILED") : "–"),
+    sourceCell(s.source_check),
     el("td", {},
       el("button", {
         type: "button",
@@ -315,8 +334,16 @@ function snapshotRows(s) {
   if (!open) return [row];
   const commands = Object.entries(s.commands || {});
   const details = el("tr", { class: "details" },
-    el("td", { colspan: 11 },
+    el("td", { colspan: 12 },
       s.error ? el("p", { class: "error-text" }, s.error) : null,
+      s.source_positions && s.source_positions.length
+        ? el("p", { class: "small" }, "Source positions at its batch (next offsets): ", positionsText(s.source_positions))
+        : null,
+      s.source_check && s.source_check.checked && !s.source_check.restorable
+        ? el("p", { class: "error-text small" }, `Kafka: ${s.source_check.summary}. Restoring it needs ` +
+          "--accept-source-gap (the gap is recorded).")
+        : null,
+      (s.history || []).map((h) => el("p", { class: "small muted" }, `${h.at}: ${h.event} (${h.summary || ""})`)),
       s.labels && Object.keys(s.labels).length
         ? el("p", { class: "small" }, "Labels: ", Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(", "))
         : null,

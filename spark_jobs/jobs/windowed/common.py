@@ -1,7 +1,14 @@
-"""What the three versions of the windowed job share.
+"""What the versions of the windowed job share.
 
-Input: JSON events `{"user", "country", "event_time", "seq"}` in a directory (spark_jobs.generate writes
-them). Query: a one-minute tumbling event-time window per key with a one-minute watermark, counted, in
+Input: JSON events `{"user", "country", "event_time", "seq"}`, from one of two sources (job arguments):
+  - files in a directory (`--input DIR`; spark_jobs.generate writes them), or
+  - the values of a Kafka topic (`--topic NAME`, `--kafka-bootstrap-servers HOST:PORT` which the engine
+    appends from the jobs file's `kafka` table; devtools/kafka_job.py produces them, key = user), read with
+    `failOnDataLoss=true` (a restored query whose offsets Kafka no longer holds fails rather than skipping:
+    the engine refuses such a restore before it starts, core/sources) and `maxOffsetsPerTrigger`. A producer
+    that retries writes a record twice: duplicates are dropped by `seq` within the watermark, a first
+    stateful operator (Kafka only).
+Query: a one-minute tumbling event-time window per key with a one-minute watermark, counted, in
 APPEND mode into the FILE sink (JSON lines). Append mode emits each (key, window) exactly once, when the
 watermark passes the window's end; the file sink logs committed batch ids in `<output>/_spark_metadata`
 and skips a replayed batch: exactly-once end to end. So a final output that is complete (after the
@@ -45,22 +52,45 @@ JOB_CONF = {
 
 
 @dataclass(frozen=True)
+class KafkaInput:
+    bootstrap_servers: str
+    topic: str
+    max_offsets_per_trigger: int | None
+
+
+@dataclass(frozen=True)
 class JobArgs:
-    input: str
+    input: str | None  # a directory of event files, or None: `kafka`
     output: str
     max_files_per_trigger: int | None
+    kafka: KafkaInput | None = None
+
+    @property
+    def source(self) -> SourceKind:
+        return SourceKind.KAFKA if self.kafka else SourceKind.FILE
 
 
 def parse_job_args(argv: list[str]) -> JobArgs:
-    """`--input DIR --output DIR [--max-files-per-trigger N]` (the jobs file passes them)."""
+    """`(--input DIR | --topic NAME --kafka-bootstrap-servers HOST:PORT) --output DIR` and the source's rate
+    limit (the jobs file passes them; the engine appends the bootstrap servers)."""
     parser = argparse.ArgumentParser(prog="windowed job", allow_abbrev=False)
-    parser.add_argument("--input", required=True, help="directory of JSON event files")
+    parser.add_argument("--input", help="directory of JSON event files")
+    parser.add_argument("--topic", help="a Kafka topic of JSON events, instead of --input")
+    parser.add_argument("--kafka-bootstrap-servers", help="the topic's broker (the engine passes it)")
     parser.add_argument("--output", required=True, help="file sink directory (JSON lines)")
     parser.add_argument(
         "--max-files-per-trigger", type=int, default=1, help="files per batch; 0 = all available (default 1)"
     )
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=1000, help="Kafka records per batch; 0 = all")
     args = parser.parse_args(argv)
-    return JobArgs(args.input, args.output, args.max_files_per_trigger or None)
+    if bool(args.input) == bool(args.topic):
+        parser.error("give one source: --input DIR or --topic NAME")
+    kafka = None
+    if args.topic:
+        if not args.kafka_bootstrap_servers:
+            parser.error("--topic needs --kafka-bootstrap-servers (declare kafka in the jobs file)")
+        kafka = KafkaInput(args.kafka_bootstrap_servers, args.topic, args.max_offsets_per_trigger or None)
+    return JobArgs(args.input, args.output, args.max_files_per_trigger or None, kafka)
 
 
 def apply_job_conf(spark: SparkSession) -> None:
@@ -72,7 +102,19 @@ def apply_job_conf(spark: SparkSession) -> None:
 
 
 def raw_events(spark: SparkSession, args: JobArgs) -> DataFrame:
-    """The event stream as read, `--max-files-per-trigger` files a batch."""
+    """The event stream as read: `--max-files-per-trigger` files, or `--max-offsets-per-trigger` records a batch."""
+    if args.kafka is not None:
+        reader = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", args.kafka.bootstrap_servers)
+            .option("subscribe", args.kafka.topic)
+            .option("startingOffsets", "earliest")  # a fresh deployment reads the topic from its start
+            .option("failOnDataLoss", "true")
+        )
+        if args.kafka.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", args.kafka.max_offsets_per_trigger)
+        value = F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("event")
+        return reader.load().select(value).select("event.*")
     reader = spark.readStream.schema(EVENT_SCHEMA)
     if args.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
@@ -80,8 +122,9 @@ def raw_events(spark: SparkSession, args: JobArgs) -> DataFrame:
 
 
 def events(spark: SparkSession, args: JobArgs) -> DataFrame:
-    """The event stream with its watermark."""
-    return raw_events(spark, args).withWatermark("event_time", WATERMARK_DELAY)
+    """The event stream with its watermark; from Kafka each `seq` once (a retried record counts once)."""
+    stream = raw_events(spark, args).withWatermark("event_time", WATERMARK_DELAY)
+    return stream.dropDuplicatesWithinWatermark(["seq"]) if args.kafka is not None else stream
 
 
 def window_counts(stream: DataFrame, keys: list[str]) -> DataFrame:
@@ -103,9 +146,9 @@ def output_columns(counts: DataFrame, keys: list[str], version: str, *extra: Col
 
 
 def file_sink(result: DataFrame, args: JobArgs) -> StreamingJob:
-    """Append mode into the file sink: exactly-once, declared so for the runtime."""
+    """Append mode into the file sink: exactly-once, declared so (with the source) for the runtime."""
     writer = result.writeStream.format("json").outputMode("append").option("path", args.output)
-    return StreamingJob(writer, sink=SinkKind.FILE, source=SourceKind.FILE)
+    return StreamingJob(writer, sink=SinkKind.FILE, source=args.source)
 
 
 def counts_job(

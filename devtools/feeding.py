@@ -1,0 +1,58 @@
+"""Feeding a running example job from a thread while DAGs or commands run (the scenario, the benchmarks): the
+file job's Feeder (devtools/windowed.py) and the Kafka job's KafkaFeeder (devtools/kafka_job.py) alike."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+
+class Feeds(Protocol):
+    def round(self) -> None: ...
+
+    def poison(self) -> None: ...
+
+
+class BackgroundFeeder:
+    """Feeds a round of events every `interval` seconds on a thread, until stopped. While `poisoning`, it
+    writes one poison event as soon as its condition holds, and then feeds nothing more until the block
+    ends (so the poisoned version reaches the poison within a few batches)."""
+
+    def __init__(self, feeder: Feeds, interval: float = 1.5) -> None:
+        self.feeder, self.interval = feeder, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
+        self._poison_when: Callable[[], bool] | None = None
+        self._poisoned = threading.Event()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            condition = self._poison_when
+            if condition is None:
+                self.feeder.round()
+            elif not self._poisoned.is_set():
+                if condition():
+                    self.feeder.poison()
+                    self._poisoned.set()
+                else:
+                    self.feeder.round()
+
+    @contextmanager
+    def poisoning(self, condition: Callable[[], bool]) -> Iterator[threading.Event]:
+        """Poison once `condition()` holds; yields the event that is set when it was written."""
+        self._poisoned.clear()
+        self._poison_when = condition
+        try:
+            yield self._poisoned
+        finally:
+            self._poison_when = None
+
+    def __enter__(self) -> BackgroundFeeder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

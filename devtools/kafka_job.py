@@ -1,0 +1,103 @@
+"""Driving the example Kafka job (the windowed job's versions reading a topic, spark_jobs/jobs/windowed/common.py)
+from outside, for the demo, the tests and the benchmark: a jobs file for a scratch directory and a broker, a
+feeder that produces rounds of events (with a few producer retries: records sent twice, counted once), and a
+condition to poll (the job has committed a batch that reached every record produced)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from airflow_plugin.core.jobs.spec import JobSpec
+from airflow_plugin.core.sources.kafka import kafka_positions
+from devtools import jvm, windowed
+from devtools.kafka import EmbeddedKafka
+from devtools.windowed import batches
+from spark_jobs.generate import flush_event, poison_event, round_events
+
+VERSIONS = ("v1", "v2", "v3", "poisoned")
+JOB = "kafka_counts"
+PARTITIONS = 3
+DUPLICATES_PER_ROUND = 5  # records of each round sent a second time, as a retrying producer would
+
+
+def write_jobs_file(
+    directory: Path,
+    store: str,
+    bootstrap: str,
+    topic: str,
+    *,
+    shuffle_partitions: int = 3,
+    max_offsets_per_trigger: int = 2000,
+) -> Path:
+    """The windowed job's jobs file (devtools/windowed.py) for job `kafka_counts` reading `topic` on `bootstrap`:
+    its `kafka` table, and the Kafka connector's jars as the repository's jobs.toml names them (a glob of
+    devtools/jvm.py's links, which spark-submit expands)."""
+    return windowed.write_jobs_file(
+        directory,
+        store,
+        job=JOB,
+        versions=VERSIONS,
+        source_args=("--topic", topic, "--max-offsets-per-trigger", str(max_offsets_per_trigger)),
+        conf={
+            "spark.sql.shuffle.partitions": str(shuffle_partitions),
+            "spark.jars": str(jvm.link("spark-kafka") / "*.jar"),
+        },
+        table=f'kafka = {{ bootstrap_servers = "{bootstrap}" }}',
+    )
+
+
+class KafkaFeeder:
+    """Produces rounds of events to a topic (keyed by user) and keeps count: `events` distinct events (what
+    the output must count), `produced` records (with the retried ones), `ends` each partition's next offset."""
+
+    def __init__(self, kafka: EmbeddedKafka, topic: str, events_per_round: int = 100) -> None:
+        self.kafka, self.topic, self.events_per_round = kafka, topic, events_per_round
+        self.rounds = self.events = self.produced = 0
+        self.ends: dict[int, int] = {}
+
+    def _produce(self, events: list[dict[str, object]]) -> None:
+        records = [(str(e["user"]), json.dumps(e, separators=(",", ":"))) for e in events]
+        for partition, offset in self.kafka.produce(self.topic, records):
+            self.ends[partition] = max(self.ends.get(partition, 0), offset + 1)
+        self.produced += len(records)
+        self.rounds += 1
+
+    def round(self) -> None:
+        events = round_events(self.rounds, self.events_per_round)
+        self.events += len(events)
+        self._produce(events + events[:DUPLICATES_PER_ROUND])
+
+    def poison(self) -> None:
+        """One poison event (an ordinary event to every version but `poisoned`) as the next round."""
+        self.events += 1
+        self._produce([poison_event(self.rounds)])
+
+    def flush(self) -> None:
+        """The flush marker: far in the future, it closes every window (and is never counted)."""
+        self._produce([flush_event(self.rounds)])
+
+
+def committed_offsets(checkpoint: str) -> dict[int, int]:
+    """Per partition, the next offset after the latest committed batch (from offsets/N, as the engine parses it)."""
+    commits = batches(checkpoint, "commits")
+    if not commits:
+        return {}
+    lines = (Path(checkpoint) / "offsets" / str(commits[-1])).read_text().splitlines()
+    found: dict[int, int] = {}
+    for position in kafka_positions(int(lines[0][1:]), lines[2:]):
+        for partitions in position.offset.values():
+            found |= {int(p): int(o) for p, o in partitions.items()}
+    return found
+
+
+def processed(checkpoint: str, ends: dict[int, int]) -> bool:
+    """The latest committed batch has read every record up to `ends` (partition -> next offset)."""
+    done = committed_offsets(checkpoint)
+    return all(done.get(partition, 0) >= end for partition, end in ends.items())
+
+
+def topic_of(spec: JobSpec) -> str | None:
+    """The topic an example Kafka job reads: its `--topic` argument in the jobs file."""
+    args = [*spec.args, *(arg for version in spec.versions.values() for arg in version.args)]
+    return next((args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--topic"), None)

@@ -44,7 +44,7 @@ description = "events per user and minute"
 trigger_interval = "{trigger}"
 default_version = "v1"
 args = ["--input", "input", "--output", "output"]
-conf = {{ "spark.sql.shuffle.partitions" = "3", "spark.driver.host" = "127.0.0.1", {SPARK_UI} }}
+conf = {{ "spark.sql.shuffle.partitions" = "3", {SPARK_UI} }}
 {declared}
 retention.checkpoint = {{ keep_last = 2 }}
 retention.savepoint = {{ keep_last = 5 }}

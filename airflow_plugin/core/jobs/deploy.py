@@ -17,27 +17,19 @@ includes the JVM and session start-up."""
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..context import JobContext
-from ..errors import CheckpointError, LaunchFailed, NotFound, Refused
+from ..errors import CheckpointError, NotFound, Refused
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, Manifest, Trigger
 from ..snapshots.restore import RestorePlan, execute_restore, plan_restore
-from .deployments import (
-    ControlRequest,
-    Deployment,
-    DeploymentStatus,
-    State,
-    new_deployment_id,
-    new_request_id,
-)
-from .launcher import SubmitSpec, alive, exit_code, launch, log_tail, on_this_host
+from .deployments import ControlRequest, Deployment, State, new_deployment_id, new_request_id
+from .launcher import SubmitSpec, alive, on_this_host
 from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, repartition
 from .snapshot import snapshot_deployment
 from .spec import VersionSpec
+from .startup import launch_deployment, wait_for_state, wait_until_started
 
 log = logging.getLogger(__name__)
 
@@ -137,18 +129,13 @@ def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
     if plan is not None:
         execute_restore(ctx.store, plan, progress=ctx.progress)
         if rescale_to is not None:
+            ctx.progress.stage(f"repartitioning the restored state to {rescale_to} partitions (a Spark application)")
             batch = repartition(plan.target, plan.spark_conf, rescale_to, env=ctx.child_env())
             log.info("rescaled the state of %s to %d partitions (batch %d)", deployment.id, rescale_to, batch)
 
-    _launch(ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf))
-    _wait_until_started(ctx, deployment, request.wait_seconds)
+    launch_deployment(ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf))
+    wait_until_started(ctx, deployment, request.wait_seconds)
     return deployment
-
-
-def _launch(ctx: JobContext, deployment: Deployment, spec: SubmitSpec) -> None:
-    log_path = Path(ctx.spec.log_dir) / ctx.name / f"{deployment.id}.log"
-    deployment.launcher = launch(spec, log_path, ctx.command_builder)
-    ctx.deployments.put(deployment)
 
 
 def _refuse_while_live(ctx: JobContext, besides: str | None = None) -> None:
@@ -188,10 +175,10 @@ def prestart(ctx: JobContext, version_name: str | None, *, wait_seconds: float =
         spark_conf={**ctx.spec.conf, **version.conf},
     )
     ctx.deployments.put(deployment)
-    _launch(
+    launch_deployment(
         ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, ("--standby",))
     )
-    _wait_for(ctx, deployment, (State.STANDBY,), wait_seconds, "STANDBY")
+    wait_for_state(ctx, deployment, (State.STANDBY,), wait_seconds, "STANDBY")
     return deployment
 
 
@@ -217,7 +204,7 @@ def activate(
     ctx.deployments.put(deployment)
     conf = {k: v for k, v in (plan.spark_conf if plan else {}).items() if k.startswith("spark.sql.")}
     ctx.deployments.request(ctx.name, deployment_id, ControlRequest(id=new_request_id(), action="start", conf=conf))
-    _wait_until_started(ctx, deployment, wait_seconds)
+    wait_until_started(ctx, deployment, wait_seconds)
     return deployment
 
 
@@ -255,44 +242,4 @@ def submit_spec(
         name=f"{job.name}-{version.name}-{deployment_id}",
         conf=conf,
         env=ctx.child_env(),
-    )
-
-
-def _wait_until_started(ctx: JobContext, deployment: Deployment, wait_seconds: float) -> None:
-    """Return once the job reports RUNNING; fail with the job's own error if it fails or exits first."""
-    if wait_seconds <= 0:
-        return  # the caller watches health itself (an upgrade's health gate)
-    _wait_for(ctx, deployment, (State.RUNNING, State.STOPPING, State.STOPPED), wait_seconds, "RUNNING")
-
-
-def _wait_for(
-    ctx: JobContext, deployment: Deployment, states: tuple[State, ...], wait_seconds: float, what: str
-) -> None:
-    """Return once the job reports one of `states`; fail with its own error if it fails or exits first."""
-    deployments = ctx.deployments
-    deadline = time.monotonic() + wait_seconds
-    while time.monotonic() < deadline:
-        status = deployments.status(deployment.job, deployment.id)
-        if status is not None and status.state in states:
-            return
-        if status is not None and status.state is State.FAILED:
-            raise LaunchFailed(
-                f"deployment {deployment.id} of job {deployment.job} FAILED: {status.error_class or ''} "
-                f"{status.error_message or ''}".strip()
-            )
-        code = exit_code(deployment.launcher)
-        if code is not None:
-            status = deployments.status(deployment.job, deployment.id)
-            if status is not None and status.state is State.FAILED:
-                continue  # report the job's own error on the next round
-            tail = log_tail(deployment.launcher)
-            failed = DeploymentStatus(State.FAILED, time.time(), error_class="LAUNCH_FAILED", error_message=tail)
-            deployments.write_status(deployment.job, deployment.id, failed)
-            raise LaunchFailed(
-                f"deployment {deployment.id} of job {deployment.job}: spark-submit exited with code {code} before "
-                f"the job started; log {deployment.launcher.get('log')}:\n{tail}"
-            )
-        time.sleep(0.1)
-    log.warning(
-        "deployment %s has not reported %s after %.0fs; it may still be starting", deployment.id, what, wait_seconds
     )

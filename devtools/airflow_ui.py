@@ -24,7 +24,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     home = args.home.absolute()
     airflow_env.configure(home)
-    os.environ.setdefault("SAVEPOINTS_JOBS", str(airflow_env.REPO / "jobs.toml"))
     host = os.environ.setdefault("AIRFLOW__API__HOST", "127.0.0.1")  # this machine only, unless asked otherwise
     # the workers reach the API server on the port it really listens on
     url = f"http://{'127.0.0.1' if host in ('127.0.0.1', '0.0.0.0') else host}:{args.port}"

@@ -36,7 +36,7 @@ class PageHook(SavepointsHook):
 
 @dataclass(frozen=True)
 class PageSettings:
-    """Where the page reads from. `jobs_file=None`: the DAGs' jobs file (airflow_plugin.dag_params)."""
+    """Where the page reads from. `jobs_file=None`: the jobs file the savepoint DAG reads (dag_params)."""
 
     jobs_file: str | None = None
     aws_conn_id: str | None = SavepointsHook.default_conn_name
@@ -45,8 +45,9 @@ class PageSettings:
         if self.jobs_file:
             return self.jobs_file
         from ..dag_params import dag_jobs_file  # imports airflow.sdk: only in the API server, on first use
+        from .runs import savepoint_dag_file
 
-        return dag_jobs_file()
+        return dag_jobs_file(savepoint_dag_file())
 
     def hook(self) -> PageHook:
         return PageHook(aws_conn_id=self.aws_conn_id, spark_conn_id=None, jobs_file=self.resolved_jobs_file())

@@ -102,7 +102,7 @@ def _plan(ctx: JobContext, source: Manifest | None, checkpoint: str, rewind_sink
 
 
 def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
-    version = ctx.spec.version(request.version)
+    version = ctx.spec.launchable(request.version)
     _refuse_while_live(ctx)
     source = _restore_source(ctx, request.restore)
 
@@ -161,7 +161,7 @@ def _claimable_location(ctx: JobContext, deployment_id: str) -> str:
 
 def prestart(ctx: JobContext, version_name: str | None, *, wait_seconds: float = 180.0) -> Deployment:
     """Launch a version's driver in STANDBY next to the running deployment; returns once it is ready."""
-    version = ctx.spec.version(version_name)
+    version = ctx.spec.launchable(version_name)
     for other, state in live_deployments(ctx):
         if state is State.STANDBY:
             raise Refused(f"job {ctx.name} already has a pre-started deployment {other.id}: activate or stop it first")

@@ -211,7 +211,7 @@ def preflight(
 ) -> PreflightReport:
     """Run the pre-flight and return its report (`raise_if_blocked()` turns a block into an error)."""
     job = ctx.spec
-    spec_version = job.version(version)
+    spec_version = job.launchable(version)
     manifest = ctx.store.get(job.name, snapshot_id)
     report = PreflightReport(job.name, spec_version.name, manifest.id, manifest.batch_id, renames_allowed=allow_renames)
     started = time.monotonic()

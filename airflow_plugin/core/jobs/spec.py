@@ -1,5 +1,8 @@
 """Jobs are declared once, in a TOML file that the CLI and the DAGs both read (`jobs.toml` by default,
-or `--jobs FILE` / `SAVEPOINTS_JOBS`). Relative paths in it are relative to the file's directory.
+or `--jobs FILE` / `SAVEPOINTS_JOBS`). Relative paths in it are relative to the file's directory; a
+relative application that is not there is looked up in the installed Python packages (sys.path), so
+`spark_jobs/jobs/windowed/v1.py` finds the example job of an installed wheel wherever the file is copied.
+docs/jobs-file.md describes every key.
 
     [defaults]                     # applies to every job unless the job says otherwise
     store = "s3://savepoints/store"
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +96,16 @@ class JobSpec:
             )
         return self.versions[name]
 
+    def launchable(self, name: str | None) -> VersionSpec:
+        """The version, checked before anything is launched or written: its application exists."""
+        version = self.version(name)
+        if "://" not in version.application and not Path(version.application).is_file():
+            raise NotFound(
+                f"the application of job {self.name} version {version.name}, {version.application}, does not "
+                f"exist: fix versions.{version.name}.application in the jobs file"
+            )
+        return version
+
 
 def interval_seconds(text: str) -> float:
     match = _INTERVAL.match(text or "")
@@ -109,6 +123,18 @@ def _resolve(base: Path, value: str) -> str:
     if "://" in value or value.startswith("file:") or Path(value).is_absolute():
         return value
     return str((base / value).resolve())
+
+
+def _application(base: Path, value: str) -> str:
+    """A job's .py file: next to the jobs file, else in an installed package, else (missing) next to it."""
+    resolved = _resolve(base, value)
+    if resolved == value or Path(resolved).exists():
+        return resolved
+    for entry in sys.path:
+        candidate = Path(entry or ".") / value
+        if candidate.is_file():
+            return str(candidate.resolve())
+    return resolved
 
 
 def _strings(value: Any, where: str) -> dict[str, str]:
@@ -145,7 +171,7 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
                 raise InvalidInput(f"{where} version {version!r} needs an application (a .py file)")
             versions[version] = VersionSpec(
                 name=version,
-                application=_resolve(base, spec["application"]),
+                application=_application(base, str(spec["application"])),
                 conf=_strings(spec.get("conf", {}), f"{where} versions.{version}.conf"),
                 args=_args(spec.get("args", []), base, f"{where} versions.{version}.args"),
             )

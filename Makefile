@@ -10,14 +10,16 @@ setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
 	@$(UV) sync --all-extras --frozen --quiet
 	@$(UV) run --frozen python -m devtools.java >/dev/null
+	@bash devtools/install_maven.sh  # Debian's maven when mvn is missing (root or sudo)
 	@$(UV) run --frozen python -m devtools.jvm  # the JVM jars (Kafka, S3A, Delta): Maven, once
 
 demo: setup
 	$(UV) run --frozen python -m devtools.demo
 
 AIRFLOW_PORT ?= 8080
+AIRFLOW_DIR ?= .airflow
 airflow: setup  # the UI way: `airflow standalone` with the plugin and DAGs (http://127.0.0.1:$(AIRFLOW_PORT))
-	$(UV) run --frozen python -m devtools.airflow_ui --port $(AIRFLOW_PORT)
+	$(UV) run --frozen python -m devtools.airflow_ui --port $(AIRFLOW_PORT) --home $(AIRFLOW_DIR)
 
 browser:  # Debian's chromium for the browser test (playwright drives the system browser; no download)
 	@bash devtools/install_chromium.sh

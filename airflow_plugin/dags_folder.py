@@ -54,15 +54,15 @@ def example_files() -> tuple[list[Path], Path]:
 
 def install_dags(dags_folder: Path) -> Installed:
     """Copy the DAGs into `dags_folder`/savepoints/, with the example jobs file unless one is there."""
-    if not dags_folder.is_dir():
-        raise NotFound(
-            f"DAGs folder {dags_folder} does not exist: give Airflow's dags_folder "
+    if dags_folder.exists() and not dags_folder.is_dir():
+        raise InvalidInput(
+            f"{dags_folder} is a file, not a DAGs folder: give Airflow's dags_folder "
             "(`airflow config get-value core dags_folder`)"
         )
     target = dags_folder / SUBFOLDER
     if target.exists() and not target.is_dir():
         raise InvalidInput(f"{target} is a file, not a folder: move it away first")
-    target.mkdir(exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True)
     dags, jobs = example_files()
     installed = Installed(target)
     for source in dags:

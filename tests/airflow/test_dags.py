@@ -107,7 +107,8 @@ def test_install_dags_puts_dags_and_jobs_into_a_dags_folder_where_they_load(
     assert again["dags"]["savepoints_deploy.py"] == "updated" and again["dags"]["savepoints_upgrade.py"] == "unchanged"
     assert again["jobs_file_kept"] is True and (folder / "jobs.toml").read_text().endswith("# mine\n")
 
-    assert main(["install-dags", str(tmp_path / "nowhere")]) == 3
+    (tmp_path / "a-file").touch()
+    assert main(["install-dags", str(tmp_path / "a-file")]) == 2
     assert "airflow config get-value core dags_folder" in capsys.readouterr().err
 
 

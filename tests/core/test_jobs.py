@@ -35,6 +35,12 @@ def test_jobs_file_is_parsed_with_paths_relative_to_it(tmp_path: Path) -> None:
         ('[jobs.bad]\nversions.v1 = { application = "a.py" }\ndelivery = "twice"', InvalidInput, "delivery 'twice'"),
         ('[jobs.bad]\nversions.v1 = { application = "a.py" }\ntrigger_interval = "soon"', InvalidInput, "interval"),
         ("[jobs.bad\n", InvalidInput, "is not valid TOML"),
+        (
+            '[jobs.bad]\nversions.v1 = { application = "a.py" }\ntrigger_intervall = "2 s"',
+            InvalidInput,
+            "trigger_intervall",
+        ),
+        ('[jobs.bad]\nversions.v1 = { application = "a.py", confs = {} }', InvalidInput, "versions.v1 has unknown"),
     ],
 )
 def test_bad_jobs_files(tmp_path: Path, extra: str, error: type, message: str) -> None:

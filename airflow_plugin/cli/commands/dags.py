@@ -16,9 +16,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "install-dags",
         parents=[common],
         help="copy the savepoints DAGs and the example jobs file into an Airflow DAGs folder",
-        description="Copy the savepoints DAGs into DAGS_FOLDER/savepoints/ (replacing earlier copies), with the "
-        "example jobs file next to them unless a jobs.toml is already there. The DAGs read that jobs.toml, or the "
-        "file $SAVEPOINTS_JOBS names in the environment of Airflow's processes.",
+        description="Copy the savepoints DAGs into DAGS_FOLDER/savepoints/ (created if missing; earlier copies are "
+        "replaced), with the example jobs file next to them unless a jobs.toml is already there. The DAGs read "
+        "that jobs.toml, or the file $SAVEPOINTS_JOBS names in the environment of Airflow's processes.",
     )
     install.add_argument("dags_folder", metavar="DAGS_FOLDER", type=Path, help="Airflow's [core] dags_folder")
     install.set_defaults(run=run_install_dags)

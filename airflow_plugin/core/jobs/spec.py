@@ -25,7 +25,7 @@ import os
 import re
 import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,19 @@ def _resolve(base: Path, value: str) -> str:
     return str((base / value).resolve())
 
 
+JOB_KEYS = frozenset(f.name for f in fields(JobSpec)) - {"name"}  # a key of [defaults] or of a [jobs.NAME] table
+VERSION_KEYS = frozenset(f.name for f in fields(VersionSpec)) - {"name"}
+
+
+def _known(table: Any, allowed: frozenset[str] | set[str], where: str) -> None:
+    """A misspelt key would silently fall back to its default: name it instead."""
+    if not isinstance(table, dict):
+        raise InvalidInput(f"{where} must be a table of settings")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise InvalidInput(f"{where} has unknown key(s) {', '.join(unknown)}: known are {', '.join(sorted(allowed))}")
+
+
 def _application(base: Path, value: str) -> str:
     """A job's .py file: next to the jobs file, else in an installed package, else (missing) next to it."""
     resolved = _resolve(base, value)
@@ -159,16 +172,20 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"jobs file {file} is not valid TOML: {exc}") from None
     base = file.parent
+    _known(data, {"defaults", "jobs"}, f"jobs file {file}")
     defaults = data.get("defaults", {})
+    _known(defaults, JOB_KEYS, f"{file} [defaults]")
     jobs = {}
     for name, raw in (data.get("jobs") or {}).items():
         where = f"{file} [jobs.{name}]"
         check_name(name, "job name")
+        _known(raw, JOB_KEYS, where)
         merged = {**defaults, **raw}
         versions = {}
         for version, spec in (merged.get("versions") or {}).items():
             if not isinstance(spec, dict) or "application" not in spec:
                 raise InvalidInput(f"{where} version {version!r} needs an application (a .py file)")
+            _known(spec, VERSION_KEYS, f"{where} versions.{version}")
             versions[version] = VersionSpec(
                 name=version,
                 application=_application(base, str(spec["application"])),

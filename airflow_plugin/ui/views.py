@@ -11,7 +11,8 @@ from functools import cached_property
 from typing import Any
 
 from ..core.context import JobContext
-from ..core.errors import InvalidInput
+from ..core.errors import InvalidInput, Refused
+from ..core.jobs.savepoint import savepoint_target
 from ..core.jobs.spec import JobSpec
 from ..core.jobs.stop import job_status
 from ..core.snapshots.manifest import Manifest
@@ -74,6 +75,14 @@ def job_list(hook: SavepointsHook) -> dict[str, Any]:
 def deployments(job: JobContext) -> list[dict[str, Any]]:
     """One row per deployment, newest first (the engine's `savepoints status` rows)."""
     return list(reversed(job_status(job)))
+
+
+def savepoint_now(job: JobContext) -> dict[str, Any]:
+    """Whether a savepoint can be taken now (a deployment runs), and if not the engine's reason."""
+    try:
+        return {"possible": True, "deployment": savepoint_target(job).id, "reason": ""}
+    except Refused as exc:
+        return {"possible": False, "deployment": None, "reason": str(exc)}
 
 
 def snapshots_page(

@@ -252,3 +252,29 @@ def test_module_entry_point_runs(tmp_path: Path) -> None:
         [sys.executable, "-m", "airflow_plugin", "--help"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0 and "exit codes" in result.stdout.lower() and "restore" in result.stdout
+
+
+def test_progress_stages_are_drawn_on_a_terminal_and_nothing_otherwise() -> None:
+    """What `savepoints deploy` shows while it waits (the engine reports stages: launch, Spark session, first
+    batch): on a terminal a spinner line with the stage and the seconds waited, cleared at the end; piped,
+    nothing (the command's output stays the deployment id)."""
+    import io
+
+    from rich.console import Console
+
+    from airflow_plugin.cli.render import BarProgress
+
+    terminal = io.StringIO()
+    progress = BarProgress(Console(file=terminal, force_terminal=True, width=160))
+    progress.stage("deployment dp-1: the driver runs, creating its Spark session")
+    progress.stage("deployment dp-1: Spark session local-1 up; waiting for the first batch")
+    progress.finish()
+    drawn = terminal.getvalue()
+    assert "deployment dp-1: Spark session local-1 up; waiting for the first batch (0s)" in drawn
+    assert drawn.rstrip().endswith("\x1b[2K"), "the spinner line is not cleared at the end"
+
+    piped = io.StringIO()
+    progress = BarProgress(Console(file=piped, force_terminal=False))
+    progress.stage("deployment dp-1: the driver runs, creating its Spark session")
+    progress.finish()
+    assert piped.getvalue() == ""

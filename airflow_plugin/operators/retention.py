@@ -39,6 +39,13 @@ class RetentionOperator(SavepointsBaseOperator):
             heartbeat_timeout=job.heartbeat_timeout,
             open_location=ctx.open,
         )
+        self.log.info(
+            "retention of %s: %d retained checkpoint(s) taken, %d deletion(s) %s",
+            job.name,
+            len(taken),
+            len(plan.rows()),
+            "planned (dry run)" if dry_run else "done",
+        )
         for row in plan.rows():
             self.log.info("%s", " | ".join(row))
         return {

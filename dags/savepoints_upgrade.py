@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, TriggerRule, task
-from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_plugin.compat import AirflowFailException
 from airflow_plugin.dag_params import dag_jobs_file, declared_jobs, job_param, version_param
 from airflow_plugin.operators import (
     DeployJobOperator,

@@ -9,9 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
-from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowFailException
 
+from ..compat import AirflowFailException, conf
 from ..core.jobs.health import Verdict
 from ..hooks.savepoints import SavepointsHook
 from ..operators.base import SavepointsMixin, task_errors

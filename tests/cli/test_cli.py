@@ -58,6 +58,7 @@ def test_create_list_show_verify_restore_delete(
 
     code, out, _ = run(capsys, "list", "--store", store)
     assert code == 0 and created["id"] in out and "COMPLETED" in out
+    assert "labels" in out.splitlines()[0] and "team=payments" in out  # the labels column
     code, listed = run_json(capsys, "list", "--store", store, "--job", "orders")
     assert [row["id"] for row in listed] == [created["id"]]
 

@@ -155,6 +155,7 @@ def _environment(s3_server: EmbeddedS3) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.spark
+@pytest.mark.timeout(2700)  # about ten Spark drivers one after the other: 5 minutes on 2 quiet cores
 def test_every_command_block_runs_as_written(scratch: Path, s3_server: EmbeddedS3) -> None:
     env = _environment(s3_server)
     ran = 0

@@ -33,6 +33,7 @@ def install_block() -> list[str]:
     return [command for command, _ in commands(block.body)]
 
 
+@pytest.mark.timeout(2400)  # installs Airflow and pyspark: minutes, even from uv's cache
 def test_the_wheel_installs_into_an_older_airflow_and_keeps_it(tmp_path: Path) -> None:
     uv = shutil.which("uv")
     assert uv, "uv is not on PATH (make setup installs it)"

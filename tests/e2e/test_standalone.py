@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_lifecycle_e2e import Feeder, processed, wait_for, wait_output_complete
 
 from airflow_plugin.core.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.stop import stop
 from devtools.standalone import StandaloneCluster
 from spark_jobs.jobs.windowed.output import read_output, summarize
+from tests.e2e.test_lifecycle_e2e import Feeder, processed, wait_for, wait_output_complete
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

@@ -10,17 +10,19 @@ setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
 	@$(UV) sync --all-extras --frozen --quiet
 	@$(UV) run --frozen python -m devtools.java >/dev/null
+	@bash devtools/install_debian.sh mvn maven "make setup resolves the JVM jars with it (devtools/jvm.py)"
 	@$(UV) run --frozen python -m devtools.jvm  # the JVM jars (Kafka, S3A, Delta): Maven, once
 
 demo: setup
 	$(UV) run --frozen python -m devtools.demo
 
 AIRFLOW_PORT ?= 8080
+AIRFLOW_DIR ?= .airflow
 airflow: setup  # the UI way: `airflow standalone` with the plugin and DAGs (http://127.0.0.1:$(AIRFLOW_PORT))
-	$(UV) run --frozen python -m devtools.airflow_ui --port $(AIRFLOW_PORT)
+	$(UV) run --frozen python -m devtools.airflow_ui --port $(AIRFLOW_PORT) --home $(AIRFLOW_DIR)
 
 browser:  # Debian's chromium for the browser test (playwright drives the system browser; no download)
-	@bash devtools/install_chromium.sh
+	@bash devtools/install_debian.sh /usr/bin/chromium chromium "the browser test drives it (tests/airflow/test_ui_browser.py)"
 
 test: setup browser lint
 	$(UV) run --frozen pytest -q --durations=15  # the slowest tests, to keep CI under its 30 minutes

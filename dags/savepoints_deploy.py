@@ -6,10 +6,10 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 
 from airflow_plugin.dag_params import dag_jobs_file, declared_jobs, job_param, restore_param, version_param
-from airflow_plugin.operators.deployments import DeployJobOperator
-from airflow_plugin.sensors.health import DeploymentHealthSensor
+from airflow_plugin.operators import DeployJobOperator
+from airflow_plugin.sensors import DeploymentHealthSensor
 
-JOBS_FILE = dag_jobs_file()
+JOBS_FILE = dag_jobs_file(__file__)
 JOBS = declared_jobs(JOBS_FILE)
 
 with DAG(
@@ -19,7 +19,7 @@ with DAG(
     catchup=False,
     tags=["savepoints"],
     params={
-        "job": job_param(JOBS),
+        "job": job_param(JOBS, JOBS_FILE),
         "version": version_param(JOBS),
         "restore": restore_param(),
         "rewind_sink": Param(

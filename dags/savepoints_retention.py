@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Param
 
 from airflow_plugin.dag_params import dag_jobs_file, declared_jobs
-from airflow_plugin.operators.retention import RetentionOperator
+from airflow_plugin.operators import RetentionOperator
 
-JOBS_FILE = dag_jobs_file()
+JOBS_FILE = dag_jobs_file(__file__)
 JOBS = declared_jobs(JOBS_FILE)
 
 with DAG(

@@ -6,9 +6,9 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 
 from airflow_plugin.dag_params import dag_jobs_file, declared_jobs, job_param
-from airflow_plugin.operators.snapshots import SavepointOperator
+from airflow_plugin.operators import SavepointOperator
 
-JOBS_FILE = dag_jobs_file()
+JOBS_FILE = dag_jobs_file(__file__)
 JOBS = declared_jobs(JOBS_FILE)
 
 with DAG(
@@ -18,19 +18,12 @@ with DAG(
     catchup=False,
     tags=["savepoints"],
     params={
-        "job": job_param(JOBS),
+        "job": job_param(JOBS, JOBS_FILE),
         "stop": Param(False, type="boolean", title="Stop the job afterwards (stop-with-savepoint)"),
         "pin": Param(False, type="boolean", title="Pin (retention never deletes it)"),
-        "trigger": Param(
-            "MANUAL",
-            type="string",
-            enum=["MANUAL", "UI"],
-            title="Recorded trigger",
-            description="MANUAL from the DAG form; the Savepoints page sends UI",
-        ),
         "label": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],  # optional: the form may be sent without one
             title="Label",
             description="optional key=value stored with the savepoint, e.g. reason=before-migration",
             pattern=r"^$|^[A-Za-z0-9_.\-]+=.*$",
@@ -45,6 +38,6 @@ with DAG(
         stop="{{ params.stop }}",
         pin="{{ params.pin }}",
         labels="{{ params.label }}",  # "key=value" or empty: the operator checks it like the CLI's --label
-        trigger="{{ params.trigger }}",
+        trigger="{{ params.get('trigger', 'MANUAL') }}",  # the Savepoints page adds trigger=UI to the conf
         jobs_file=JOBS_FILE,
     )

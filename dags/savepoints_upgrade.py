@@ -14,16 +14,21 @@ from __future__ import annotations
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, TriggerRule, task
-from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_plugin.compat import AirflowFailException
 from airflow_plugin.dag_params import dag_jobs_file, declared_jobs, job_param, version_param
-from airflow_plugin.operators.deployments import DeployJobOperator, PrestartJobOperator, StopJobOperator
-from airflow_plugin.operators.leases import ReleaseLeaseOperator
-from airflow_plugin.operators.snapshots import SavepointOperator
-from airflow_plugin.operators.upgrade import PreflightCheckOperator, RollbackOperator
-from airflow_plugin.sensors.health import DeploymentHealthSensor
+from airflow_plugin.operators import (
+    DeployJobOperator,
+    PreflightCheckOperator,
+    PrestartJobOperator,
+    ReleaseLeaseOperator,
+    RollbackOperator,
+    SavepointOperator,
+    StopJobOperator,
+)
+from airflow_plugin.sensors import DeploymentHealthSensor
 
-JOBS_FILE = dag_jobs_file()
+JOBS_FILE = dag_jobs_file(__file__)
 JOBS = declared_jobs(JOBS_FILE)
 CUTOVER_LEASE_SECONDS = 1800.0  # covers stop, restore, start and the health gate; release_lease ends it sooner
 STOP_SAVEPOINT = "{{ (ti.xcom_pull(task_ids='stop_old') or {}).get('snapshot', {}).get('id', '') }}"
@@ -35,8 +40,8 @@ with DAG(
     catchup=False,
     tags=["savepoints"],
     params={
-        "job": job_param(JOBS),
-        "version": version_param(JOBS, "New version"),
+        "job": job_param(JOBS, JOBS_FILE),
+        "version": version_param(JOBS, "New version", default=False),
         "allow_renames": Param(
             False, type="boolean", title="Allow state field renames (Spark does not check names: be sure)"
         ),

@@ -25,6 +25,8 @@ def configure(home: Path) -> dict[str, str]:
         "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}',
     }
     os.environ.update(env)
+    # the DAGs' jobs file (they read $SAVEPOINTS_JOBS, else a jobs.toml beside them): the project's, unless given
+    env["SAVEPOINTS_JOBS"] = os.environ.setdefault("SAVEPOINTS_JOBS", str(REPO / "jobs.toml"))
     return env
 
 

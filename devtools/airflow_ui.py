@@ -1,9 +1,9 @@
 """`make airflow`: the second way in, for people who want the UI. Runs `airflow standalone` (API server,
 scheduler, DAG processor, triggerer) in a project-local AIRFLOW_HOME (.airflow) with this project's DAGs
 and the plugin, on the jobs file jobs.toml (its store is the local .runs/store unless $SAVEPOINTS_STORE
-says otherwise). Airflow prints the admin password it generates (also kept in
-.airflow/simple_auth_manager_passwords.json.generated); the UI is at http://127.0.0.1:8080
-(`make airflow AIRFLOW_PORT=8090` for another port).
+says otherwise). Everything listens on 127.0.0.1 only (the API server; no task log servers). Airflow
+prints the admin password it generates (also kept in .airflow/simple_auth_manager_passwords.json.generated);
+the UI is at http://127.0.0.1:8080 (`make airflow AIRFLOW_PORT=8090` for another port).
 
 When the jobs file declares a job that reads Kafka (a `kafka` table), a Kafka broker is started for it on a
 free port of 127.0.0.1 ($SAVEPOINTS_KAFKA_BOOTSTRAP points every component and driver at it), its topic is
@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from airflow_plugin.core.context import KAFKA_ENV
@@ -36,7 +37,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     home = args.home.absolute()
     airflow_env.configure(home)
-    os.environ.setdefault("SAVEPOINTS_JOBS", str(airflow_env.REPO / "jobs.toml"))
     host = os.environ.setdefault("AIRFLOW__API__HOST", "127.0.0.1")  # this machine only, unless asked otherwise
     # the workers reach the API server on the port it really listens on
     url = f"http://{'127.0.0.1' if host in ('127.0.0.1', '0.0.0.0') else host}:{args.port}"
@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     # short (the Spark drivers run detached), so a few suffice
     os.environ.setdefault("AIRFLOW__CORE__PARALLELISM", "4")
     bin_dir = str(Path(sys.executable).parent)
-    # standalone starts its components as `airflow ...` from PATH: this environment's, not another one's
-    os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
     airflow = str(Path(bin_dir) / "airflow")
+    # standalone starts its components as `airflow ...` from PATH: this environment's, through a shim
+    os.environ["PATH"] = os.pathsep.join([str(component_shim(home, airflow)), bin_dir, os.environ.get("PATH", "")])
     print(
         f"airflow standalone in {home}: DAGs from {airflow_env.DAGS_FOLDER}, jobs from "
         f"{os.environ['SAVEPOINTS_JOBS']}; the UI will be at {url}",
@@ -79,21 +79,47 @@ def _kafka_for_jobs(running: contextlib.ExitStack) -> None:
     )
 
 
+SHIM = """#!/bin/sh
+# Written by `make airflow` (devtools/airflow_ui.py). airflow standalone starts its components as
+# `airflow <command>`: this runs this environment's airflow, and the scheduler and triggerer without their
+# task log servers, which would listen on every interface on the fixed ports 8793 and 8794 (on one machine
+# the API server reads the task logs from their files).
+case "$1" in
+  scheduler|triggerer) exec "{airflow}" "$@" --skip-serve-logs ;;
+esac
+exec "{airflow}" "$@"
+"""
+REPEAT_WINDOW = 2.0  # seconds: signals this close to the first are the same Ctrl-C arriving again
+
+
+def component_shim(home: Path, airflow: str) -> Path:
+    """A directory holding the `airflow` that standalone finds first on PATH."""
+    directory = home / "bin"
+    directory.mkdir(parents=True, exist_ok=True)
+    shim = directory / "airflow"
+    shim.write_text(SHIM.format(airflow=airflow))
+    shim.chmod(0o755)
+    return directory
+
+
 def run_until_interrupted(command: list[str]) -> int:
-    """Run `command` in a session of its own and pass it ONE SIGINT on Ctrl-C (a second Ctrl-C kills it).
-    A terminal's Ctrl-C signals the whole foreground group: standalone's scheduler would get SIGINT from
-    the terminal and then SIGTERM from standalone, and that second signal leaves it waiting forever for
+    """Run `command` in a session of its own and pass it ONE SIGINT on Ctrl-C; a Ctrl-C more than
+    REPEAT_WINDOW seconds later kills it. A terminal's Ctrl-C signals the whole foreground group, and under
+    `make airflow` the same Ctrl-C arrives here more than once (from the terminal, and forwarded by uv run);
+    standalone's scheduler, signalled twice (SIGINT, then SIGTERM from standalone), would wait forever for
     its LocalExecutor workers. Signalled once, standalone stops every component within seconds."""
     process = subprocess.Popen(command, start_new_session=True)
-    interrupts = 0
+    first: float | None = None
 
     def forward(signum: int, frame: object) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts == 1:
+        nonlocal first
+        now = time.monotonic()
+        if first is None:
+            first = now
             print("stopping airflow standalone (Ctrl-C again to kill it)", flush=True)
             process.send_signal(signal.SIGINT)
-        else:
+        elif now - first > REPEAT_WINDOW:
+            print("killing airflow standalone", flush=True)
             os.killpg(process.pid, signal.SIGKILL)
 
     signal.signal(signal.SIGINT, forward)

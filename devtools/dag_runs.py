@@ -20,6 +20,7 @@ class DagRunResult:
     seconds: float
     tasks: dict[str, str] = field(default_factory=dict)  # task id -> state
     returned: dict[str, Any] = field(default_factory=dict)  # task id -> return value
+    pushed: dict[str, dict[str, Any]] = field(default_factory=dict)  # task id -> other XComs it pushed, by key
     links: dict[str, dict[str, str]] = field(default_factory=dict)  # task id -> extra link name -> URL
 
     @property
@@ -77,5 +78,7 @@ def run_dag(dag_id: str, conf: dict[str, Any], *, mark_success: str | None = Non
                 result.links.setdefault(row.task_id, {})[row.key.removeprefix("_link_")] = XComModel.deserialize_value(
                     row
                 )
+            else:
+                result.pushed.setdefault(row.task_id, {})[row.key] = XComModel.deserialize_value(row)
     logging.getLogger(__name__).info("%s %s: %s %s", dag_id, run.run_id, result.state, result.tasks)
     return result

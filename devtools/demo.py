@@ -6,8 +6,9 @@ holds the snapshot store; a project-local AIRFLOW_HOME (.demo/airflow) gets a mi
 DAGs run with `dag.test()` (real tasks, real deferrable triggers, real spark-submit drivers in local mode):
 deploy v1, savepoint, retention, upgrade to v2 (passes), upgrade to v3 (blocked by the pre-flight, v2 keeps
 running), stop with a savepoint, an exactly-once check of the output against every record produced, and a
-savepoint whose Kafka records retention deleted, refused. Prints a summary; exits non-zero if any check
-fails. The broker and the S3 server are stopped at the end, whatever happened."""
+savepoint whose Kafka records retention deleted, refused. Prints each step, check and a summary on the
+terminal; what Airflow itself prints (task logs, an expected failure's traceback) goes to .demo/demo.log.
+Exits non-zero if any check fails. The broker and the S3 server are stopped at the end, whatever happened."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from airflow_plugin.cli.render import source_text
 from airflow_plugin.core.errors import SavepointsError
@@ -32,7 +34,7 @@ from devtools.kafka import EmbeddedKafka
 from devtools.scenario import JOB, Lifecycle  # imports airflow only when a DAG runs (after configure)
 
 WORK = Path(".demo").absolute()
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+LOG = WORK / "demo.log"
 
 
 def _quiet() -> None:
@@ -43,7 +45,19 @@ def _quiet() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def _summary(lifecycle: Lifecycle, started: float) -> None:
+def _terminal_apart_from_airflow(log: Path) -> Console:
+    """The demo's own lines go to the terminal; everything else that this process (and its children) write
+    to stdout and stderr, i.e. Airflow's task logs with their tracebacks, goes to `log`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    terminal = os.fdopen(os.dup(1), "w", buffering=1)
+    with log.open("ab") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+    return Console(file=terminal, highlight=False, width=None if terminal.isatty() else 160)
+
+
+def _summary(console: Console, lifecycle: Lifecycle, started: float) -> None:
     snapshots = Table(title="snapshots", header_style="bold")
     for column in ("id", "kind", "trigger", "status", "batch", "files", "bytes", "uploaded", "time", "kafka", "labels"):
         snapshots.add_column(column)
@@ -64,11 +78,17 @@ def _summary(lifecycle: Lifecycle, started: float) -> None:
             ",".join(f"{k}={v}" for k, v in m.labels.items()) + (" pinned" if m.pinned else ""),
         )
     deployments = Table(title="deployments", header_style="bold")
-    for column in ("id", "version", "state", "restored from", "batch"):
+    for column in ("id", "version", "state", "restored from", "at batch", "last batch"):
         deployments.add_column(column)
     for d in lifecycle.deployments():
+        status = lifecycle.status(d.id)
         deployments.add_row(
-            d.id, d.version, str(lifecycle.state(d.id)), d.restored_from or "-", str(d.restored_batch_id)
+            d.id,
+            d.version,
+            str(lifecycle.state(d.id)),
+            d.restored_from or "- (fresh start)",
+            _dash(d.restored_batch_id),
+            _dash(status.last_batch_id if status else None),
         )
     runs = Table(title="DAG runs", header_style="bold")
     for column in ("dag", "state", "seconds", "tasks"):
@@ -83,12 +103,19 @@ def _summary(lifecycle: Lifecycle, started: float) -> None:
         f"\ndemo finished in {time.monotonic() - started:.0f}s: "
         + ("[green]all checks passed[/]" if not failures else f"[red]{len(failures)} check(s) failed:[/] {failures}")
     )
+    console.print(f"what Airflow itself printed (task logs, tracebacks): {LOG}")
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def main() -> int:
     require_java()
     started = time.monotonic()
     shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    console = _terminal_apart_from_airflow(LOG)
     home = WORK / "airflow"
     airflow_env.configure(home)  # before anything imports airflow
     _quiet()
@@ -107,23 +134,21 @@ def main() -> int:
             WORK,
             store,
             kafka,
-            say=lambda text: console.print(f"[bold cyan]>>[/] {text}" if not text.startswith(" ") else text),
+            say=lambda text: console.print(
+                Text(text) if text.startswith(" ") else Text.assemble((">> ", "bold cyan"), text)
+            ),
         )
         try:
             lifecycle.run(rollback=False)
         except Exception as exc:  # a step that could not even run: report it like a failed check
-            lifecycle.check(False, f"{type(exc).__name__}: {exc}")
+            lifecycle.check(False, f"{type(exc).__name__}: {exc} (details in {LOG})")
         finally:
-            _stop_leftovers(lifecycle)
-        _summary(lifecycle, started)
+            _stop_leftovers(console, lifecycle)
+        _summary(console, lifecycle, started)
     return 1 if lifecycle.failures else 0
 
 
-def _say(text: str) -> None:
-    console.print(text if text.startswith(" ") else f"[bold cyan]>>[/] {text}")
-
-
-def _stop_leftovers(lifecycle: Lifecycle) -> None:
+def _stop_leftovers(console: Console, lifecycle: Lifecycle) -> None:
     """A failed step may leave a driver running: kill it so the demo never leaves processes behind."""
     if lifecycle.running():
         try:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_plugin.core.context import JobContext, Settings
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State, observed_state
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.sinks.file import QUARANTINE
 from airflow_plugin.core.snapshots import source_guard
@@ -41,6 +41,12 @@ from devtools.kafka import EmbeddedKafka
 from devtools.kafka_job import JOB, PARTITIONS, KafkaFeeder, processed, write_jobs_file
 from devtools.windowed import batches, output_complete, wait_for
 from spark_jobs.jobs.windowed.output import read_output, summarize
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """The first line of a message, shortened: Spark's errors go on for pages."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 class Outcome(StrEnum):
@@ -92,6 +98,9 @@ class Lifecycle:
     def state(self, deployment_id: str) -> State:
         records = Deployments(self.store.storage)
         return observed_state(records.get(JOB, deployment_id), records.status(JOB, deployment_id))
+
+    def status(self, deployment_id: str) -> DeploymentStatus | None:
+        return Deployments(self.store.storage).status(JOB, deployment_id)
 
     def running(self) -> list[Deployment]:
         return [d for d in self.deployments() if self.state(d.id) is State.RUNNING]
@@ -157,10 +166,12 @@ class Lifecycle:
         after = self.running()
         old = before[0].version if before else "-"
         if expect is Outcome.BLOCKED:
+            report = result.pushed.get("preflight", {}).get("report") or {}
             self.check(
-                not result.succeeded and result.tasks.get("preflight") == "failed",
-                f"upgrade DAG to {version}: blocked by the pre-flight",
+                not result.succeeded and result.tasks.get("preflight") == "failed" and bool(report),
+                f"upgrade DAG to {version}: blocked by the pre-flight on {report.get('id', '?')}",
             )
+            self.say(f"   the pre-flight's reason: {one_line(report.get('reason', 'none recorded'))}")
             self.check(result.tasks.get("stop_old") not in ("success", "failed", "running"), "nothing was stopped")
             self.check([d.id for d in after] == [d.id for d in before], f"the running version {old} keeps running")
             return result

@@ -35,12 +35,7 @@ def write_jobs_file(
     keeps checkpoints and logs under `directory`, and declares the example versions (the windowed job's, or
     those in `apps`). `conf` adds Spark confs, `table` lines to the job's table (its `kafka`)."""
     declared = "\n".join(f'versions.{v} = {{ application = "{apps / v}.py" }}' for v in versions)
-    confs = {
-        "spark.sql.shuffle.partitions": str(partitions),
-        "spark.driver.host": "127.0.0.1",
-        **SPARK_UI,
-        **(conf or {}),
-    }
+    confs = {"spark.sql.shuffle.partitions": str(partitions), **SPARK_UI, **(conf or {})}
     args = ", ".join(f'"{arg}"' for arg in (*source_args, "--output", "output"))
     path = directory / "jobs.toml"
     directory.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
@@ -66,23 +68,29 @@ def say(text: str) -> None:
 
 
 class BarProgress:
-    """A rich progress bar on stderr for long transfers (only on a terminal)."""
+    """What the engine reports, on stderr and only on a terminal: a rich progress bar for transfers, and a
+    spinner with the current stage and the seconds it has waited (a deploy's launch, Spark session, first
+    batch)."""
 
-    def __init__(self) -> None:
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or err
         self._bar: Progress | None = None
         self._task: Any = None
+        self._status: Status | None = None
+        self._since = 0.0
         self._lock = threading.Lock()
 
     def start(self, description: str, total_bytes: int, total_files: int) -> None:
-        if not err.is_terminal:
+        if not self.console.is_terminal:
             return
+        self._end_stage()
         self._bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
             TimeRemainingColumn(),
-            console=err,
+            console=self.console,
             transient=True,
         )
         self._bar.start()
@@ -93,7 +101,22 @@ class BarProgress:
             with self._lock:
                 self._bar.advance(self._task, nbytes)
 
+    def stage(self, text: str) -> None:
+        if not self.console.is_terminal or self._bar is not None:
+            return
+        if self._status is None:
+            self._since = time.monotonic()
+            self._status = Status("", console=self.console)
+            self._status.start()
+        self._status.update(Text(f"{text} ({time.monotonic() - self._since:.0f}s)"))
+
+    def _end_stage(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
     def finish(self) -> None:
+        self._end_stage()
         if self._bar is not None:
             self._bar.stop()
             self._bar = None

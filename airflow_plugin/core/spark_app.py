@@ -1,8 +1,10 @@
 """Starts the Spark applications the engine needs (deep verify, pre-flight) as their own processes:
-the engine never imports pyspark. The scripts live in spark_jobs/tools/."""
+the engine never imports pyspark. The scripts live in spark_jobs/tools/. Also what every launch checks and
+sets: spark-submit and Java are there, pyspark's files are one version, and local Spark stays on loopback."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -13,6 +15,7 @@ from pathlib import Path
 from .errors import LaunchFailed, SparkToolFailed
 
 SPARK_MASTER_ENV = "SAVEPOINTS_SPARK_MASTER"
+LOOPBACK = "127.0.0.1"
 
 
 def tool_path(name: str) -> Path:
@@ -34,6 +37,41 @@ def spark_submit_binary() -> str:
     return found
 
 
+def pyspark_conflict(pyspark: str | None, client: str | None) -> str | None:
+    """Why an environment's pyspark cannot be trusted, or None. pyspark-client (which the Airflow Spark
+    provider requires) installs into pyspark's own files: with another version than pyspark's, the Python
+    side of Spark no longer matches its jars."""
+    if pyspark is None or client is None or pyspark == client:
+        return None
+    return (
+        f"pyspark {pyspark} and pyspark-client {client} are both installed and share the files of the pyspark "
+        f"package, so its Python code no longer matches Spark's jars: install the same version of both "
+        f"(`pip install pyspark=={pyspark} pyspark-client=={pyspark}`)"
+    )
+
+
+def _installed(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_pyspark_files() -> None:
+    """Refuse to launch Spark from an environment whose pyspark files are of two versions."""
+    problem = pyspark_conflict(_installed("pyspark"), _installed("pyspark-client"))
+    if problem:
+        raise LaunchFailed(problem)
+
+
+def loopback_env(master: str) -> dict[str, str]:
+    """Local Spark binds and advertises 127.0.0.1 (its UI would listen on every interface, its block manager
+    on the host's address) unless the environment says otherwise; clusters need their real addresses."""
+    if not master.startswith("local") or os.environ.get("SPARK_LOCAL_IP"):
+        return {}
+    return {"SPARK_LOCAL_IP": LOOPBACK}
+
+
 def run_spark_tool(
     name: str,
     args: list[str],
@@ -43,15 +81,23 @@ def run_spark_tool(
     timeout: float = 900,
 ) -> str:
     """Run spark_jobs/tools/<name>.py with spark-submit and return its stdout; fail with its stderr tail."""
-    command = [spark_submit_binary(), "--master", os.environ.get(SPARK_MASTER_ENV, "local[2]")]
+    check_pyspark_files()
+    master = os.environ.get(SPARK_MASTER_ENV, "local[2]")
+    command = [spark_submit_binary(), "--master", master]
     for key, value in {
         "spark.ui.enabled": "false",
-        "spark.driver.host": "127.0.0.1",
+        "spark.driver.host": LOOPBACK,
         **(conf or {}),
     }.items():
         command += ["--conf", f"{key}={value}"]
     command += [str(tool_path(name)), *args]
-    child = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **(env or {})}
+    child = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        **loopback_env(master),
+        **(env or {}),
+    }
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=child, check=False)
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])

@@ -21,8 +21,8 @@ from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
 
+from ..compat import AirflowNotFoundException
 from ..core.context import Context, JobContext, Settings
 from ..core.jobs.health import Health, check_health
 from ..core.jobs.launcher import CommandBuilder, default_command

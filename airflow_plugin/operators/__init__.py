@@ -1,0 +1,24 @@
+"""The savepoints operators, importable from here as from any provider:
+
+from airflow_plugin.operators import DeployJobOperator, SavepointOperator
+"""
+
+from .base import SavepointsBaseOperator
+from .deployments import DeployJobOperator, PrestartJobOperator, StopJobOperator
+from .leases import ReleaseLeaseOperator
+from .retention import RetentionOperator
+from .snapshots import SavepointOperator, VerifySnapshotOperator
+from .upgrade import PreflightCheckOperator, RollbackOperator
+
+__all__ = [
+    "DeployJobOperator",
+    "PreflightCheckOperator",
+    "PrestartJobOperator",
+    "ReleaseLeaseOperator",
+    "RetentionOperator",
+    "RollbackOperator",
+    "SavepointOperator",
+    "SavepointsBaseOperator",
+    "StopJobOperator",
+    "VerifySnapshotOperator",
+]

@@ -14,8 +14,8 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
 
+from ..compat import AirflowFailException
 from ..core.context import JobContext
 from ..core.errors import InvalidInput, NotFound, Refused
 from ..core.lease import DEFAULT_TTL, airflow_holder

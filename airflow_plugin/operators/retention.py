@@ -47,6 +47,13 @@ class RetentionOperator(SavepointsBaseOperator):
         except LeaseHeld as busy:  # another operation changes the job now: the next scheduled run prunes
             self.log.warning("retention of %s skipped: %s", job.name, busy)
             return {"job": job.name, "checkpoints": taken, "dry_run": dry_run, "skipped": str(busy)}
+        self.log.info(
+            "retention of %s: %d retained checkpoint(s) taken, %d deletion(s) %s",
+            job.name,
+            len(taken),
+            len(plan.rows()),
+            "planned (dry run)" if dry_run else "done",
+        )
         for row in plan.rows():
             self.log.info("%s", " | ".join(row))
         return {

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowFailException
 
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
+from ..compat import AirflowFailException
 from ..core.context import JobContext
 from ..core.jobs.savepoint import take_savepoint
 from ..core.snapshots.manifest import Kind, Trigger, parse_labels

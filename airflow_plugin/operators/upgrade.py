@@ -19,7 +19,8 @@ from .deployments import deployment_xcom
 class PreflightCheckOperator(SavepointsBaseOperator):
     """Will `version` run on this snapshot's state? Runs the new version as a separate Spark application
     against throwaway copies (batch N re-planned, noop sink) and compares state schema field names.
-    Fails the task, touching nothing that runs, if the upgrade is blocked."""
+    Fails the task, touching nothing that runs, if the upgrade is blocked; its report (the reason) is then
+    the task's XCom `report`."""
 
     template_fields: Sequence[str] = ("job", "version", "snapshot_id", "allow_renames", "accept_source_gap")
     operator_extra_links = (SnapshotLink(),)
@@ -51,6 +52,8 @@ class PreflightCheckOperator(SavepointsBaseOperator):
             accept_source_gap=flag(self.accept_source_gap),
         )
         self.log.info("pre-flight of %s %s: %s", ctx.name, self.version, report.reason)
+        if report.blocked() is not None:  # the report stays readable (XCom "report") when the task fails
+            context["ti"].xcom_push(key="report", value={**report.to_dict(), "id": report.snapshot})
         report.raise_if_blocked()
         return {**report.to_dict(), "id": report.snapshot}
 

@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
-from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowFailException
 
+from ..compat import AirflowFailException, conf
 from ..core.jobs.health import Verdict
 from ..hooks.savepoints import SavepointsHook
 from ..operators.base import SavepointsMixin, flag, task_errors

@@ -4,7 +4,8 @@
     GET  /static/{file}                              its script and style sheet
     GET  /api/me                                     the user and what the page may offer them
     GET  /api/jobs                                   the declared jobs
-    GET  /api/jobs/{job}/deployments                 deployments: version, state, heartbeat, batch, rows/s
+    GET  /api/jobs/{job}/deployments                 deployments: version, state, heartbeat, batch, rows/s;
+                                                     whether a savepoint can be taken now, or why not
     GET  /api/jobs/{job}/snapshots                   a page of snapshots (offset, limit, focus, kind, status)
     GET  /api/jobs/{job}/runs                        recent runs of the savepoint DAG for the job
     POST /api/jobs/{job}/savepoints                  trigger the savepoint DAG for the job
@@ -93,7 +94,8 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
     @app.get("/api/jobs/{job}/deployments", dependencies=[Depends(authenticated)])
     def deployments(job: str) -> dict[str, Any]:
         with engine_errors(f"read the deployments of job {job}"):
-            return {"job": job, "deployments": views.deployments(settings.hook().job_context(job))}
+            ctx = settings.hook().job_context(job)
+            return {"job": job, "deployments": views.deployments(ctx), "savepoint": views.savepoint_now(ctx)}
 
     @app.get("/api/jobs/{job}/snapshots", dependencies=[Depends(authenticated)])
     def snapshots(

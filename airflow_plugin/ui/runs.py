@@ -66,6 +66,14 @@ def run_row(run: Any) -> dict[str, Any]:
     }
 
 
+def savepoint_dag_file() -> str | None:
+    """Where the dag-processor found the savepoint DAG (its jobs file may be next to it), if it did."""
+    from airflow.models import DagModel
+
+    dag = DagModel.get_dagmodel(SAVEPOINT_DAG_ID)
+    return str(dag.fileloc) if dag is not None and dag.fileloc else None
+
+
 def recent_runs(job: str, limit: int = 10) -> list[dict[str, Any]]:
     """The job's newest runs of the savepoint DAG, newest first."""
     from airflow.models import DagRun

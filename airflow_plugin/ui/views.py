@@ -11,7 +11,8 @@ from functools import cached_property
 from typing import Any
 
 from ..core.context import JobContext
-from ..core.errors import InvalidInput
+from ..core.errors import InvalidInput, Refused
+from ..core.jobs.savepoint import savepoint_target
 from ..core.jobs.spec import JobSpec
 from ..core.jobs.stop import job_status
 from ..core.snapshots import source_guard
@@ -39,7 +40,7 @@ class PageHook(SavepointsHook):
 
 @dataclass(frozen=True)
 class PageSettings:
-    """Where the page reads from. `jobs_file=None`: the DAGs' jobs file (airflow_plugin.dag_params)."""
+    """Where the page reads from. `jobs_file=None`: the jobs file the savepoint DAG reads (dag_params)."""
 
     jobs_file: str | None = None
     aws_conn_id: str | None = SavepointsHook.default_conn_name
@@ -48,8 +49,9 @@ class PageSettings:
         if self.jobs_file:
             return self.jobs_file
         from ..dag_params import dag_jobs_file  # imports airflow.sdk: only in the API server, on first use
+        from .runs import savepoint_dag_file
 
-        return dag_jobs_file()
+        return dag_jobs_file(savepoint_dag_file())
 
     def hook(self) -> PageHook:
         return PageHook(aws_conn_id=self.aws_conn_id, spark_conn_id=None, jobs_file=self.resolved_jobs_file())
@@ -76,6 +78,14 @@ def job_list(hook: SavepointsHook) -> dict[str, Any]:
 def deployments(job: JobContext) -> list[dict[str, Any]]:
     """One row per deployment, newest first (the engine's `savepoints status` rows)."""
     return list(reversed(job_status(job)))
+
+
+def savepoint_now(job: JobContext) -> dict[str, Any]:
+    """Whether a savepoint can be taken now (a deployment runs), and if not the engine's reason."""
+    try:
+        return {"possible": True, "deployment": savepoint_target(job).id, "reason": ""}
+    except Refused as exc:
+        return {"possible": False, "deployment": None, "reason": str(exc)}
 
 
 def snapshots_page(

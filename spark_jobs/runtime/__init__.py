@@ -1,5 +1,5 @@
-"""The job runtime: runs a streaming query inside the Spark driver under management (DESIGN.md, "The
-job runtime and its control channel"). An application file is just:
+"""The job runtime: runs a streaming query inside the Spark driver under management (docs/delivery.md,
+docs/writing-a-job.md). An application file is just:
 
     from spark_jobs.runtime import SinkKind, SourceKind, StreamingJob, run
 

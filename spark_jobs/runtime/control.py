@@ -1,5 +1,5 @@
 """The control channel: requests the engine writes to `control/<id>.json` in the store, polled by the
-driver. And the graceful stop they ask for: at a batch boundary (SPARK_CHECKPOINTS.md section 8), so the
+driver. And the graceful stop they ask for: at a batch boundary (docs/spark-checkpoints.md section 8), so the
 checkpoint ends with C = L and a stop-with-savepoint copies a quiescent batch.
 """
 
@@ -61,7 +61,7 @@ def stop_at_batch_boundary(query: StreamingQuery, wait_limit: float, batch_done:
     listener): a query that runs behind starts its next trigger at once and leaves no idle gap to find,
     and right after a commit the next batch has barely begun. After `wait_limit` seconds it stops anyway.
     Stopping inside a batch is safe, only slower to resume: Spark interrupts batch L, leaving C = L-1,
-    and a restart re-runs L from its logged offsets (SPARK_CHECKPOINTS.md sections 3 and 8).
+    and a restart re-runs L from its logged offsets (docs/spark-checkpoints.md sections 3 and 8).
     Returns where the stop was issued, for the log (the race with the next trigger cannot be closed)."""
     deadline = time.monotonic() + wait_limit
     batch_done.clear()

@@ -131,7 +131,7 @@ class StatusBoard:
 
 class ProgressListener(StreamingQueryListener):
     """Feeds the board from Spark's listener bus. A progress event for batch N means commits/N is durable
-    (SPARK_CHECKPOINTS.md section 8), so last_batch_id is always a committed batch. Events of other
+    (docs/spark-checkpoints.md section 8), so last_batch_id is always a committed batch. Events of other
     queries in the same session (a benchmark's bare runs) are ignored by query id.
 
     Registered with the public `spark.streams.addListener`, but the JVM side gets a lighter adapter than

@@ -1,12 +1,16 @@
-"""The DAGs load without import errors, and their params forms follow the jobs file."""
+"""The DAGs load without import errors, their params forms follow the jobs file, and `savepoints
+install-dags` puts them into a DAGs folder where they load with no Airflow setting at all."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from airflow_plugin.dag_params import declared_jobs
+from airflow_plugin.cli import main
+from airflow_plugin.dag_params import dag_jobs_file, declared_jobs
 from devtools.airflow_env import DAGS_FOLDER
 
 DAG_IDS = {"savepoints_deploy", "savepoints_savepoint", "savepoints_retention", "savepoints_upgrade"}
@@ -25,7 +29,7 @@ def test_every_dag_imports_without_errors(dagbag) -> None:
 
 
 def test_params_forms_list_the_declared_jobs_and_versions(dagbag) -> None:
-    jobs = declared_jobs()
+    jobs = declared_jobs(dag_jobs_file())
     for dag_id in ("savepoints_deploy", "savepoints_savepoint", "savepoints_upgrade"):
         params = dagbag.get_dag(dag_id).params
         assert params.get_param("job").schema["enum"] == sorted(jobs), dag_id
@@ -33,24 +37,95 @@ def test_params_forms_list_the_declared_jobs_and_versions(dagbag) -> None:
     assert set(versions) == {v for spec in jobs.values() for v in spec.versions}
 
 
-def test_a_job_added_to_the_jobs_file_appears_in_every_form(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import subprocess
-    import sys
+def parse_dags(folder: Path, monkeypatch: pytest.MonkeyPatch, jobs_file: Path | None) -> Any:
+    """Airflow's DagBag of `folder` with $SAVEPOINTS_JOBS set to `jobs_file` (None: unset); the DAG files read
+    it when parsed, and a DagBag parses them afresh."""
+    from airflow.dag_processing.dagbag import DagBag
 
+    if jobs_file is None:
+        monkeypatch.delenv("SAVEPOINTS_JOBS", raising=False)
+    else:
+        monkeypatch.setenv("SAVEPOINTS_JOBS", str(jobs_file))
+    return DagBag(dag_folder=str(folder))
+
+
+def defaults(dag: Any) -> dict[str, Any]:
+    """Each param's default; '<none>' when it has none."""
+    return {
+        name: "<none>" if type(dag.params.get_param(name).value).__name__ == "ArgNotSet" else value
+        for name, value in dag.params.dump().items()
+    }
+
+
+def test_a_job_added_to_the_jobs_file_appears_in_every_form(
+    airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     jobs = tmp_path / "jobs.toml"
     jobs.write_text(
         Path("jobs.toml").read_text()
         + '\n[jobs.another_job]\nversions.v1 = { application = "spark_jobs/jobs/windowed/v1.py" }\n'
     )
-    script = (
-        "from airflow.dag_processing.dagbag import DagBag; import sys; "
-        f"b = DagBag(dag_folder={str(DAGS_FOLDER)!r}); assert not b.import_errors, b.import_errors; "
-        "print(*sorted({d: b.get_dag(d).params.get_param('job').schema['enum'] for d in "
-        "('savepoints_deploy', 'savepoints_savepoint', 'savepoints_upgrade')}.items()), sep='\\n')"
-    )
-    env = {**__import__("os").environ, "SAVEPOINTS_JOBS": str(jobs)}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.count("another_job") == 3, out
+    bag = parse_dags(DAGS_FOLDER, monkeypatch, jobs)
+    assert bag.import_errors == {}
+    for dag_id in ("savepoints_deploy", "savepoints_savepoint", "savepoints_upgrade"):
+        assert "another_job" in bag.get_dag(dag_id).params.get_param("job").schema["enum"], dag_id
+
+
+def test_without_a_jobs_file_the_dags_import_error_says_what_to_do(
+    airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "savepoints_deploy.py").write_text((DAGS_FOLDER / "savepoints_deploy.py").read_text())
+    [message] = parse_dags(tmp_path, monkeypatch, None).import_errors.values()
+    assert "no jobs file for the savepoints DAGs" in message, message
+    assert "SAVEPOINTS_JOBS" in message and "savepoints install-dags DAGS_FOLDER" in message
+    [missing] = parse_dags(tmp_path, monkeypatch, tmp_path / "gone.toml").import_errors.values()
+    assert f"jobs file {tmp_path / 'gone.toml'} ($SAVEPOINTS_JOBS) does not exist" in missing, missing
+
+
+def test_install_dags_puts_dags_and_jobs_into_a_dags_folder_where_they_load(
+    airflow_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    assert main(["install-dags", str(dags)]) == 0
+    out = capsys.readouterr().out
+    assert f"added     {dags / 'savepoints' / 'savepoints_upgrade.py'}" in out, out
+    folder = dags / "savepoints"
+    assert (folder / "jobs.toml").read_text() == Path("jobs.toml").read_text()
+    assert (folder / ".airflowignore").read_text() == ".runs/\n"
+
+    bag = parse_dags(dags, monkeypatch, None)  # no Airflow setting: the DAGs read the jobs.toml beside them
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == DAG_IDS
+    assert bag.get_dag("savepoints_deploy").params.get_param("job").schema["enum"] == ["windowed_counts"]
+
+    (folder / "jobs.toml").write_text((folder / "jobs.toml").read_text() + "\n# mine\n")
+    (folder / "savepoints_deploy.py").write_text("# an old copy\n")
+    capsys.readouterr()  # what parsing printed
+    assert main(["install-dags", str(dags), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["dags"]["savepoints_deploy.py"] == "updated" and again["dags"]["savepoints_upgrade.py"] == "unchanged"
+    assert again["jobs_file_kept"] is True and (folder / "jobs.toml").read_text().endswith("# mine\n")
+
+    (tmp_path / "a-file").touch()
+    assert main(["install-dags", str(tmp_path / "a-file")]) == 2
+    assert "airflow config get-value core dags_folder" in capsys.readouterr().err
+
+
+def test_the_forms_open_ready_to_send_and_show_no_internal_field(dagbag: Any) -> None:
+    """Airflow's trigger form marks a field required unless its type allows null, and refuses to send while a
+    required field is empty; a field it should not show does not belong in params."""
+    savepoint = dagbag.get_dag("savepoints_savepoint")
+    assert set(savepoint.params) == {"job", "stop", "pin", "label"}  # trigger=UI comes with the page's conf
+    assert "null" in savepoint.params.get_param("label").schema["type"] and defaults(savepoint)["label"] is None
+    for dag_id in DAG_IDS:
+        dag = dagbag.get_dag(dag_id)
+        for name, default in defaults(dag).items():
+            required = "null" not in dag.params.get_param(name).schema.get("type", [])
+            if required and (dag_id, name) != ("savepoints_upgrade", "version"):
+                assert default not in (None, "", "<none>"), (dag_id, name, default)
+    # the new version of an upgrade is the person's choice: no default (the default version usually runs)
+    assert defaults(dagbag.get_dag("savepoints_upgrade"))["version"] == "<none>"
 
 
 def test_the_plugin_is_registered_through_its_entry_point(airflow_db: Path) -> None:

@@ -257,3 +257,35 @@ def test_a_rollback_to_a_snapshot_that_names_no_version_is_refused(tmp_path: Pat
     with pytest.raises(AirflowFailException, match=f"snapshot {manual.id} of job orders does not record the version"):
         operator.execute(CONTEXT)
     assert tree(tmp_path) == before
+
+
+def test_operators_sensors_triggers_and_hooks_are_importable_where_users_look() -> None:
+    """`from airflow_plugin.operators import SavepointOperator`, as from any provider; a new operator that is
+    not exported fails here."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from airflow.sdk import BaseHook, BaseOperator
+    from airflow.triggers.base import BaseTrigger
+
+    for package, base in (
+        ("airflow_plugin.operators", BaseOperator),
+        ("airflow_plugin.sensors", BaseOperator),
+        ("airflow_plugin.triggers", BaseTrigger),
+        ("airflow_plugin.hooks", BaseHook),
+    ):
+        exported = importlib.import_module(package)
+        defined = set()
+        for module in pkgutil.iter_modules(exported.__path__):
+            found = importlib.import_module(f"{package}.{module.name}")
+            defined |= {
+                name
+                for name, cls in inspect.getmembers(found, inspect.isclass)
+                if issubclass(cls, base) and cls.__module__ == found.__name__
+            }
+        assert defined and defined <= set(exported.__all__), (package, defined - set(exported.__all__))
+        assert all(getattr(exported, name) for name in exported.__all__)
+    from airflow_plugin.operators import DeployJobOperator, SavepointOperator  # the issue's own example
+
+    assert SavepointOperator.__name__ == "SavepointOperator" and DeployJobOperator.template_fields

@@ -327,7 +327,11 @@ def test_an_empty_job_and_an_empty_jobs_file_are_plain_empty_answers(
     viewer = bearer(*VIEWER)
     quiet = client.get("/api/jobs/quiet/snapshots", headers=viewer).json()
     assert (quiet["total"], quiet["all"], quiet["snapshots"], quiet["timeline"]) == (0, 0, [], [])
-    assert client.get("/api/jobs/quiet/deployments", headers=viewer).json()["deployments"] == []
+    nothing_runs = client.get("/api/jobs/quiet/deployments", headers=viewer).json()
+    assert nothing_runs["deployments"] == []
+    assert nothing_runs["savepoint"]["possible"] is False  # the page disables "Take savepoint" and says why
+    assert "has no running deployment" in nothing_runs["savepoint"]["reason"]
+    assert "savepoints deploy quiet" in nothing_runs["savepoint"]["reason"]
 
     empty = tmp_path / "jobs.toml"
     empty.write_text("# no jobs yet\n")

@@ -1,9 +1,10 @@
 """The savepoints page as a person uses it: headless Chromium (Debian's, driven by playwright's Python API)
 against a real `airflow api-server` with the plugin, a scheduler and a DAG processor, while a real
 deployment of the windowed job runs against the embedded S3 store. Log in through Airflow's login page,
-open "Savepoints" from Airflow's navigation, click "Take savepoint", see the new snapshot COMPLETED, pin it;
-then follow the savepoint task's extra link to the page opened at that snapshot. Screenshots are kept in
-tests/artifacts/."""
+open the savepoint and upgrade DAGs' trigger forms (ready to send, no internal field; the upgrade's new
+version left to choose), open "Savepoints" from Airflow's navigation, click "Take savepoint", see the new
+snapshot COMPLETED, pin it; follow the savepoint task's extra link to the page opened at that snapshot; stop
+the job and see "Take savepoint" disabled with the reason. Screenshots are kept in tests/artifacts/."""
 
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
     with AirflowStack(tmp_path / "airflow", env) as airflow:
         feed = Feeder(tmp_path / "input")
         deployment = deploy(job, DeployRequest("v1"))  # while Airflow starts
+        stopped = False
         try:
             for reason in ("first", "second"):  # two earlier savepoints: something on the timeline
                 feed.round()
@@ -96,7 +98,30 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                 page.click("button[type=submit]")
                 page.wait_for_url(lambda url: "/auth/" not in url)
 
+                # the DAGs' trigger forms open ready to send: no internal field, an optional label; the upgrade's
+                # new version is the person's choice (no default: the default version is usually the running one)
+                for dag_id in ("savepoints_savepoint", "savepoints_upgrade"):
+                    page.goto(f"{airflow.url}/dags/{dag_id}")
+                    page.get_by_role("button", name="Trigger").first.click()
+                    dialog = page.get_by_role("dialog")
+                    send = dialog.get_by_role("button", name="Trigger", exact=True)
+                    expect(dialog.locator("#element_job")).to_contain_text("windowed")
+                    if dag_id == "savepoints_savepoint":
+                        expect(dialog.locator("#element_label")).to_be_visible()
+                        expect(dialog.locator("#element_trigger")).to_have_count(0)
+                        expect(send).to_be_enabled()
+                    else:
+                        expect(dialog.locator("#element_version")).to_contain_text("Select Value")
+                        expect(send).to_be_disabled()
+                        dialog.locator("#element_version").click()
+                        page.get_by_role("option", name="v2", exact=True).click()
+                        expect(send).to_be_enabled()
+                    page.screenshot(path=str(ARTIFACTS / f"form-{dag_id}.png"))
+                    page.keyboard.press("Escape")
+                    expect(dialog).to_have_count(0)
+
                 # "Savepoints" in Airflow's navigation opens the page (embedded: the external view)
+                page.goto(f"{airflow.url}/")
                 page.get_by_role("link", name="Savepoints").first.click()
                 page.wait_for_url("**/plugin/savepoints")
                 frame = page.frame_locator("iframe")
@@ -150,7 +175,17 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                     f"savepoints deploy windowed --jobs {jobs_file} --version v1 --restore {new_id}"
                 )
                 page.screenshot(path=str(ARTIFACTS / "savepoints-page.png"), full_page=True)
+                expect(page.locator("#savepoint-button")).to_be_enabled()
+
+                # nothing runs any more: the button is disabled and the page says why (it refreshes by itself)
+                kill(job)
+                stopped = True
+                expect(page.locator("#savepoint-button")).to_be_disabled(timeout=30_000)
+                expect(page.locator("#savepoint-reason")).to_contain_text("has no running deployment")
+                expect(page.locator("#savepoint-reason")).to_contain_text("savepoints deploy windowed")
                 browser.close()
         finally:
-            kill(job)
+            if not stopped:
+                kill(job)
     assert store.get(job.name, new_id).status == "COMPLETED"
+    assert store.get(job.name, new_id).trigger == "UI"  # the page's conf, not a field of the DAG's form

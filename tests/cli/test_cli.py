@@ -58,6 +58,7 @@ def test_create_list_show_verify_restore_delete(
 
     code, out, _ = run(capsys, "list", "--store", store)
     assert code == 0 and created["id"] in out and "COMPLETED" in out
+    assert "labels" in out.splitlines()[0] and "team=payments" in out  # the labels column
     code, listed = run_json(capsys, "list", "--store", store, "--job", "orders")
     assert [row["id"] for row in listed] == [created["id"]]
 
@@ -353,3 +354,29 @@ def test_leases_are_listed_shown_in_status_and_broken(capsys: pytest.CaptureFixt
     assert code == 0 and "broke ghost@elsewhere:4242" in out and read_lease(store, "orders") is None
     code, _, err = run(capsys, "lease", "break", "orders", "--jobs", jobs)
     assert code == 3 and "has no lease" in err
+
+
+def test_progress_stages_are_drawn_on_a_terminal_and_nothing_otherwise() -> None:
+    """What `savepoints deploy` shows while it waits (the engine reports stages: launch, Spark session, first
+    batch): on a terminal a spinner line with the stage and the seconds waited, cleared at the end; piped,
+    nothing (the command's output stays the deployment id)."""
+    import io
+
+    from rich.console import Console
+
+    from airflow_plugin.cli.render import BarProgress
+
+    terminal = io.StringIO()
+    progress = BarProgress(Console(file=terminal, force_terminal=True, width=160))
+    progress.stage("deployment dp-1: the driver runs, creating its Spark session")
+    progress.stage("deployment dp-1: Spark session local-1 up; waiting for the first batch")
+    progress.finish()
+    drawn = terminal.getvalue()
+    assert "deployment dp-1: Spark session local-1 up; waiting for the first batch (0s)" in drawn
+    assert drawn.rstrip().endswith("\x1b[2K"), "the spinner line is not cleared at the end"
+
+    piped = io.StringIO()
+    progress = BarProgress(Console(file=piped, force_terminal=False))
+    progress.stage("deployment dp-1: the driver runs, creating its Spark session")
+    progress.finish()
+    assert piped.getvalue() == ""

@@ -35,6 +35,12 @@ def test_jobs_file_is_parsed_with_paths_relative_to_it(tmp_path: Path) -> None:
         ('[jobs.bad]\nversions.v1 = { application = "a.py" }\ndelivery = "twice"', InvalidInput, "delivery 'twice'"),
         ('[jobs.bad]\nversions.v1 = { application = "a.py" }\ntrigger_interval = "soon"', InvalidInput, "interval"),
         ("[jobs.bad\n", InvalidInput, "is not valid TOML"),
+        (
+            '[jobs.bad]\nversions.v1 = { application = "a.py" }\ntrigger_intervall = "2 s"',
+            InvalidInput,
+            "trigger_intervall",
+        ),
+        ('[jobs.bad]\nversions.v1 = { application = "a.py", confs = {} }', InvalidInput, "versions.v1 has unknown"),
     ],
 )
 def test_bad_jobs_files(tmp_path: Path, extra: str, error: type, message: str) -> None:
@@ -192,3 +198,25 @@ def test_kill_force_stops_a_job_that_ignores_stop(tmp_path: Path, capsys: pytest
     assert main(["status", "orders", "--jobs", jobs, "--json"]) == 0
     [row] = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert row["state"] == "FAILED" and row["error"].startswith("KILLED")
+
+
+def test_a_relative_application_is_found_next_to_the_jobs_file_or_in_the_installed_packages(tmp_path: Path) -> None:
+    """The example jobs file works wherever it is copied: spark_jobs/jobs/... is the installed package's."""
+    (tmp_path / "mine.py").touch()
+    extra = '[jobs.example]\nversions.v1 = { application = "spark_jobs/jobs/windowed/v1.py" }\n'
+    jobs = load_jobs(str(write_jobs(tmp_path, application="mine.py", extra=extra)))
+    assert jobs["orders"].version("v1").application == str(tmp_path / "mine.py")
+    import spark_jobs
+
+    installed = Path(spark_jobs.__file__).parent / "jobs" / "windowed" / "v1.py"
+    assert jobs["example"].launchable("v1").application == str(installed.resolve())
+
+
+def test_a_missing_application_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = str(write_jobs(tmp_path, application="nowhere.py", touch=False))
+    assert main(["deploy", "orders", "--jobs", jobs]) == 3
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'nowhere.py'}, does not exist" in err and "versions.v1.application" in err
+    assert not (tmp_path / "store").exists()

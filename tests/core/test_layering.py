@@ -1,4 +1,4 @@
-"""The engine is pure Python: importing it loads neither airflow nor pyspark (DESIGN.md, layers)."""
+"""The engine is pure Python: importing it loads neither airflow nor pyspark (docs/architecture.md, layers)."""
 
 from __future__ import annotations
 

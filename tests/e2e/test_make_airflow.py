@@ -1,8 +1,9 @@
-"""`make airflow`, the README's way in for people who want the UI, started as the Makefile starts it
-(`python -m devtools.airflow_ui`, i.e. `airflow standalone`) from a user's shell with no Airflow settings:
-log in with the password standalone generated, see the four DAGs with no import errors and the plugin's
-page behind authentication, run a DAG through standalone's own scheduler and executor, and stop it with
-Ctrl-C (SIGINT)."""
+"""`make airflow`, the README's way in for people who want the UI, run as a user runs it (`make airflow`
+through make and uv, i.e. `airflow standalone`) from a user's shell with no Airflow settings: log in with the
+password standalone generated, see the four DAGs with no import errors and the plugin's page behind
+authentication, run a DAG through standalone's own scheduler and executor and read its task log, check that
+nothing listens beyond 127.0.0.1, and stop it with one Ctrl-C (SIGINT to the terminal's foreground process
+group: make, uv and Python all get it) that ends everything gracefully."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import pytest
 
 from devtools.airflow_env import REPO
 from devtools.windowed import wait_for
+from tests.support.sockets import listening, not_loopback
 from tests.support.ui_support import free_port
 
 pytestmark = [pytest.mark.slow]
@@ -38,7 +39,7 @@ class Standalone:
         self.token = ""
 
     def __enter__(self) -> Standalone:
-        command = [sys.executable, "-m", "devtools.airflow_ui", "--home", str(self.home), "--port", str(self.port)]
+        command = ["make", "airflow", f"AIRFLOW_PORT={self.port}", f"AIRFLOW_DIR={self.home}"]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 command,
@@ -64,18 +65,20 @@ class Standalone:
             self.process.wait(timeout=30)
             raise AssertionError(f"airflow standalone ignored Ctrl-C for 90 s:\n{self.log_tail()}") from None
 
-    def leftover_processes(self) -> list[str]:
-        """Processes still running in this AIRFLOW_HOME (standalone's components and their workers)."""
+    def processes(self) -> dict[int, str]:
+        """Processes running in this AIRFLOW_HOME (standalone's components and their workers): pid -> command."""
         marker = f"AIRFLOW_HOME={self.home}".encode()
-        found = []
+        found = {}
         for proc in Path("/proc").iterdir():
             try:
                 if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
-                    command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                    found.append(f"{proc.name}: {command}")
+                    found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:  # gone meanwhile, or not ours to read
                 continue
         return found
+
+    def leftover_processes(self) -> list[str]:
+        return [f"{pid}: {command}" for pid, command in self.processes().items()]
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-6000:]
@@ -156,7 +159,20 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
         states = {(t["task_id"], t["map_index"]): t["state"] for t in tasks}
         assert airflow.get(run_path).json()["state"] == "success", states
         assert states and set(states.values()) == {"success"}, states
+        # the task's log, as the UI shows it: read from its file (there are no task log servers)
+        log = airflow.get(f"{run_path}/taskInstances/retention/logs/1", params={"map_index": 0})
+        assert log.status_code == 200 and "retention of windowed_counts" in log.text, log.text[:2000]
 
-        assert airflow.interrupt() == 0, airflow.log_tail()
-    assert airflow.log_tail().rstrip().endswith("standalone | Complete"), airflow.log_tail()
+        # nothing listens beyond this machine, and nothing on Airflow's fixed log server ports
+        addresses = listening(list(airflow.processes()))
+        assert ("127.0.0.1", airflow.port) in addresses, addresses
+        assert not_loopback(addresses) == set(), addresses
+        assert not {port for _, port in addresses} & {8793, 8794}, addresses
+
+        returncode = airflow.interrupt()
+        # make, itself interrupted, waits for its recipe and then ends by the same SIGINT
+        assert returncode in (0, -signal.SIGINT), (returncode, airflow.log_tail())
+    log_text = airflow.log_tail()
+    assert "standalone | Complete" in log_text, log_text
+    assert "killing airflow standalone" not in log_text, log_text  # one Ctrl-C, handled once
     assert airflow.leftover_processes() == []

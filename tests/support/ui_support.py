@@ -77,6 +77,8 @@ class AirflowStack:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            # a worker's calls to the execution API wait out a busy machine instead of failing the task
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -84,7 +86,7 @@ class AirflowStack:
         self.run("db", "migrate")
         commands = {
             "api-server": ["api-server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
-            "scheduler": ["scheduler"],
+            "scheduler": ["scheduler", "--skip-serve-logs"],  # no log server on 0.0.0.0:8793: logs are local files
             "dag-processor": ["dag-processor"],
         }
         try:

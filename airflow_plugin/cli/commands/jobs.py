@@ -1,4 +1,4 @@
-"""Managed jobs: deploy, status, stop, kill, and the pre-flight of an upgrade."""
+"""Managed jobs: deploy, status, a savepoint now, stop, kill, and the pre-flight of an upgrade."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from ...core.errors import InvalidInput
 from ...core.jobs.deploy import RESTORE_MODES, DeployRequest, deploy
 from ...core.jobs.deployments import describe
 from ...core.jobs.preflight import preflight
+from ...core.jobs.savepoint import take_savepoint
 from ...core.jobs.stop import job_status, kill, stop
 from ...core.lease import break_lease, held_leases, read_lease
+from ...core.snapshots.manifest import parse_labels
 from ..render import Output, out, say, status_table
 from .snapshots import ACCEPT_GAP_HELP
 
@@ -64,6 +66,14 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     stop_cmd.add_argument("--drain", action="store_true", help="process what is available first")
     stop_cmd.add_argument("--timeout", type=float, help="seconds (default: trigger interval + 60)")
     stop_cmd.set_defaults(run=run_stop)
+
+    savepoint_cmd = commands.add_parser(
+        "savepoint", parents=[common], help="a savepoint of the running deployment now (it keeps running)"
+    )
+    savepoint_cmd.add_argument("job")
+    savepoint_cmd.add_argument("--label", action="append", default=[], metavar="K=V")
+    savepoint_cmd.add_argument("--pin", action="store_true", help="never delete by retention")
+    savepoint_cmd.set_defaults(run=run_savepoint)
 
     kill_cmd = commands.add_parser("kill", parents=[common], help="force-kill a deployment that will not stop")
     kill_cmd.add_argument("job")
@@ -152,6 +162,15 @@ def run_stop(args: argparse.Namespace, ctx: Context) -> Output:
             say(f"deployment {result.deployment.id} {result.state} after {result.seconds:.1f}s")
 
     return Output(result.to_dict(), human)
+
+
+def run_savepoint(args: argparse.Namespace, ctx: Context) -> Output:
+    job = ctx.job(args.job)
+    manifest = take_savepoint(job, pin=args.pin, labels=parse_labels(args.label))
+    return Output(
+        manifest.summary(),
+        lambda: say(f"{manifest.id}: savepoint of job {job.name} at batch {manifest.batch_id}, {manifest.status}"),
+    )
 
 
 def run_kill(args: argparse.Namespace, ctx: Context) -> Output:

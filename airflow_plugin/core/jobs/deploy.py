@@ -24,25 +24,18 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..context import JobContext
-from ..errors import CheckpointError, InvalidInput, LaunchFailed, NotFound, Refused
+from ..errors import CheckpointError, InvalidInput, NotFound, Refused
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, Manifest, Trigger, utc_now
 from ..snapshots.restore import RestorePlan, execute_restore, plan_restore
-from .deployments import (
-    ControlRequest,
-    Deployment,
-    DeploymentStatus,
-    State,
-    new_deployment_id,
-    new_request_id,
-)
-from .launcher import SubmitSpec, alive, exit_code, launch, log_tail, on_this_host
+from .deployments import ControlRequest, Deployment, DeploymentStatus, State, new_deployment_id, new_request_id
+from .launcher import SubmitSpec, alive, on_this_host
 from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, repartition
 from .snapshot import snapshot_deployment
 from .spec import VersionSpec
+from .startup import launch_deployment, wait_for_state, wait_until_started
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +126,7 @@ def _plan(
 
 def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
     """Under the job's lease: two deploys of one job never both start. Bad input fails before the lease."""
-    version = ctx.spec.version(request.version)
+    version = ctx.spec.launchable(request.version)
     if request.partitions is not None and request.partitions < 1:
         raise InvalidInput(f"cannot deploy with {request.partitions} state partitions: give a positive number")
     with ctx.operation("deploy"):
@@ -143,7 +136,7 @@ def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
 def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec) -> Deployment:
     earlier = _earlier_attempt(ctx)
     if earlier is not None:  # this request's process died after launching: the driver it started goes on
-        _wait_until_started(ctx, earlier, request.wait_seconds)
+        wait_until_started(ctx, earlier, request.wait_seconds)
         return earlier
     _refuse_while_live(ctx)
     source = _restore_source(ctx, request.restore)
@@ -173,11 +166,12 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec) -> De
     if plan is not None:
         execute_restore(ctx.store, plan, progress=ctx.progress)
         if rescale_to is not None:
+            ctx.progress.stage(f"repartitioning the restored state to {rescale_to} partitions (a Spark application)")
             batch = repartition(plan.target, plan.spark_conf, rescale_to, env=ctx.child_env())
             log.info("rescaled the state of %s to %d partitions (batch %d)", deployment.id, rescale_to, batch)
 
-    _launch(ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf))
-    _wait_until_started(ctx, deployment, request.wait_seconds)
+    launch_deployment(ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf))
+    wait_until_started(ctx, deployment, request.wait_seconds)
     return deployment
 
 
@@ -208,12 +202,6 @@ def _earlier_attempt(ctx: JobContext) -> Deployment | None:
     return None
 
 
-def _launch(ctx: JobContext, deployment: Deployment, spec: SubmitSpec) -> None:
-    log_path = Path(ctx.spec.log_dir) / ctx.name / f"{deployment.id}.log"
-    deployment.launcher = launch(spec, log_path, ctx.command_builder)
-    ctx.deployments.put(deployment)
-
-
 def _refuse_while_live(ctx: JobContext, besides: str | None = None) -> None:
     for deployment, state in live_deployments(ctx):
         if deployment.id == besides:
@@ -242,7 +230,7 @@ def prestart(
     `prerestore`: a snapshot restored into its location meanwhile (while its JVM starts), so that
     `activate` moves only what changed since. No sink is checked or rewound here: the old version still
     runs; `activate` guards the sink against the snapshot it starts from."""
-    version = ctx.spec.version(version_name)
+    version = ctx.spec.launchable(version_name)
     with ctx.operation("deploy"):
         return _prestart(ctx, version, wait_seconds, prerestore)
 
@@ -261,7 +249,7 @@ def _prestart(ctx: JobContext, version: VersionSpec, wait_seconds: float, preres
         spark_conf={**ctx.spec.conf, **version.conf},
     )
     ctx.deployments.put(deployment)
-    _launch(
+    launch_deployment(
         ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, ("--standby",))
     )
     if prerestore:  # the driver does not touch its location before a start request
@@ -271,7 +259,7 @@ def _prestart(ctx: JobContext, version: VersionSpec, wait_seconds: float, preres
         execute_restore(ctx.store, plan, progress=ctx.progress)
         deployment.prerestored_from = plan.manifest.id
         ctx.deployments.put(deployment)
-    _wait_for(ctx, deployment, (State.STANDBY,), wait_seconds, "STANDBY")
+    wait_for_state(ctx, deployment, (State.STANDBY,), wait_seconds, "STANDBY")
     return deployment
 
 
@@ -316,7 +304,7 @@ def _activate(
     ctx.deployments.put(deployment)
     conf = {k: v for k, v in (plan.spark_conf if plan else {}).items() if k.startswith("spark.sql.")}
     ctx.deployments.request(ctx.name, deployment_id, ControlRequest(id=new_request_id(), action="start", conf=conf))
-    _wait_until_started(ctx, deployment, wait_seconds)
+    wait_until_started(ctx, deployment, wait_seconds)
     return deployment
 
 
@@ -355,44 +343,4 @@ def submit_spec(
         name=f"{job.name}-{version.name}-{deployment_id}",
         conf=conf,
         env=ctx.child_env(),
-    )
-
-
-def _wait_until_started(ctx: JobContext, deployment: Deployment, wait_seconds: float) -> None:
-    """Return once the job reports RUNNING; fail with the job's own error if it fails or exits first."""
-    if wait_seconds <= 0:
-        return  # the caller watches health itself (an upgrade's health gate)
-    _wait_for(ctx, deployment, (State.RUNNING, State.STOPPING, State.STOPPED), wait_seconds, "RUNNING")
-
-
-def _wait_for(
-    ctx: JobContext, deployment: Deployment, states: tuple[State, ...], wait_seconds: float, what: str
-) -> None:
-    """Return once the job reports one of `states`; fail with its own error if it fails or exits first."""
-    deployments = ctx.deployments
-    deadline = time.monotonic() + wait_seconds
-    while time.monotonic() < deadline:
-        status = deployments.status(deployment.job, deployment.id)
-        if status is not None and status.state in states:
-            return
-        if status is not None and status.state is State.FAILED:
-            raise LaunchFailed(
-                f"deployment {deployment.id} of job {deployment.job} FAILED: {status.error_class or ''} "
-                f"{status.error_message or ''}".strip()
-            )
-        code = exit_code(deployment.launcher)
-        if code is not None:
-            status = deployments.status(deployment.job, deployment.id)
-            if status is not None and status.state is State.FAILED:
-                continue  # report the job's own error on the next round
-            tail = log_tail(deployment.launcher)
-            failed = DeploymentStatus(State.FAILED, time.time(), error_class="LAUNCH_FAILED", error_message=tail)
-            deployments.write_status(deployment.job, deployment.id, failed)
-            raise LaunchFailed(
-                f"deployment {deployment.id} of job {deployment.job}: spark-submit exited with code {code} before "
-                f"the job started; log {deployment.launcher.get('log')}:\n{tail}"
-            )
-        time.sleep(0.1)
-    log.warning(
-        "deployment %s has not reported %s after %.0fs; it may still be starting", deployment.id, what, wait_seconds
     )

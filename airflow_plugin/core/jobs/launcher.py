@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LaunchFailed
-from ..spark_app import spark_submit_binary
+from ..spark_app import check_pyspark_files, loopback_env, spark_submit_binary
 
 DETACH_CONF = {  # cluster managers' own "do not wait for the application" switches
     "yarn": {"spark.yarn.submit.waitAppCompletion": "false"},
@@ -91,10 +91,20 @@ _children: dict[int, subprocess.Popen[bytes]] = {}  # reaped by alive() so they 
 
 def launch(spec: SubmitSpec, log_path: Path, build: CommandBuilder = default_command) -> dict[str, Any]:
     """Start spark-submit detached; return the handle to store in the deployment record."""
+    check_pyspark_files()
     command = build(spec)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    # The builder may take master and deploy mode from elsewhere (an Airflow connection): use the real ones.
+    master = _option(command, "--master") or spec.master
+    deploy_mode = _option(command, "--deploy-mode") or spec.deploy_mode
     # spec.env carries the store's S3 access (the job context's): the driver reaches the store as we do
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **spec.env}
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        **loopback_env(master),
+        **spec.env,
+    }
     with log_path.open("ab") as log:
         try:
             process = subprocess.Popen(
@@ -109,9 +119,6 @@ def launch(spec: SubmitSpec, log_path: Path, build: CommandBuilder = default_com
         except OSError as exc:
             raise LaunchFailed(f"could not start {command[0]}: {exc}") from None
     _children[process.pid] = process
-    # The builder may take master and deploy mode from elsewhere (an Airflow connection): record the real ones.
-    master = _option(command, "--master") or spec.master
-    deploy_mode = _option(command, "--deploy-mode") or spec.deploy_mode
     manager = "local" if master.startswith("local") else master.split(":", 1)[0]
     return {
         "mode": "cluster" if deploy_mode == "cluster" else manager,

@@ -1,7 +1,7 @@
 """Pre-flight of an upgrade: will the new version of a job run on this snapshot's state?
 
-Spark checks state compatibility only on the first batch it PLANS after a restart (SPARK_CHECKPOINTS.md
-section 6), and its check ignores field names: grouping by `country` instead of `user` (both strings)
+Spark checks state compatibility only on the first batch it PLANS after a restart (docs/spark-checkpoints.md
+section 7), and its check ignores field names: grouping by `country` instead of `user` (both strings)
 passes and silently reads the old state under the new key. So, against throwaway copies, in a separate
 Spark application of the new version with a `noop` sink:
 
@@ -221,7 +221,7 @@ def preflight(
     Spark runs, the snapshot's Kafka positions are checked against the broker (as every restore does); after
     it ran, the topics the new version subscribes to are compared with them."""
     job = ctx.spec
-    spec_version = job.version(version)
+    spec_version = job.launchable(version)
     manifest = ctx.store.get(job.name, snapshot_id)
     report = PreflightReport(job.name, spec_version.name, manifest.id, manifest.batch_id, renames_allowed=allow_renames)
     report.accepted_source_gap = accept_source_gap

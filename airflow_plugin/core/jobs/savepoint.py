@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..context import JobContext
 from ..errors import Refused
 from ..snapshots.manifest import Kind, Manifest, Trigger
+from .deployments import Deployment
 from .snapshot import snapshot_deployment
 from .stop import running_deployment, stop
 
@@ -29,9 +30,14 @@ def take_savepoint(
         result = stop(ctx, savepoint=True, drain=drain, timeout=timeout, labels=labels, pin=pin)
         assert result.snapshot is not None  # savepoint=True always takes one or raises
         return result.snapshot
-    deployment = running_deployment(
+    deployment = savepoint_target(ctx)
+    return snapshot_deployment(ctx, deployment, kind=kind, trigger=trigger, labels=labels, pin=pin)
+
+
+def savepoint_target(ctx: JobContext) -> Deployment:
+    """The deployment a savepoint of the job is taken of; refused, saying what to do, when none runs."""
+    return running_deployment(
         ctx,
         f"nothing to savepoint; deploy it first (`savepoints deploy {ctx.name}`), or snapshot a stopped "
         "checkpoint with `savepoints create`",
     )
-    return snapshot_deployment(ctx, deployment, kind=kind, trigger=trigger, labels=labels, pin=pin)

@@ -1,5 +1,8 @@
 """Jobs are declared once, in a TOML file that the CLI and the DAGs both read (`jobs.toml` by default,
-or `--jobs FILE` / `SAVEPOINTS_JOBS`). Relative paths in it are relative to the file's directory.
+or `--jobs FILE` / `SAVEPOINTS_JOBS`). Relative paths in it are relative to the file's directory; a
+relative application that is not there is looked up in the installed Python packages (sys.path), so
+`spark_jobs/jobs/windowed/v1.py` finds the example job of an installed wheel wherever the file is copied.
+docs/jobs-file.md describes every key.
 
     [defaults]                     # applies to every job unless the job says otherwise
     store = "s3://savepoints/store"
@@ -21,8 +24,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +100,16 @@ class JobSpec:
             )
         return self.versions[name]
 
+    def launchable(self, name: str | None) -> VersionSpec:
+        """The version, checked before anything is launched or written: its application exists."""
+        version = self.version(name)
+        if "://" not in version.application and not Path(version.application).is_file():
+            raise NotFound(
+                f"the application of job {self.name} version {version.name}, {version.application}, does not "
+                f"exist: fix versions.{version.name}.application in the jobs file"
+            )
+        return version
+
 
 def interval_seconds(text: str) -> float:
     match = _INTERVAL.match(text or "")
@@ -113,6 +127,31 @@ def _resolve(base: Path, value: str) -> str:
     if "://" in value or value.startswith("file:") or Path(value).is_absolute():
         return value
     return str((base / value).resolve())
+
+
+JOB_KEYS = frozenset(f.name for f in fields(JobSpec)) - {"name"}  # a key of [defaults] or of a [jobs.NAME] table
+VERSION_KEYS = frozenset(f.name for f in fields(VersionSpec)) - {"name"}
+
+
+def _known(table: Any, allowed: frozenset[str] | set[str], where: str) -> None:
+    """A misspelt key would silently fall back to its default: name it instead."""
+    if not isinstance(table, dict):
+        raise InvalidInput(f"{where} must be a table of settings")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise InvalidInput(f"{where} has unknown key(s) {', '.join(unknown)}: known are {', '.join(sorted(allowed))}")
+
+
+def _application(base: Path, value: str) -> str:
+    """A job's .py file: next to the jobs file, else in an installed package, else (missing) next to it."""
+    resolved = _resolve(base, value)
+    if resolved == value or Path(resolved).exists():
+        return resolved
+    for entry in sys.path:
+        candidate = Path(entry or ".") / value
+        if candidate.is_file():
+            return str(candidate.resolve())
+    return resolved
 
 
 def _strings(value: Any, where: str) -> dict[str, str]:
@@ -161,19 +200,23 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"jobs file {file} is not valid TOML: {exc}") from None
     base = file.parent
+    _known(data, {"defaults", "jobs"}, f"jobs file {file}")
     defaults = data.get("defaults", {})
+    _known(defaults, JOB_KEYS, f"{file} [defaults]")
     jobs = {}
     for name, raw in (data.get("jobs") or {}).items():
         where = f"{file} [jobs.{name}]"
         check_name(name, "job name")
+        _known(raw, JOB_KEYS, where)
         merged = {**defaults, **raw}
         versions = {}
         for version, spec in (merged.get("versions") or {}).items():
             if not isinstance(spec, dict) or "application" not in spec:
                 raise InvalidInput(f"{where} version {version!r} needs an application (a .py file)")
+            _known(spec, VERSION_KEYS, f"{where} versions.{version}")
             versions[version] = VersionSpec(
                 name=version,
-                application=_resolve(base, spec["application"]),
+                application=_application(base, str(spec["application"])),
                 conf=_conf(spec.get("conf", {}), base, f"{where} versions.{version}.conf"),
                 args=_args(spec.get("args", []), base, f"{where} versions.{version}.args"),
             )

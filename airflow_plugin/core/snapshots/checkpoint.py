@@ -1,5 +1,5 @@
 """Reads a Spark Structured Streaming checkpoint and works out the exact file set that restarts the query
-at its latest committed batch N (SPARK_CHECKPOINTS.md section 2), from what is on disk.
+at its latest committed batch N (docs/spark-checkpoints.md section 2), from what is on disk.
 
 Order matters with a live query: `commits/` is listed first and N decided from it; everything else is
 listed afterwards. Spark writes a batch's offsets and state before its commit, so whatever commit we

@@ -2,7 +2,7 @@
 
 Batch b loads state version b and commits version b+1, so restarting after batch N needs version N+1.
 What rebuilds it is decided from what is ON DISK, never from a formula, because Spark's maintenance
-thread decides when snapshots appear and which old files go (SPARK_CHECKPOINTS.md, sections 1 and 2).
+thread decides when snapshots appear and which old files go (docs/spark-checkpoints.md, sections 1 and 2).
 Only the rules Spark itself follows when it loads a version are used here:
 
 - HDFS-backed provider (`<v>.delta` per commit, `<v>.snapshot` by maintenance): the newest snapshot

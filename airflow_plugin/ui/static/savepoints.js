@@ -20,6 +20,8 @@ const state = {
   kind: "",
   status: "",
   busy: false,
+  savepoint: null, // {possible, deployment, reason}: can a savepoint be taken now (with the deployments)
+  triggering: false,
   open: new Set(), // snapshot ids whose commands are shown
   timer: null,
   errors: new Map(), // what failed, by source: shown in the banner until it works again
@@ -203,6 +205,7 @@ function selectJob(name) {
   state.highlight = "";
   state.open.clear();
   state.errors.clear();
+  state.savepoint = null;
   history.replaceState(null, "", `?${new URLSearchParams({ job: name })}`);
   renderJobs();
   refresh();
@@ -213,12 +216,24 @@ function renderJobHead() {
   $("job-name").textContent = job.name;
   $("job-desc").textContent = job.description || "";
   $("job-store").textContent = job.store;
-  const can = state.me.can;
+  renderSavepointButton();
+}
+
+// Enabled only when the person may trigger the DAG AND a deployment runs; otherwise it says why, in words
+// (a disabled button's tooltip is easy to miss). `state.savepoint` comes with the deployments (the engine's
+// own rule and message); until they are loaded the button waits.
+function renderSavepointButton() {
   const button = $("savepoint-button");
-  button.disabled = !can.trigger;
-  button.title = can.trigger
-    ? `Runs the ${SAVEPOINT_DAG} DAG for ${job.name}`
-    : `You may not trigger the ${SAVEPOINT_DAG} DAG: ask for permission to run it`;
+  const reason = $("savepoint-reason");
+  const now = state.savepoint;
+  let why = "";
+  if (!state.me.can.trigger) why = `You may not trigger the ${SAVEPOINT_DAG} DAG: ask for permission to run it.`;
+  else if (!now) why = "Checking for a running deployment…";
+  else if (!now.possible) why = now.reason;
+  button.disabled = why !== "" || state.triggering;
+  button.title = why || `Runs the ${SAVEPOINT_DAG} DAG for ${state.job} (deployment ${now.deployment})`;
+  reason.textContent = why;
+  reason.hidden = why === "";
 }
 
 // --- deployments -------------------------------------------------------------------------------------
@@ -482,13 +497,16 @@ async function loadDeployments() {
   try {
     const data = await api(`${jobPath(state.job)}/deployments`);
     state.lastDeployments = data.deployments;
+    state.savepoint = data.savepoint;
     renderDeployments(data.deployments);
     setError("deployments", null);
   } catch (err) {
     setError("deployments", err);
     state.lastDeployments = [];
+    state.savepoint = { possible: false, reason: "Deployments not available: see the message above." };
     unavailable("deployments", "Deployments not available: see the message above.");
   }
+  renderSavepointButton();
   return false;
 }
 
@@ -574,8 +592,8 @@ function schedule() {
 async function triggerSavepoint(event) {
   event.preventDefault();
   const form = event.currentTarget;
-  const button = $("savepoint-button");
-  button.disabled = true;
+  state.triggering = true;
+  renderSavepointButton();
   try {
     const run = await api(`${jobPath(state.job)}/savepoints`, {
       method: "POST",
@@ -591,7 +609,8 @@ async function triggerSavepoint(event) {
   } catch (err) {
     setError("action", err);
   } finally {
-    button.disabled = !state.me.can.trigger;
+    state.triggering = false;
+    renderSavepointButton();
   }
   state.offset = 0;
   state.busy = true;

@@ -16,7 +16,7 @@ generator's flush marker) holds every event once: the sum of `events` equals the
 (key, window) appears twice (output.py checks both).
 
 State: RocksDB with changelog checkpointing. The job sets both confs itself unless spark-submit passed
-them (`--conf` wins), because changelog checkpointing is not pinned in the checkpoint (SPARK_CHECKPOINTS.md
+them (`--conf` wins), because changelog checkpointing is not pinned in the checkpoint (docs/spark-checkpoints.md
 section 1): every version must carry it, and the job code is the one place all versions share.
 """
 

@@ -1,0 +1,20 @@
+"""Names that moved between the Airflow versions this package supports (3.1 to 3.x), imported once here.
+
+Airflow 3.2+ (task SDK 1.2+) has the task exceptions in `airflow.sdk.exceptions` and the configuration in
+`airflow.sdk.configuration`, where 3.1's task SDK 1.1 lacks them; there they are `airflow.exceptions`' and
+`airflow.configuration`'s (which 3.2+ still serves, with a deprecation warning).
+tests/e2e/test_wheel.py loads the DAGs and the plugin on Airflow 3.1.8."""
+
+from __future__ import annotations
+
+try:
+    from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import AirflowFailException, AirflowNotFoundException  # type: ignore[no-redef]
+
+try:
+    from airflow.sdk.configuration import conf
+except ImportError:  # Airflow 3.1
+    from airflow.configuration import conf  # type: ignore[no-redef]
+
+__all__ = ["AirflowFailException", "AirflowNotFoundException", "conf"]

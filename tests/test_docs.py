@@ -1,0 +1,202 @@
+"""Every command block in README.md and docs/*.md runs as written, and every jobs file and Python block in
+them is valid: the docs are part of the product.
+
+The blocks run in document order (README.md, docs/operations.md, then the other pages by name), each in a
+fresh bash, in one scratch directory that stands for a clone of this repository: a copy of its jobs.toml,
+its devtools/ and spark_jobs/ linked in, `.venv/bin` first on PATH (the README's "The `savepoints`
+command"), boto3 pointed at the embedded S3 server (moto on 127.0.0.1) with the buckets the examples name
+(`my-bucket`; `lake` holding a checkpoint at checkpoints/orders). Later blocks build on what earlier ones
+did (the runbook's upgrade follows the README's deployment), as a reader following the pages would.
+
+Conventions a reader can see:
+
+- a block whose first line is `# illustrative...` (it needs your cluster or your credentials) or
+  `# checked by tests/...` (another test runs it, e.g. the install into a fresh virtualenv) is not run;
+- a command is expected to succeed unless its comment says `exit code N`;
+- `make ...` lines are checked with `make -n` (the target exists): `make test` is CI itself, and `make
+  demo`'s lifecycle is tests/e2e/test_dags_e2e.py;
+- a block whose first line is `# file: NAME` (Python or TOML) is saved as NAME before the shell blocks of
+  its page run; other ```toml blocks that declare jobs are parsed as jobs files, other Python blocks
+  compiled.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from airflow_plugin.core.context import Settings
+from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.jobs.deploy import live_deployments
+from airflow_plugin.core.jobs.spec import load_jobs
+from airflow_plugin.core.jobs.stop import kill
+from devtools.embedded_s3 import EmbeddedS3
+from tests.support.synthetic import write_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+SHELL = ("bash", "sh", "shell", "console")
+NOT_RUN = ("# illustrative", "# checked by tests/")
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
+_EXPECTED = re.compile(r"exit code (\d+)")
+
+
+@dataclass(frozen=True)
+class Block:
+    page: Path
+    line: int
+    lang: str
+    body: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(REPO)}:{self.line}"
+
+    @property
+    def first_line(self) -> str:
+        return self.body.lstrip().splitlines()[0] if self.body.strip() else ""
+
+    @property
+    def file_name(self) -> str | None:
+        match = re.match(r"#\s*file:\s*(\S+)", self.first_line)
+        return match.group(1) if match else None
+
+
+def pages() -> list[Path]:
+    """README, the runbook (it continues the README's deployment), then every other page by name."""
+    first = [REPO / "README.md", REPO / "docs" / "operations.md"]
+    return first + sorted(p for p in (REPO / "docs").glob("*.md") if p not in first)
+
+
+def blocks(page: Path) -> Iterator[Block]:
+    text = page.read_text()
+    for match in _FENCE.finditer(text):
+        line = text.count("\n", 0, match.start()) + 1
+        yield Block(page, line, match.group("lang").lower(), textwrap.dedent(match.group("body")))
+
+
+def commands(body: str) -> Iterator[tuple[str, int]]:
+    """The block's commands (continuation lines joined) with the exit code each is expected to end with."""
+    pending = ""
+    for raw in body.splitlines():
+        line = raw.rstrip()
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        command = (pending + line).strip()
+        pending = ""
+        if not command or command.startswith("#"):
+            continue
+        comment = command.split(" # ", 1)[1] if " # " in command else ""
+        expected = _EXPECTED.search(comment)
+        yield command, int(expected.group(1)) if expected else 0
+
+
+def script(block: Block) -> str:
+    """Bash that runs each command and stops at the first whose exit code is not the expected one."""
+    lines = ["set -u"]
+    for number, (command, expected) in enumerate(commands(block.body)):
+        if command.startswith("make "):
+            command = f"make -n -C {REPO} " + command.removeprefix("make ")
+        lines += [
+            command,
+            f"rc=$?; if [ $rc -ne {expected} ]; then "
+            f"echo 'FAILED (exit '$rc', expected {expected}): command {number + 1} of {block.where}' >&2; exit 97; fi",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory, s3_server: EmbeddedS3) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("docs")
+    shutil.copyfile(REPO / "jobs.toml", root / "jobs.toml")
+    for linked in ("devtools", "spark_jobs"):
+        (root / linked).symlink_to(REPO / linked)
+    s3_server.create_bucket("my-bucket")
+    lake = s3_server.create_bucket("lake")
+    checkpoint = write_checkpoint(tmp_path_factory.mktemp("orders-checkpoint"), batches=3)
+    client = s3_server.client()
+    bucket = lake.removeprefix("s3://").split("/")[0]
+    for file in checkpoint.rglob("*"):
+        if file.is_file():
+            client.upload_file(str(file), bucket, f"checkpoints/orders/{file.relative_to(checkpoint)}")
+    try:
+        yield root
+    finally:
+        _stop_what_the_docs_left_running(root)
+
+
+def _stop_what_the_docs_left_running(root: Path) -> None:
+    for jobs_file in root.glob("*.toml"):
+        try:
+            context = Settings(jobs_file=str(jobs_file)).resolve()
+            for name in context.jobs:
+                if live_deployments(context.job(name)):
+                    kill(context.job(name))
+        except SavepointsError:
+            continue
+
+
+def _environment(s3_server: EmbeddedS3) -> dict[str, str]:
+    """A reader's shell: nothing of this test session's settings, the venv's commands first on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAVEPOINTS_", "AIRFLOW", "AWS_"))}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.update(s3_server.env())
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(2700)  # about ten Spark drivers one after the other: 5 minutes on 2 quiet cores
+def test_every_command_block_runs_as_written(scratch: Path, s3_server: EmbeddedS3) -> None:
+    env = _environment(s3_server)
+    ran = 0
+    for page in pages():
+        found = list(blocks(page))
+        for block in found:
+            if block.file_name:
+                (scratch / block.file_name).write_text(block.body)
+        for block in found:
+            if block.lang not in SHELL or block.first_line.startswith(NOT_RUN):
+                continue
+            result = subprocess.run(
+                ["bash", "-c", script(block)], cwd=scratch, env=env, capture_output=True, text=True, timeout=1200
+            )
+            ran += 1
+            if result.returncode != 0:
+                output = "\n".join((result.stdout + result.stderr).strip().splitlines()[-40:])
+                pytest.fail(f"the command block at {block.where} does not run as written:\n{output}", pytrace=False)
+    assert ran >= 8, f"only {ran} command blocks ran: did the pages or their markers change?"
+
+
+def test_every_jobs_file_and_python_block_is_valid(tmp_path: Path) -> None:
+    checked = 0
+    for page in pages():
+        for block in blocks(page):
+            if block.lang == "toml" and "[jobs." in block.body:
+                jobs = tmp_path / f"{page.stem}-{block.line}.toml"
+                jobs.write_text(block.body)
+                assert load_jobs(str(jobs)), f"{block.where} declares no job"
+                checked += 1
+            elif block.lang == "python":
+                compile(block.body, block.where, "exec")
+                checked += 1
+    assert checked >= 5, f"only {checked} jobs file and Python blocks found"
+
+
+def test_no_page_links_outside_the_repository() -> None:
+    """The docs stand alone: no link to files a reader of this repository does not have."""
+    for page in pages():
+        for target in re.findall(r"\]\(([^)#]+)", page.read_text()):
+            if "://" in target:
+                continue
+            assert (page.parent / target).resolve().is_relative_to(REPO), f"{page.name} links {target}"
+            assert (page.parent / target).exists(), f"{page.name} links {target}, which does not exist"

@@ -36,6 +36,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import BinaryIO
 from urllib.parse import urlsplit
@@ -77,6 +78,7 @@ class FaultyS3:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._forced: deque[str | None] = deque()
+        self._rules: list[_Rule] = []
         self.set_rate(rate, seed, faults)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -102,12 +104,21 @@ class FaultyS3:
         with self._lock:
             self._forced.extend(faults)
 
+    def force_matching(self, method: str, target_contains: str, fault: str, *, after: int = 0) -> None:
+        """Requests with this method whose target (path and query) contains `target_contains` get `fault`,
+        once `after` of them have passed untouched: a fault at a point of an operation, however many other
+        requests it makes around it."""
+        _check_faults([fault])
+        with self._lock:
+            self._rules.append(_Rule(method.upper(), target_contains, fault, after))
+
     def calm(self) -> None:
         """No faults any more: rate 0, every fault kind eligible again, nothing queued, counters reset."""
         with self._lock:
             self.rate = 0.0
             self.faults = FAULTS
             self._forced.clear()
+            self._rules.clear()
             self._counts.clear()
 
     def counts(self, reset: bool = False) -> dict[str, int]:
@@ -122,11 +133,17 @@ class FaultyS3:
     def reset_counts(self) -> dict[str, int]:
         return self.counts(reset=True)
 
-    def _decide(self) -> str | None:
+    def _decide(self, method: str, target: str) -> str | None:
         with self._lock:
             self._counts["requests"] += 1
-            if self._forced:
-                fault: str | None = self._forced.popleft()
+            rule = next((r for r in self._rules if r.method == method and r.contains in target), None)
+            if rule is not None and rule.after > 0:
+                rule.after -= 1
+                fault: str | None = None
+            elif rule is not None:
+                fault = rule.fault
+            elif self._forced:
+                fault = self._forced.popleft()
             else:
                 draw, choice = self._rng.random(), self._rng.choice(self.faults)
                 fault = choice if draw < self.rate else None
@@ -170,6 +187,14 @@ class FaultyS3:
 
     def __exit__(self, *exc: tuple[type[BaseException], BaseException, TracebackType] | None) -> None:
         self.stop()
+
+
+@dataclass
+class _Rule:
+    method: str
+    contains: str
+    fault: str
+    after: int  # matching requests still passed untouched
 
 
 def _check_faults(faults: Iterable[str]) -> tuple[str, ...]:
@@ -231,10 +256,10 @@ class _Handler(socketserver.BaseRequestHandler):
     # -- one request and its response; False ends the connection
 
     def _exchange(self, head: bytes) -> bool:
-        method, _, headers = _parse_head(head)
+        method, target, headers = _parse_head(head)
         request_framing = _request_framing(headers)
         expects_continue = headers.get("expect", "").lower() == "100-continue"
-        fault = self.server.proxy._decide()
+        fault = self.server.proxy._decide(method, target)
 
         if fault in ("internal_error", "slow_down", "reset"):
             if expects_continue:

@@ -455,14 +455,15 @@ def test_a_store_that_keeps_failing_fails_every_command_cleanly(proxy: FaultyS3,
 def test_a_failed_restore_removes_what_it_wrote_or_says_what_is_left(
     proxy: FaultyS3, s3_store: str, tmp_path: Path, cleanup: str
 ) -> None:
-    """A restore into S3 that fails after three files, one request at a time (--concurrency 1, one
-    attempt per request): its cleanup removes them, or, when the store fails the cleanup too, the one error
-    line says the target holds a partial copy without commits/ and to delete it."""
+    """A restore into S3 whose fourth file cannot be written: its cleanup removes the three it wrote, or,
+    when the store fails the cleanup too, the one error line says the target holds a partial copy without
+    commits/ and to delete it."""
     ckpt = write_checkpoint(tmp_path / "ckpt", batches=3)
     snapshot = create_directly(s3_store, ckpt)
     target = s3_store.rsplit("/", 1)[0] + "/restored"
-    # GET manifest, LIST target, then GET blob + PUT file three times; the fourth GET fails; then the cleanup
-    proxy.force(*[None] * 8, "internal_error", "internal_error" if cleanup == "fails too" else None)
+    proxy.force_matching("PUT", "/restored/", "internal_error", after=3)
+    if cleanup == "fails too":
+        proxy.force_matching("POST", "?delete", "internal_error")  # DeleteObjects
     args = ("restore", "--store", s3_store, "--job", "orders", snapshot, "--to", target, "--concurrency", "1")
     run = cli(proxy, Tally(), *args, env={"AWS_MAX_ATTEMPTS": "1"})
     assert run.code == 7

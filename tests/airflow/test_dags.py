@@ -97,7 +97,8 @@ def test_install_dags_puts_dags_and_jobs_into_a_dags_folder_where_they_load(
     bag = parse_dags(dags, monkeypatch, None)  # no Airflow setting: the DAGs read the jobs.toml beside them
     assert bag.import_errors == {}
     assert set(bag.dag_ids) == DAG_IDS
-    assert bag.get_dag("savepoints_deploy").params.get_param("job").schema["enum"] == ["kafka_counts", "windowed_counts"]
+    jobs = bag.get_dag("savepoints_deploy").params.get_param("job").schema["enum"]
+    assert jobs == ["kafka_counts", "windowed_counts"]
 
     (folder / "jobs.toml").write_text((folder / "jobs.toml").read_text() + "\n# mine\n")
     (folder / "savepoints_deploy.py").write_text("# an old copy\n")

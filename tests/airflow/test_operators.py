@@ -203,6 +203,15 @@ def _closed_port() -> int:
         (lambda j: VerifySnapshotOperator(task_id="t", job="orders", snapshot_id="sp-x", jobs_file=j), "sp-x"),
         (lambda j: SavepointOperator(task_id="t", job="orders", jobs_file=j), "no running deployment"),
         (lambda j: SavepointOperator(task_id="t", job="orders", kind="delta", jobs_file=j), "invalid snapshot kind"),
+        # the savepoint DAG's label param, as a person types it into the form
+        (
+            lambda j: SavepointOperator(task_id="t", job="orders", labels="reason=a\nb", jobs_file=j),
+            "invalid value of label 'reason': a line break",
+        ),
+        (
+            lambda j: SavepointOperator(task_id="t", job="orders", labels="<script>=x", jobs_file=j),
+            "invalid label key",
+        ),
         (
             lambda j: SavepointOperator(task_id="t", job="orders", kind="checkpoint", stop=True, jobs_file=j),
             "takes a savepoint, not a checkpoint",

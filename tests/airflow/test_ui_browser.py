@@ -50,6 +50,9 @@ def _wait_ready(airflow: AirflowStack) -> str:
     return str(login.json()["access_token"])
 
 
+MARKUP = """<img src=x onerror="document.title='owned'"> 'single' "double" </td>"""
+
+
 def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: EmbeddedS3, s3_store: str) -> None:
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (`make test` tries to)", pytrace=False)
@@ -66,10 +69,11 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
         deployment = deploy(job, DeployRequest("v1"))  # while Airflow starts
         stopped = False
         try:
-            for reason in ("first", "second"):  # two earlier savepoints: something on the timeline
+            earlier = []
+            for reason in ("first", MARKUP):  # two earlier savepoints: something on the timeline
                 feed.round()
                 wait_for(lambda: processed(deployment.checkpoint, feed.rounds), f"the job to process round {reason}")
-                take_savepoint(job, labels={"reason": reason})
+                earlier.append(take_savepoint(job, labels={"reason": reason}).id)
             feed.round()
             wait_for(lambda: processed(deployment.checkpoint, feed.rounds), "the job to process the third round")
             token = _wait_ready(airflow)
@@ -149,6 +153,13 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                 expect(new_row.first.locator("button.pin")).to_have_text("pinned")
                 assert store.get(job.name, new_id).pinned
                 page.screenshot(path=str(ARTIFACTS / "savepoints-in-airflow.png"))
+
+                # a label with markup and quotes (kept verbatim by the engine) shows as text, never as HTML
+                marked = frame.locator(f'#snapshots tbody tr[data-id="{earlier[1]}"]')
+                marked.locator("button", has_text="Restore").click()
+                details = frame.locator("#snapshots tr.details").filter(has_text="Labels:")
+                expect(details).to_contain_text(f"reason={MARKUP}")
+                expect(frame.locator("#snapshots img")).to_have_count(0)
 
                 # Airflow's own history: the run, triggered from the UI by admin, for this job
                 runs = api.get(f"/api/v2/dags/{SAVEPOINT_DAG_ID}/dagRuns", params={"order_by": "-run_after"}).json()

@@ -476,12 +476,13 @@ def test_checkpoint_snapshots_running_deployments_once_per_batch(tmp_path: Path)
     assert third[0].batch_id == 3 and len(store.list("orders")) == 2
 
 
-def test_checkpoint_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_checkpoint_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     store_dir = tmp_path / "store"
     _running(SnapshotStore(LocalStorage(store_dir)), "dp-1", write_checkpoint(tmp_path / "ckpt", batches=2))
     args = ["checkpoint", "--store", str(store_dir), "--jobs", str(tmp_path / "none.toml"), "--job", "orders"]
     assert main(args) == 3 and "jobs file" in capsys.readouterr().err  # an explicit missing jobs file
-    os.chdir(tmp_path)  # no ./jobs.toml here: the store alone is enough
+    monkeypatch.delenv("SAVEPOINTS_JOBS", raising=False)  # the test session's Airflow set-up names one
+    monkeypatch.chdir(tmp_path)  # no ./jobs.toml here: the store alone is enough
     assert main([*args[:3], "--job", "orders", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["deployment"] == "dp-1" and rows[0]["batch_id"] == 1 and rows[0]["skipped"] is None

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.core.errors import InvalidInput, StoreUnavailable
+from airflow_plugin.core.layout import BLOBS, PACKS
 from airflow_plugin.core.lease import acquire, read_lease
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.manifest import SnapshotStatus
@@ -417,10 +418,10 @@ def test_commands_under_faults_succeed_or_fail_cleanly_and_leave_the_store_whole
     proxy.set_rate(0.0)
 
     # without faults: every COMPLETED snapshot verifies and nothing it references is missing
-    blobs = {info.key for info in store.storage.list("blobs/")}
+    stored = {info.key for prefix in (BLOBS, PACKS) for info in store.storage.list(prefix)}
     completed = [m for m in store.list() if m.status is SnapshotStatus.COMPLETED]
     for manifest in completed:
-        assert {entry.blob for entry in manifest.files} <= blobs, f"{manifest.id} lost stored contents"
+        assert {entry.key for entry in manifest.files} <= stored, f"{manifest.id} lost stored contents"
         assert verify_snapshot(store, manifest.job, manifest.id).ok, manifest.id
     assert {(m.job, m.id) for m in completed} >= set(created[:-1]), "a snapshot nobody deleted is gone"
 

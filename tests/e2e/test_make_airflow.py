@@ -66,16 +66,30 @@ class Standalone:
             raise AssertionError(f"airflow standalone ignored Ctrl-C for 90 s:\n{self.log_tail()}") from None
 
     def processes(self) -> dict[int, str]:
-        """Processes running in this AIRFLOW_HOME (standalone's components and their workers): pid -> command."""
+        """Processes of this `make airflow` (standalone's components and their workers, the broker): pid ->
+        command. By descent from make, and by AIRFLOW_HOME in their environment (which finds orphans; a
+        process that sets its title, as the API server does, may have overwritten its environment's copy)."""
         marker = f"AIRFLOW_HOME={self.home}".encode()
-        found = {}
+        parents, found = {}, {}
         for proc in Path("/proc").iterdir():
             try:
-                if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
-                    found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:  # gone meanwhile, or not ours to read
+                if not proc.name.isdigit():
+                    continue
+                stat = (proc / "stat").read_text()
+                parents[int(proc.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+                if marker in (proc / "environ").read_bytes().split(b"\0"):
+                    found[int(proc.name)] = ""
+            except (OSError, ValueError):  # gone meanwhile, or not ours to read
                 continue
-        return found
+        family = {self.process.pid}
+        while grown := {pid for pid, parent in parents.items() if parent in family} - family:
+            family |= grown
+        for pid in (set(found) | family) - {self.process.pid}:
+            try:
+                found[pid] = (Path(f"/proc/{pid}") / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                found.pop(pid, None)
+        return {pid: command for pid, command in found.items() if command}
 
     def leftover_processes(self) -> list[str]:
         return [f"{pid}: {command}" for pid, command in self.processes().items()]

@@ -38,7 +38,7 @@ from devtools.faulty_s3 import FAULTS, FaultyS3
 from tests.support.spark_kinds import KINDS, run_and_stop
 from tests.support.synthetic import tree, write_checkpoint
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "tests" / "artifacts"
 SECRET = "s3cr3t-never-shown-0b7e"  # the CLI's secret key: moto accepts any; it must never be printed
 

@@ -15,7 +15,7 @@ from ...core.jobs.stop import job_status, kill, stop
 from ...core.lease import break_lease, held_leases, read_lease
 from ...core.snapshots.manifest import parse_labels
 from ..render import Output, out, say, status_table
-from .snapshots import ACCEPT_GAP_HELP
+from .snapshots import ACCEPT_GAP_HELP, REWIND_SINK_HELP
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -31,12 +31,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     deploy_cmd.add_argument(
         "--partitions", type=int, help="state partitions; differing from the snapshot's rescales its state first"
     )
-    deploy_cmd.add_argument(
-        "--rewind-sink",
-        action="store_true",
-        help="a file sink that committed batches after the snapshot is rewound to it (its later output is "
-        "moved into the sink's _savepoints_quarantine/ and written again) instead of refusing",
-    )
+    deploy_cmd.add_argument("--rewind-sink", action="store_true", help=REWIND_SINK_HELP)
     deploy_cmd.add_argument("--accept-source-gap", action="store_true", help=ACCEPT_GAP_HELP)
     deploy_cmd.add_argument("--wait", type=float, default=180, help="seconds to wait for RUNNING (default 180)")
     deploy_cmd.add_argument(

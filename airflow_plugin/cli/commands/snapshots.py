@@ -23,6 +23,10 @@ ACCEPT_GAP_HELP = (
     "restore even if Kafka no longer holds every record after the snapshot (retention deleted them, a topic or "
     "partition is gone); the gap is recorded in the snapshot's history"
 )
+REWIND_SINK_HELP = (
+    "a recorded file sink that committed batches after the snapshot is rewound to it (its later output is moved "
+    "into the sink's _savepoints_quarantine/ and written again) instead of refusing; no query may write it meanwhile"
+)
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -63,12 +67,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     restore = commands.add_parser("restore", parents=[one], help="restore into a new checkpoint location")
     restore.add_argument("--to", required=True, help="an empty or absent location")
     restore.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
-    restore.add_argument(
-        "--rewind-sink",
-        action="store_true",
-        help="a recorded file sink that committed batches after the snapshot is rewound to it (its later "
-        "output is moved into the sink's _savepoints_quarantine/) instead of refusing; no query may write it",
-    )
+    restore.add_argument("--rewind-sink", action="store_true", help=REWIND_SINK_HELP)
     restore.add_argument("--accept-source-gap", action="store_true", help=ACCEPT_GAP_HELP)
     restore.set_defaults(run=run_restore)
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from airflow_plugin.core.sinks.file import committed
+
 _LOG_FILE = re.compile(r"^(\d+)(\.compact)?$")
 
 
@@ -37,17 +39,7 @@ def _log_files(output: Path) -> list[Path]:
 
 def committed_files(output: Path) -> list[Path]:
     """The part files the sink committed, as local paths (a relocated output is matched by file name)."""
-    files: dict[str, None] = {}
-    for log_file in _log_files(output):
-        lines = log_file.read_text().splitlines()
-        for line in lines[1:]:  # line 1 is the log version, "v1"
-            if not line.strip():
-                continue
-            entry = json.loads(line)
-            if entry.get("action", "add") == "delete":
-                files.pop(entry["path"], None)
-            else:
-                files[entry["path"]] = None
+    files = committed(log_file.read_bytes() for log_file in _log_files(output))
     return [_local(uri, output) for uri in files]
 
 

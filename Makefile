@@ -25,7 +25,7 @@ browser:  # Debian's chromium for the browser test (playwright drives the system
 	@bash devtools/install_debian.sh /usr/bin/chromium chromium "the browser test drives it (tests/airflow/test_ui_browser.py)"
 
 test: setup browser lint
-	$(UV) run --frozen pytest -q --durations=15  # the slowest tests, to keep CI under its 30 minutes
+	$(UV) run --frozen pytest -q --durations=15  # the slowest tests: CI (.ci/run) must stay well inside 90 minutes
 
 lint:
 	$(UV) run --frozen ruff check .

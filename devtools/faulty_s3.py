@@ -41,6 +41,7 @@ from types import TracebackType
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
+from airflow_plugin.core.storage import S3Settings, S3Storage
 from devtools.embedded_s3 import DUMMY_CREDENTIALS
 
 FAULTS = ("internal_error", "slow_down", "reset", "reset_mid_response", "truncated", "latency")
@@ -111,6 +112,21 @@ class FaultyS3:
         _check_faults([fault])
         with self._lock:
             self._rules.append(_Rule(method.upper(), target_contains, fault, after))
+
+    def storage(self, bucket: str, prefix: str = "p", **settings: int) -> S3Storage:
+        """The engine's storage of `bucket`/`prefix` with every request through this proxy (dummy
+        credentials); `settings` are S3Settings' (e.g. max_attempts)."""
+        return S3Storage(
+            bucket,
+            prefix,
+            S3Settings(
+                endpoint_url=self.endpoint,
+                region_name=DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"],
+                access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                **settings,  # type: ignore[arg-type]
+            ),
+        )
 
     def calm(self) -> None:
         """No faults any more: rate 0, every fault kind eligible again, nothing queued, counters reset."""

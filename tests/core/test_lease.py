@@ -28,8 +28,8 @@ from airflow_plugin.core.lease import (
     lease_key,
     read_lease,
 )
-from airflow_plugin.core.storage import S3Settings, S3Storage, Storage, open_storage
-from devtools.embedded_s3 import DUMMY_CREDENTIALS, EmbeddedS3
+from airflow_plugin.core.storage import Storage, open_storage
+from devtools.embedded_s3 import EmbeddedS3
 from devtools.faulty_s3 import FaultyS3
 
 REPO = Path(__file__).resolve().parent.parent
@@ -209,17 +209,7 @@ def test_a_broken_and_taken_over_lease_is_noticed_and_theirs_is_left_alone(store
 def test_a_lease_that_cannot_be_renewed_is_lost_at_its_expiry(s3_server: EmbeddedS3, s3_store: str) -> None:
     bucket, prefix = s3_store.removeprefix("s3://").split("/", 1)
     with FaultyS3(s3_server.endpoint, faults=["internal_error"]) as proxy:
-        storage = S3Storage(
-            bucket,
-            prefix,
-            S3Settings(
-                endpoint_url=proxy.endpoint,
-                region_name=DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"],
-                access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                max_attempts=2,
-            ),
-        )
+        storage = proxy.storage(bucket, prefix, max_attempts=2)
         lease = acquire(
             storage, JOB, "cut-off@test:1", "prune", ttl=3.0
         )  # renewals every 1 s: at least one meets the failing store, even on a busy machine

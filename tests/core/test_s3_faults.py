@@ -32,8 +32,8 @@ from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
-from airflow_plugin.core.storage import S3Settings, S3Storage, open_storage
-from devtools.embedded_s3 import DUMMY_CREDENTIALS, EmbeddedS3
+from airflow_plugin.core.storage import S3Storage, open_storage
+from devtools.embedded_s3 import EmbeddedS3
 from devtools.faulty_s3 import FAULTS, FaultyS3
 from tests.support.spark_kinds import KINDS, run_and_stop
 from tests.support.synthetic import tree, write_checkpoint
@@ -64,17 +64,7 @@ def bucket(s3_store: str) -> str:
 
 def via(proxy: FaultyS3, bucket: str, prefix: str = "p", **settings: int) -> S3Storage:
     """Storage in `bucket` through the proxy."""
-    return S3Storage(
-        bucket,
-        prefix,
-        S3Settings(
-            endpoint_url=proxy.endpoint,
-            region_name=DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"],
-            access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            **settings,
-        ),
-    )
+    return proxy.storage(bucket, prefix, **settings)
 
 
 # ---------------------------------------------------------------- the proxy

@@ -20,7 +20,7 @@ from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
 from devtools.windowed import wait_for
-from tests.support.jobs import STUBBORN_JOB, write_jobs
+from tests.support.jobs import POLITE_JOB, STUBBORN_JOB, write_jobs
 from tests.support.synthetic import write_checkpoint
 
 # One try of a task instance (dag d, run r, the task given): what Airflow's worker would run.
@@ -28,11 +28,12 @@ TRY = r"""
 import sys
 from types import SimpleNamespace
 from airflow.sdk.execution_time.context import OutletEventAccessors
-from airflow_plugin.operators.deployments import DeployJobOperator
+from airflow_plugin.operators.deployments import DeployJobOperator, StopJobOperator
 from airflow_plugin.operators.snapshots import SavepointOperator
 task, jobs = sys.argv[1], sys.argv[2]
-kind = {"deploy": DeployJobOperator, "savepoint": SavepointOperator}[task]
-operator = kind(task_id=task, job="orders", jobs_file=jobs, aws_conn_id=None, spark_conn_id=None)
+kind = {"deploy": DeployJobOperator, "savepoint": SavepointOperator, "stop": StopJobOperator}[task]
+options = {"stop": {"savepoint": True}}.get(task, {})
+operator = kind(task_id=task, job="orders", jobs_file=jobs, aws_conn_id=None, spark_conn_id=None, **options)
 ti = SimpleNamespace(dag_id="d", run_id="r", task_id=task, map_index=-1)
 context = {"ti": ti, "outlet_events": OutletEventAccessors()}
 print(operator.execute(context))
@@ -110,3 +111,34 @@ def test_a_retried_savepoint_leaves_one_completed_snapshot(
     assert all(
         m.status is SnapshotStatus.FAILED and "abandoned" in (m.error or "") for m in manifests if m not in completed
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("killed_when", [State.STOPPING, State.STOPPED])
+def test_a_retried_stop_with_savepoint_finishes_the_stop_its_dead_try_asked_for(
+    tmp_path: Path, killed_when: State
+) -> None:
+    """Killed while the job stops, or after it stopped but before its savepoint was done: the retry does not
+    find 'nothing running' and fail, it finishes that stop and leaves one COMPLETED savepoint."""
+    app = tmp_path / "polite.py"
+    app.write_text(POLITE_JOB)
+    jobs = str(write_jobs(tmp_path, application=str(app)))
+    store = SnapshotStore(open_storage(str(tmp_path / "store")))
+    records = Deployments(store.storage)
+    _retry("deploy", jobs)
+    [deployment] = records.list("orders")
+    first = _try("stop", jobs)
+
+    def reached() -> bool:
+        status = records.status("orders", deployment.id)
+        return status is not None and status.state is killed_when
+
+    wait_for(reached, f"the deployment to be {killed_when}", timeout=60)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    retried = _retry("stop", jobs)
+    completed = [m for m in store.list("orders") if m.status is SnapshotStatus.COMPLETED]
+    assert len(completed) == 1, [(m.id, m.status) for m in store.list("orders")]
+    assert completed[0].deployment == deployment.id and completed[0].id in retried
+    assert records.get("orders", deployment.id).retired_at
+    assert [d.id for d in records.list("orders")] == [deployment.id]

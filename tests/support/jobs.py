@@ -48,3 +48,31 @@ while True:  # a heartbeat, and never a look at the control channel
     deployments.write_status(args.job, args.deployment, DeploymentStatus(State.RUNNING, time.time(), last_batch_id=1))
     time.sleep(0.2)
 """
+
+
+# A job application for spark-submit that, like the job runtime, writes a checkpoint, keeps a RUNNING
+# heartbeat and honours a stop request through the runtime's own control channel, two seconds after it
+# sees it (a stop at the next batch boundary), and then reports STOPPED with the request handled.
+POLITE_JOB = """
+import argparse, time
+from pathlib import Path
+from airflow_plugin.core.jobs.deployments import Deployments, State, DeploymentStatus
+from airflow_plugin.core.storage import open_storage
+from spark_jobs.runtime.control import ControlChannel
+from tests.support.synthetic import write_checkpoint
+p = argparse.ArgumentParser()
+for name in ("--store", "--job", "--deployment", "--checkpoint", "--trigger-interval", "--delivery"):
+    p.add_argument(name)
+args, _ = p.parse_known_args()
+write_checkpoint(Path(args.checkpoint), batches=20, partitions=4)
+deployments = Deployments(open_storage(args.store))
+control = ControlChannel(deployments, args.job, args.deployment)
+while (request := control.next_stop()) is None:
+    deployments.write_status(args.job, args.deployment, DeploymentStatus(State.RUNNING, time.time(), last_batch_id=19))
+    time.sleep(0.2)
+for _ in range(10):
+    deployments.write_status(args.job, args.deployment, DeploymentStatus(State.STOPPING, time.time(), last_batch_id=19))
+    time.sleep(0.2)
+stopped = DeploymentStatus(State.STOPPED, time.time(), last_batch_id=19, handled_requests=[request.id])
+deployments.write_status(args.job, args.deployment, stopped)
+"""

@@ -3,6 +3,8 @@ checkpoint (Flink's stop-with-savepoint); force-kill one that will not stop; rep
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +16,8 @@ from .deploy import live_deployments
 from .deployments import ControlRequest, Deployment, DeploymentStatus, State, describe, new_request_id
 from .launcher import force_kill
 from .snapshot import snapshot_deployment
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -72,11 +76,13 @@ def _stop(
             f"job {ctx.name} runs at-most-once: its runtime keeps no resumable checkpoint, so there is nothing to "
             "savepoint; stop it without --savepoint"
         )
-    deployment = ctx.deployments.get(ctx.name, deployment_id) if deployment_id else running_deployment(ctx)
+    request = ControlRequest(id=_stop_request_id(ctx), action="stop", drain=drain, requested_by=ctx.requested_by)
+    deployment = _earlier_attempt(ctx, request.id, deployment_id)
+    if deployment is None:
+        deployment = ctx.deployments.get(ctx.name, deployment_id) if deployment_id else running_deployment(ctx)
+        ctx.deployments.request(ctx.name, deployment.id, request)
     timeout = timeout if timeout is not None else ctx.spec.trigger_seconds + 60
     started = time.monotonic()
-    request = ControlRequest(id=new_request_id(), action="stop", drain=drain, requested_by=ctx.requested_by)
-    ctx.deployments.request(ctx.name, deployment.id, request)
     state = _wait_stopped(ctx, deployment, timeout)
     if state is None:
         ctx.deployments.withdraw(ctx.name, deployment.id, request)
@@ -98,9 +104,36 @@ def _stop(
         result.snapshot = snapshot_deployment(
             ctx, deployment, kind=Kind.SAVEPOINT, trigger=Trigger.STOP, labels=labels, pin=pin
         )
-    deployment.retired_at = utc_now()
-    ctx.deployments.put(deployment)
+    if not deployment.retired_at:
+        deployment.retired_at = utc_now()
+        ctx.deployments.put(deployment)
     return result
+
+
+def _stop_request_id(ctx: JobContext) -> str:
+    """The stop's control request id: derived from the request when it has one (an Airflow task), so that
+    a retry of it recognises the deployment its dead try asked to stop; a fresh one otherwise."""
+    if not ctx.settings.request_id:
+        return new_request_id()
+    return "rq-stop-" + hashlib.sha256(ctx.settings.request_id.encode()).hexdigest()[:20]
+
+
+def _earlier_attempt(ctx: JobContext, control_id: str, deployment_id: str | None) -> Deployment | None:
+    """The deployment an earlier attempt of this same request asked to stop (a retried Airflow task whose
+    worker died): the retry waits for that stop instead of finding nothing running and failing, and then
+    takes the savepoint the dead try may not have finished (snapshot.py adopts a COMPLETED one). So a
+    stop-with-savepoint retried at any point ends with the deployment stopped and one COMPLETED snapshot."""
+    if not ctx.settings.request_id:
+        return None
+    for deployment in reversed(ctx.deployments.list(ctx.name)):
+        if deployment_id not in (None, deployment.id):
+            continue
+        status = ctx.deployments.status(ctx.name, deployment.id)
+        handled = status is not None and control_id in status.handled_requests
+        if handled or any(r.id == control_id for r in ctx.deployments.requests(ctx.name, deployment.id)):
+            log.info("request %s: continuing the stop of deployment %s", ctx.settings.request_id, deployment.id)
+            return deployment
+    return None
 
 
 def _wait_stopped(ctx: JobContext, deployment: Deployment, timeout: float) -> State | None:

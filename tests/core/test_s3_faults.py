@@ -6,7 +6,8 @@ conditional write whose response was lost. Then the real command line, as a user
 checkpoint at 5%, 20% and 50% faults: every command succeeds or fails cleanly (exit 7, one line naming the
 store and the fix, no traceback, no secret), and afterwards, without faults, every COMPLETED snapshot
 verifies, nothing it references is missing, and every restore target holds a complete restore or nothing.
-The figures go to tests/artifacts/s3_faults.md."""
+A live savepoint of a running query under faults too, while its batches commit and state maintenance
+deletes files. The figures go to tests/artifacts/s3_faults.md."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import S3Storage, open_storage
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.faulty_s3 import FAULTS, FaultyS3
-from tests.support.spark_kinds import KINDS, run_and_stop
+from tests.support.spark_kinds import KINDS, last_commit, read_state, run_and_stop, run_rounds
 from tests.support.synthetic import tree, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -224,7 +225,8 @@ def test_the_proxy_only_fronts_loopback() -> None:
 
 SEED = 20261121
 SNAPSHOTS = {0.05: 3, 0.2: 3, 0.5: 2}  # per fault rate: snapshots created, each then verified and restored
-OPS = ("create", "verify", "restore", "restore to S3", "delete", "prune")
+OPS = ("create", "live savepoint", "verify", "restore", "restore to S3", "delete", "prune")
+LIVE_SAVEPOINTS = {0.2: 3, 0.5: 3}  # per fault rate: savepoints of a query that runs meanwhile
 
 
 @dataclass
@@ -415,6 +417,50 @@ def test_commands_under_faults_succeed_or_fail_cleanly_and_leave_the_store_whole
         assert verify_snapshot(store, manifest.job, manifest.id).ok, manifest.id
     assert {(m.job, m.id) for m in completed} >= set(created[:-1]), "a snapshot nobody deleted is gone"
 
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("rate", sorted(LIVE_SAVEPOINTS))
+def test_a_live_savepoint_of_a_running_query_under_faults_is_whole_or_failed(
+    spark: object, proxy: FaultyS3, s3_store: str, tmp_path: Path, rate: float
+) -> None:
+    """The query runs a batch every 200 ms and its state maintenance deletes old files (2 batches kept)
+    while `savepoints create` copies its checkpoint through the faulty proxy. Each run succeeds or fails
+    cleanly; afterwards, without faults, every COMPLETED savepoint verifies, restores into a checkpoint
+    whose state reads at the savepoint's batch, and the query resumes from it at the next batch."""
+    kind = KINDS["rocksdb_changelog"]
+    tally = FIGURES.setdefault(f"{rate:.0%}", {op: Tally() for op in OPS})["live savepoint"]
+    ckpt, inputs, output = (str(tmp_path / d) for d in ("ckpt", "in", "out"))
+    query = kind.start(spark, ckpt, inputs, output, trigger={"processingTime": "200 milliseconds"})
+    try:
+        run_rounds(query, kind, inputs, range(3))
+        proxy.set_rate(rate, seed=SEED + 7 + round(rate * 100))
+        for round_no in range(3, 3 + LIVE_SAVEPOINTS[rate]):
+            kind.feed(inputs, round_no)  # batches keep committing while the savepoint copies
+            run = cli(proxy, tally, "create", "--store", s3_store, "--job", "live", "--checkpoint", ckpt)
+            assert query.isActive, f"the query stopped: {query.exception()}"
+            if run.code == 0:
+                assert run.json()["batch_id"] <= last_commit(ckpt)
+        proxy.set_rate(0.0)
+        assert query.isActive, query.exception()
+    finally:
+        query.stop()
+    store = SnapshotStore(open_storage(s3_store))
+    completed = [m for m in store.list("live") if m.status is SnapshotStatus.COMPLETED]
+    assert completed or tally.clean_failures == tally.runs
+    for manifest in completed:
+        assert verify_snapshot(store, "live", manifest.id).ok, manifest.id
+        restored = str(tmp_path / f"restored-{manifest.id}")
+        execute_restore(store, plan_restore(store, "live", manifest.id, open_storage(restored)))
+        assert read_state(spark, restored, manifest.batch_id), f"{manifest.id}: no state at its batch"
+    if completed:
+        latest = completed[-1]
+        resumed = kind.start(spark, str(tmp_path / f"restored-{latest.id}"), inputs, str(tmp_path / "out2"))
+        try:
+            resumed.processAllAvailable()
+            assert resumed.recentProgress[0]["batchId"] == latest.batch_id + 1
+        finally:
+            resumed.stop()
 
 def test_a_store_that_keeps_failing_fails_every_command_cleanly(proxy: FaultyS3, s3_store: str, tmp_path: Path) -> None:
     """Each fault on every request (two attempts each, AWS_MAX_ATTEMPTS=2): exit 7 and one line, and

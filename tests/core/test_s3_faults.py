@@ -418,7 +418,6 @@ def test_commands_under_faults_succeed_or_fail_cleanly_and_leave_the_store_whole
     assert {(m.job, m.id) for m in completed} >= set(created[:-1]), "a snapshot nobody deleted is gone"
 
 
-
 @pytest.mark.spark
 @pytest.mark.parametrize("rate", sorted(LIVE_SAVEPOINTS))
 def test_a_live_savepoint_of_a_running_query_under_faults_is_whole_or_failed(
@@ -461,6 +460,7 @@ def test_a_live_savepoint_of_a_running_query_under_faults_is_whole_or_failed(
             assert resumed.recentProgress[0]["batchId"] == latest.batch_id + 1
         finally:
             resumed.stop()
+
 
 def test_a_store_that_keeps_failing_fails_every_command_cleanly(proxy: FaultyS3, s3_store: str, tmp_path: Path) -> None:
     """Each fault on every request (two attempts each, AWS_MAX_ATTEMPTS=2): exit 7 and one line, and

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from airflow_plugin.core.storage import open_storage
 from spark_jobs.generate import write_flush, write_poison, write_round
 from spark_jobs.jobs.windowed.output import read_output, summarize
 
@@ -30,10 +31,12 @@ def write_jobs_file(
     source_args: tuple[str, ...] = ("--input", "input"),
     conf: dict[str, str] | None = None,
     table: str = "",
+    checkpoint_root: str = "checkpoints",
 ) -> Path:
     """A jobs file whose job reads `<directory>/input` (or what `source_args` say), writes `<directory>/output`,
-    keeps checkpoints and logs under `directory`, and declares the example versions (the windowed job's, or
-    those in `apps`). `conf` adds Spark confs, `table` lines to the job's table (its `kafka`)."""
+    keeps logs (and checkpoints, unless `checkpoint_root` says where) under `directory`, and declares the
+    example versions (the windowed job's, or those in `apps`). `conf` adds Spark confs, `table` lines to the
+    job's table (its `kafka`)."""
     declared = "\n".join(f'versions.{v} = {{ application = "{apps / v}.py" }}' for v in versions)
     confs = {"spark.sql.shuffle.partitions": str(partitions), **SPARK_UI, **(conf or {})}
     args = ", ".join(f'"{arg}"' for arg in (*source_args, "--output", "output"))
@@ -43,7 +46,7 @@ def write_jobs_file(
         f"""
 [defaults]
 store = "{store}"
-checkpoint_root = "checkpoints"
+checkpoint_root = "{checkpoint_root}"
 log_dir = "logs"
 heartbeat_timeout = 30
 
@@ -71,8 +74,9 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 180) -> 
 
 
 def batches(checkpoint: str, log: str) -> list[int]:
-    directory = Path(checkpoint) / log
-    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
+    """Batch ids in a metadata log (`offsets`, `commits`) of a checkpoint: a local path or an S3 location."""
+    names = (info.key.removeprefix(f"{log}/") for info in open_storage(checkpoint).list(f"{log}/"))
+    return sorted(int(name) for name in names if name.isdigit())
 
 
 def processed(checkpoint: str, files_fed: int) -> bool:
@@ -80,7 +84,7 @@ def processed(checkpoint: str, files_fed: int) -> bool:
     commits = batches(checkpoint, "commits")
     if not commits:
         return False
-    lines = (Path(checkpoint) / "offsets" / str(commits[-1])).read_text().splitlines()
+    lines = open_storage(checkpoint).read(f"offsets/{commits[-1]}").decode().splitlines()
     return json.loads(lines[2]).get("logOffset", -1) >= files_fed - 1
 
 

@@ -200,6 +200,15 @@ class JobContext:
         """What a launched driver or Spark tool needs in its environment to reach the store as we do."""
         return self.settings.s3.child_env() if self.settings.s3 else {}
 
+    def spark_conf(self) -> dict[str, str]:
+        """What every Spark process of this job (its drivers, pre-flight, rescale) needs to reach its
+        checkpoints on s3a://: the S3A settings of the store's S3 (storage/s3.py) and the job's jars (a tool
+        gets no other conf of the job's). The job's own conf overrides them."""
+        if not self.spec.checkpoint_root.startswith("s3a://"):
+            return {}
+        jars = {key: value for key, value in self.spec.conf.items() if key in ("spark.jars", "spark.jars.packages")}
+        return {**(self.settings.s3 or S3Settings()).spark_conf(), **jars}
+
     def child_args(self) -> list[str]:
         """What a launched driver needs after its own arguments: a job that declares a `kafka` table reads the
         broker every restore checks (its address resolved here, with the same precedence)."""

@@ -63,6 +63,40 @@ def test_s3_deletes_in_batches_of_1000(s3_store: str) -> None:
     assert list(storage.list("many/")) == []
 
 
+
+def test_s3_directory_markers_are_not_files(s3_store: str) -> None:
+    """S3A writes an empty object `dir/` for a mkdirs (a checkpoint's `offsets/`, `state/0/`): no file."""
+    storage = open_storage(s3_store)
+    for key in ("ckpt/", "ckpt/offsets/", "ckpt/offsets/0"):
+        storage.client.put_object(Bucket=storage.bucket, Key=f"{storage.prefix}/{key}", Body=b"")
+    assert [info.key for info in storage.list()] == ["ckpt/offsets/0"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "environ", "expected"),
+    [
+        (S3Settings(), {}, {}),  # AWS itself: S3A finds the endpoint from the region
+        (S3Settings(region_name="eu-west-1"), {}, {"endpoint.region": "eu-west-1"}),
+        (
+            S3Settings(endpoint_url="http://127.0.0.1:9000", access_key_id="AKIA", secret_access_key="s3cr3t"),
+            {},
+            {"endpoint": "http://127.0.0.1:9000", "path.style.access": "true", "connection.ssl.enabled": "false"},
+        ),
+        (
+            S3Settings(),
+            {"AWS_ENDPOINT_URL": "https://s3.example.internal", "AWS_DEFAULT_REGION": "us-east-1"},
+            {"endpoint": "https://s3.example.internal", "path.style.access": "true", "endpoint.region": "us-east-1"},
+        ),
+    ],
+)
+def test_spark_reaches_the_stores_s3_through_s3a_without_keys_in_its_conf(
+    settings: S3Settings, environ: dict[str, str], expected: dict[str, str]
+) -> None:
+    conf = settings.spark_conf(environ)
+    assert conf == {f"spark.hadoop.fs.s3a.{key}": value for key, value in expected.items()}
+    assert "s3cr3t" not in str(conf) and "AKIA" not in str(conf)
+    assert settings.child_env().get("AWS_SECRET_ACCESS_KEY", "s3cr3t") == "s3cr3t"  # the keys go by environment
+
 def test_s3_large_files_go_multipart(s3_store: str, tmp_path: Path) -> None:
     base = open_storage(s3_store)
     storage = S3Storage(base.bucket, base.prefix, S3Settings(multipart_threshold=5 << 20, multipart_chunksize=5 << 20))

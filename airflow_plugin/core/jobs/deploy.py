@@ -167,7 +167,7 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec) -> De
         execute_restore(ctx.store, plan, progress=ctx.progress)
         if rescale_to is not None:
             ctx.progress.stage(f"repartitioning the restored state to {rescale_to} partitions (a Spark application)")
-            batch = repartition(plan.target, plan.spark_conf, rescale_to, env=ctx.child_env())
+            batch = repartition(plan.target, {**ctx.spark_conf(), **plan.spark_conf}, rescale_to, env=ctx.child_env())
             log.info("rescaled the state of %s to %d partitions (batch %d)", deployment.id, rescale_to, batch)
 
     launch_deployment(ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf))
@@ -341,6 +341,6 @@ def submit_spec(
         master=job.spark_master,
         deploy_mode=job.deploy_mode,
         name=f"{job.name}-{version.name}-{deployment_id}",
-        conf=conf,
+        conf={**ctx.spark_conf(), **conf},
         env=ctx.child_env(),
     )

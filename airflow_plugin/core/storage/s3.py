@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +29,7 @@ from ..parallel import chunked, run_parallel
 from .base import ObjectInfo, Storage
 
 DELETE_BATCH = 1000  # the S3 DeleteObjects limit
+S3A = "spark.hadoop.fs.s3a"  # the prefix of Hadoop S3A settings as Spark conf
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,23 @@ class S3Settings:
             "AWS_SESSION_TOKEN": self.session_token,
         }
         return {name: value for name, value in names.items() if value}
+
+    def spark_conf(self, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+        """Hadoop S3A settings for a Spark process that reaches the same S3 as the engine: the endpoint (the
+        settings', else boto3's variables), path-style access and plain HTTP for an endpoint of its own, the
+        region. Never credentials: S3A's default provider chain reads the AWS_* variables that `child_env`
+        gives the process, so keys stay out of Spark's conf, its UI and its logs."""
+        endpoint = self.endpoint_url or environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+        region = self.region_name or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+        conf = {}
+        if endpoint:
+            conf[f"{S3A}.endpoint"] = endpoint
+            conf[f"{S3A}.path.style.access"] = "true"  # bucket names as host names need DNS an own endpoint lacks
+            if endpoint.startswith("http://"):
+                conf[f"{S3A}.connection.ssl.enabled"] = "false"
+        if region:
+            conf[f"{S3A}.endpoint.region"] = region
+        return conf
 
 
 _clients: dict[tuple[S3Settings, int, tuple[str | None, ...]], _S3] = {}
@@ -237,6 +255,8 @@ class S3Storage(Storage):
         with self._errors("list", prefix):
             for page in paginator.paginate(Bucket=self.bucket, Prefix=root + prefix):
                 for obj in page.get("Contents", ()):
+                    if obj["Key"].endswith("/"):
+                        continue  # a directory marker (S3A writes them for mkdirs): not a file
                     yield ObjectInfo(obj["Key"][len(root) :], obj["Size"], obj["LastModified"].timestamp())
 
     def stat(self, key: str) -> ObjectInfo | None:

@@ -1,0 +1,79 @@
+"""A managed job whose checkpoints live on S3 (checkpoint_root = "s3a://..."), on the embedded S3 server:
+its drivers reach S3 through Hadoop's S3A with the settings the engine derives from the store's S3 (no key
+in any Spark conf), and the engine snapshots and restores those checkpoints through boto3. Deploy v1, a
+live savepoint while it runs, stop-with-savepoint, v2 restored from it into a new s3a:// location, and every
+event counted exactly once at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_plugin.core.context import Settings
+from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
+from airflow_plugin.core.jobs.savepoint import take_savepoint
+from airflow_plugin.core.jobs.stop import kill, stop
+from airflow_plugin.core.snapshots.verify import verify_snapshot
+from airflow_plugin.core.storage import open_storage
+from devtools.windowed import Feeder, batches, processed, wait_for, wait_output_complete, write_jobs_file
+from spark_jobs.jobs.windowed.output import read_output, summarize
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+S3A_JARS = str(REPO / ".jvm/lib/s3a/*.jar")  # make setup links them there (devtools/jvm.py)
+
+
+@pytest.mark.timeout(900)
+def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_event_once(
+    tmp_path: Path, s3_server: Any, s3_store: str
+) -> None:
+    bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(bucket)
+    root = f"s3a://{bucket}/checkpoints"
+    jobs_file = write_jobs_file(tmp_path, s3_store, checkpoint_root=root, conf={"spark.jars": S3A_JARS})
+    job = Settings(jobs_file=str(jobs_file)).resolve().job("windowed")
+    assert "spark.hadoop.fs.s3a.endpoint" in job.spark_conf()
+    assert not any("secret" in key or "access.key" in key for key in job.spark_conf()), "keys stay in the env"
+    feeder = Feeder(tmp_path / "input", events_per_round=200)
+    try:
+        v1 = deploy(job, DeployRequest("v1"))
+        assert v1.checkpoint.startswith(f"{root}/windowed/")
+        for _ in range(2):
+            feeder.round()
+        wait_for(lambda: processed(v1.checkpoint, feeder.rounds), "v1 to process 2 rounds on s3a")
+
+        feeder.round()  # batches keep running while the live savepoint copies
+        live = take_savepoint(job)
+        stopped = stop(job, savepoint=True).snapshot
+        assert stopped is not None and stopped.batch_id is not None and live.batch_id is not None
+        assert stopped.batch_id >= live.batch_id
+        for manifest in (live, stopped):
+            assert verify_snapshot(job.store, "windowed", manifest.id).ok
+            paths = [entry.path for entry in manifest.files]
+            assert not [p for p in paths if p.endswith("/") or p.endswith(".tmp")], "markers or temp files copied"
+
+        v2 = deploy(job, DeployRequest("v2", restore=stopped.id))
+        assert v2.checkpoint.startswith(f"{root}/windowed/") and v2.restored_from == stopped.id
+        assert batches(v2.checkpoint, "commits")[-1] >= stopped.batch_id  # the restore wrote to S3
+        feeder.round()
+        feeder.flush()
+        wait_for(lambda: processed(v2.checkpoint, feeder.rounds), "v2 to process everything on s3a")
+        first_own = min(b for b in batches(v2.checkpoint, "commits") if b > stopped.batch_id)
+        assert first_own == stopped.batch_id + 1
+        wait_output_complete(tmp_path / "output", feeder.events)
+        stop(job)
+    finally:
+        for deployment in job.deployments.list("windowed"):
+            with contextlib.suppress(SavepointsError):
+                kill(job, deployment.id)
+    summary = summarize(read_output(tmp_path / "output"))
+    assert summary.events == feeder.events, "every event counted exactly once"
+    assert summary.duplicates == []
+    assert not (tmp_path / "checkpoints").exists(), "no checkpoint went to local disk"
+    assert list(open_storage(f"s3://{bucket}/checkpoints").list()), "the checkpoints are on S3"

@@ -111,6 +111,12 @@ def blob_key(sha256: str) -> str:
     return f"{BLOBS}{sha256[:2]}/{sha256}"
 
 
+def staging_key(token: str) -> str:
+    """Where a server-side copy lands until S3 has told its checksum (snapshots/blobs.py): under blobs/, so
+    that garbage collection removes one a killed create left behind like any unreferenced blob."""
+    return f"{BLOBS}staging/{check_name(token, 'staging token')}"
+
+
 def pack_key(pack_id: str) -> str:
     """A pack: many small contents concatenated; manifests say which byte range holds which file."""
     return f"{PACKS}{pack_id[:2]}/{check_name(pack_id, 'pack id')}.pack"

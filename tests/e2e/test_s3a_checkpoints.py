@@ -1,13 +1,15 @@
 """A managed job whose checkpoints live on S3 (checkpoint_root = "s3a://..."), on the embedded S3 server:
 its drivers reach S3 through Hadoop's S3A with the settings the engine derives from the store's S3 (no key
 in any Spark conf), and the engine snapshots and restores those checkpoints through boto3. Deploy v1, a
-live savepoint while it runs, stop-with-savepoint, v2 restored from it into a new s3a:// location, and every
-event counted exactly once at the end."""
+live savepoint while it runs, stop-with-savepoint, the pre-flight of v2 (passes) and v3 (blocked: its state
+is incompatible) on throwaway copies on S3, v2 restored from the savepoint into a new s3a:// location and
+rescaled to 4 state partitions there, and every event counted exactly once at the end."""
 
 from __future__ import annotations
 
 import contextlib
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,12 @@ import pytest
 from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
+from airflow_plugin.core.jobs.preflight import preflight
+from airflow_plugin.core.jobs.rescale import PARTITIONS_CONF
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill, stop
+from airflow_plugin.core.layout import BLOBS
+from airflow_plugin.core.snapshots.blobs import PackSettings
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
 from devtools.windowed import Feeder, batches, processed, wait_for, wait_output_complete, write_jobs_file
@@ -40,6 +46,9 @@ def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_eve
     job = Settings(jobs_file=str(jobs_file)).resolve().job("windowed")
     assert "spark.hadoop.fs.s3a.endpoint" in job.spark_conf()
     assert not any("secret" in key or "access.key" in key for key in job.spark_conf()), "keys stay in the env"
+    job.store.blobs.init_format(PackSettings(threshold=4096))  # RocksDB's larger files: each its own object
+    copies: Counter[str] = Counter()
+    job.store.storage.client.meta.events.register("before-call.s3.CopyObject", lambda **_: copies.update(["copy"]))
     feeder = Feeder(tmp_path / "input", events_per_round=200)
     try:
         v1 = deploy(job, DeployRequest("v1"))
@@ -50,6 +59,9 @@ def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_eve
 
         feeder.round()  # batches keep running while the live savepoint copies
         live = take_savepoint(job)
+        own_objects = {entry.key for entry in live.files if entry.key.startswith(BLOBS)}
+        # S3A wrote them with a SHA-256 (the engine's conf): one CopyObject each, none through the engine
+        assert own_objects and copies["copy"] == len(own_objects), (len(own_objects), copies)
         stopped = stop(job, savepoint=True).snapshot
         assert stopped is not None and stopped.batch_id is not None and live.batch_id is not None
         assert stopped.batch_id >= live.batch_id
@@ -58,14 +70,20 @@ def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_eve
             paths = [entry.path for entry in manifest.files]
             assert not [p for p in paths if p.endswith("/") or p.endswith(".tmp")], "markers or temp files copied"
 
-        v2 = deploy(job, DeployRequest("v2", restore=stopped.id))
+        assert preflight(job, stopped.id, "v2").passed
+        blocked = preflight(job, stopped.id, "v3")
+        assert not blocked.passed and blocked.error_class == "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", blocked
+
+        v2 = deploy(job, DeployRequest("v2", restore=stopped.id, partitions=4))
         assert v2.checkpoint.startswith(f"{root}/windowed/") and v2.restored_from == stopped.id
-        assert batches(v2.checkpoint, "commits")[-1] >= stopped.batch_id  # the restore wrote to S3
+        assert v2.spark_conf[PARTITIONS_CONF] == "4"
+        rescaled = stopped.batch_id + 1  # the repartition batch, committed by Spark through S3A
+        assert batches(v2.checkpoint, "commits")[-1] >= rescaled
         feeder.round()
         feeder.flush()
         wait_for(lambda: processed(v2.checkpoint, feeder.rounds), "v2 to process everything on s3a")
-        first_own = min(b for b in batches(v2.checkpoint, "commits") if b > stopped.batch_id)
-        assert first_own == stopped.batch_id + 1
+        first_own = min(b for b in batches(v2.checkpoint, "commits") if b > rescaled)
+        assert first_own == rescaled + 1
         wait_output_complete(tmp_path / "output", feeder.events)
         stop(job)
     finally:

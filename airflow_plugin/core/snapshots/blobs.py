@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import IntegrityError, Refused
-from ..layout import FORMAT, blob_key, pack_key
+from ..layout import FORMAT, blob_key, pack_key, staging_key
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
-from ..storage import Storage
+from ..storage import S3Storage, Storage
+from ..storage.s3 import MAX_COPY
 from .manifest import FileEntry
 
 STORE_FORMAT = 2
@@ -230,9 +231,39 @@ class BlobWriter:
             self.storage.write(*sealed)
 
     def put_large(self, sha256: str, path: Path) -> None:
-        """Store one large content as its own object (multipart where the backend has it). The one path
-        for large files: a server-side copy from an S3 checkpoint belongs here."""
+        """Store one large content as its own object, from a local file (multipart where the backend has it)."""
         self.storage.upload(path, blob_key(sha256))
+
+    # -- server-side copies (a checkpoint on the store's S3): S3 moves the bytes and computes their checksum
+
+    def copies_from(self, source: Storage, size: int) -> S3Storage | None:
+        """The store as an S3Storage that can copy this file from `source` itself, or None."""
+        store = self.storage
+        if isinstance(store, S3Storage) and store.same_service(source) and size <= MAX_COPY:
+            return store
+        return None
+
+    def copy_known(self, store: S3Storage, source: S3Storage, key: str, sha256: str) -> bool:
+        """Copy a file whose SHA-256 S3 already told (`S3Storage.sha256`) to its blob; False (and nothing
+        left) when what was copied has another checksum: the file was replaced since."""
+        target = blob_key(sha256)
+        if store.copy_from(source, key, target) == sha256:
+            return True
+        store.delete([target])
+        return False
+
+    def stage(self, store: S3Storage, source: S3Storage, key: str) -> tuple[str, str | None, int]:
+        """Copy a file to a staging object, S3 computing its SHA-256: (staging key, checksum or None from a
+        service that computes none, size). The caller `promote`s or `drop`s it."""
+        staged = staging_key(secrets.token_hex(16))
+        sha256 = store.copy_from(source, key, staged)
+        info = store.stat(staged)
+        return staged, sha256, info.size if info else -1
+
+    def promote(self, store: S3Storage, staged: str, sha256: str) -> None:
+        if store.copy_from(store, staged, blob_key(sha256)) != sha256:
+            store.delete([blob_key(sha256)])
+            raise IntegrityError(f"{store.uri}/{staged}: S3 copied it with another checksum than it computed before")
 
     def flush(self) -> None:
         with self.lock:

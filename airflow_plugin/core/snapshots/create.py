@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import CheckpointChanged, CheckpointError, SavepointsError
 from ..layout import blob_key, check_name
@@ -30,7 +30,7 @@ from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
 from ..sinks import FILE, SinkRef
 from ..sinks import file as file_sink
-from ..storage import ObjectInfo, Storage, copy_and_hash, open_storage
+from ..storage import ObjectInfo, S3Storage, Storage, copy_and_hash, open_storage
 from .blobs import BlobWriter
 from .checkpoint import RestartPoint, read_restart_point
 from .manifest import (
@@ -123,6 +123,7 @@ class _Copier:
         self.stored: dict[str, tuple[str, int]] = {} if stored is None else stored  # shared: once per content
         self.uploaded_bytes = 0
         self.uploaded_files = 0
+        self.copied_bytes = 0  # of uploaded_bytes: copied by S3 itself, not through this client
 
     def batch(self, infos: list[ObjectInfo]) -> list[FileEntry]:
         return [self(info) for info in infos]
@@ -157,6 +158,11 @@ class _Copier:
         return sha, location
 
     def _copy_large(self, info: ObjectInfo) -> tuple[str, tuple[str, int]]:
+        store = self.writer.copies_from(self.checkpoint, info.size)
+        if store is not None:
+            copied = self._copy_in_s3(store, cast(S3Storage, self.checkpoint), info)
+            if copied is not None:
+                return copied
         with self.checkpoint.fetched(info.key) as source, tempfile.TemporaryDirectory(prefix="savepoints-") as tmp:
             private = Path(tmp) / "copy"
             digest = copy_and_hash(source, private)  # the live file may be replaced; this copy may not
@@ -165,6 +171,33 @@ class _Copier:
             if new:
                 self.writer.put_large(digest.sha256, private)
         return digest.sha256, location
+
+    def _copy_in_s3(self, store: S3Storage, source: S3Storage, info: ObjectInfo) -> tuple[str, tuple[str, int]] | None:
+        """A large file of a checkpoint on the store's S3, without its bytes passing through here: when S3
+        knows its SHA-256 (written with one), a HEAD and, for a new content, one copy to its blob; otherwise
+        a copy to a staging object that S3 checksums, then to its blob when new. None: this S3 computes no
+        checksums, copy it through the client."""
+        sha, size = source.sha256(info.key)
+        if sha is not None:
+            self._check_size(info, size)
+            location, new = self._claim(sha, size)
+            if new and not self.writer.copy_known(store, source, info.key, sha):
+                raise CheckpointChanged(f"{source.uri}/{info.key} was replaced while being copied")
+            if new:
+                self._count_copied(size)
+            return sha, location
+        staged, sha, size = self.writer.stage(store, source, info.key)
+        try:
+            if sha is None:
+                return None
+            self._check_size(info, size)
+            location, new = self._claim(sha, size)
+            if new:
+                self.writer.promote(store, staged, sha)
+                self._count_copied(size)
+        finally:
+            store.delete([staged])
+        return sha, location
 
     def _check_size(self, info: ObjectInfo, size: int) -> None:
         if size != info.size:
@@ -187,6 +220,10 @@ class _Copier:
             location = self.stored[sha] = (blob_key(sha), 0)
             self._count(size)
         return location, True
+
+    def _count_copied(self, size: int) -> None:
+        with self.lock:
+            self.copied_bytes += size
 
     def _count(self, size: int) -> None:
         """Call with the lock held."""
@@ -316,13 +353,14 @@ def _attempt(
     manifest.completed_at = utc_now()
     store.put(manifest)  # the commit
     log.info(
-        "snapshot %s of job %s COMPLETED at batch %d: %d files, %d bytes, %d uploaded",
+        "snapshot %s of job %s COMPLETED at batch %d: %d files, %d bytes, %d stored anew (%d of them copied by S3)",
         manifest.id,
         manifest.job,
         manifest.batch_id,
         len(files),
         manifest.total_bytes,
         manifest.uploaded_bytes,
+        copier.copied_bytes + sum(c.copier.copied_bytes for c in sink_copiers),
     )
     return manifest
 

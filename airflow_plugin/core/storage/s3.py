@@ -14,6 +14,7 @@ SHA-256 of every stored file itself)."""
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 import threading
@@ -30,6 +31,7 @@ from .base import ObjectInfo, Storage
 
 DELETE_BATCH = 1000  # the S3 DeleteObjects limit
 S3A = "spark.hadoop.fs.s3a"  # the prefix of Hadoop S3A settings as Spark conf
+MAX_COPY = 5 * 1024**3  # the largest object one CopyObject copies (UploadPartCopy above it)
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,13 @@ class S3Settings:
     def spark_conf(self, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
         """Hadoop S3A settings for a Spark process that reaches the same S3 as the engine: the endpoint (the
         settings', else boto3's variables), path-style access and plain HTTP for an endpoint of its own, the
-        region. Never credentials: S3A's default provider chain reads the AWS_* variables that `child_env`
+        region, and a SHA-256 checksum on every object it writes. Never credentials: S3A's default provider chain reads the AWS_* variables that `child_env`
         gives the process, so keys stay out of Spark's conf, its UI and its logs."""
         endpoint = self.endpoint_url or environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
         region = self.region_name or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
-        conf = {}
+        # a SHA-256 on every object S3A writes: a snapshot then copies a checkpoint's files within S3 by that
+        # checksum, without a staging copy to learn it (snapshots/create.py `_copy_in_s3`)
+        conf = {f"{S3A}.create.checksum.algorithm": "SHA256"}
         if endpoint:
             conf[f"{S3A}.endpoint"] = endpoint
             conf[f"{S3A}.path.style.access"] = "true"  # bucket names as host names need DNS an own endpoint lacks
@@ -335,6 +339,41 @@ class S3Storage(Storage):
     def upload(self, path: Path, key: str) -> None:
         with self._errors("upload to", key):
             _s3(self.settings).transfer.upload(str(path), self.bucket, self._key(key)).result()
+
+    # -- server-side copies: S3 moves the bytes, this client sends requests only
+
+    def same_service(self, other: Storage) -> bool:
+        """Whether `other` is on the same S3 service with the same access, so that a CopyObject between them
+        works (a checkpoint and a store opened by one job context are)."""
+        return (
+            isinstance(other, S3Storage)
+            and other.settings == self.settings
+            and other.client.meta.endpoint_url == self.client.meta.endpoint_url
+        )
+
+    def sha256(self, key: str) -> tuple[str | None, int]:
+        """The SHA-256 (hex) S3 keeps of a whole object, if it was written with one (a single-part upload with
+        the SHA256 checksum: S3A with `fs.s3a.create.checksum.algorithm=SHA256`, this engine's copies), and
+        its size; one HEAD request, no bytes."""
+        with self._errors("read", key):
+            head = self.client.head_object(Bucket=self.bucket, Key=self._key(key), ChecksumMode="ENABLED")
+        value = head.get("ChecksumSHA256")
+        whole = head.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT" and value and "-" not in value
+        return (base64.b64decode(value).hex() if whole else None), int(head["ContentLength"])
+
+    def copy_from(self, source: S3Storage, source_key: str, key: str) -> str | None:
+        """CopyObject `source`/`source_key` to `key` (up to MAX_COPY bytes), S3 computing the SHA-256 of what
+        it copied; returns it (hex), or None from a service that computes none (the copy is made all the
+        same). A missing source raises FileNotFoundError."""
+        with self._errors("copy to", key):
+            result = self.client.copy_object(
+                Bucket=self.bucket,
+                Key=self._key(key),
+                CopySource={"Bucket": source.bucket, "Key": source._key(source_key)},
+                ChecksumAlgorithm="SHA256",
+            )
+        value = result.get("CopyObjectResult", {}).get("ChecksumSHA256")
+        return base64.b64decode(value).hex() if value else None
 
     def download(self, key: str, path: Path, size: int | None = None) -> None:
         # `size` is not needed: the first (ranged) GET tells s3transfer the size, no HEAD request is made

@@ -4,7 +4,7 @@
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup browser demo airflow test lint format bench bench-runtime bench-delete bench-upgrade
+.PHONY: setup browser demo airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3
 
 setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -47,3 +47,6 @@ bench-delete: setup
 
 bench-upgrade: setup
 	$(UV) run --frozen python -m bench.upgrade_bench
+
+bench-s3: setup  # a snapshot of a checkpoint on S3 into a store on S3 against aws s3 sync s3 -> s3, client bytes counted
+	$(UV) run --frozen python -m bench.s3_copy_bench

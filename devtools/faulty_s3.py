@@ -3,7 +3,7 @@
 with EmbeddedS3() as s3, FaultyS3(s3.endpoint, rate=0.2, seed=7) as proxy:
     env = proxy.env()           # AWS_ENDPOINT_URL pointing at the proxy, dummy credentials
     ...
-    proxy.counts()              # requests seen, and how many got each fault
+    proxy.counts()              # requests seen, how many got each fault, body bytes each way
 
 Each request gets a fault with probability `rate` (drawn from a random.Random(seed): the n-th request the
 proxy receives gets the n-th draw, so a client that sends its requests in a fixed order meets the same
@@ -138,16 +138,26 @@ class FaultyS3:
             self._counts.clear()
 
     def counts(self, reset: bool = False) -> dict[str, int]:
-        """Requests seen ('requests'), passed on untouched ('passed'), and per fault how many got it;
-        `reset` starts counting again from zero."""
+        """Requests seen ('requests'), passed on untouched ('passed'), per fault how many got it, and the
+        body bytes that went to the server ('bytes_up') and came back ('bytes_down') through the proxy: what
+        a client moved itself; `reset` starts counting again from zero."""
         with self._lock:
-            counts = {"requests": 0, "passed": 0, **dict.fromkeys(FAULTS, 0), **self._counts}
+            zero = {"requests": 0, "passed": 0, **dict.fromkeys(FAULTS, 0), "bytes_up": 0, "bytes_down": 0}
+            counts = {**zero, **self._counts}
             if reset:
                 self._counts.clear()
             return counts
 
     def reset_counts(self) -> dict[str, int]:
         return self.counts(reset=True)
+
+    def _counted(self, send: Send, name: str) -> Send:
+        def counted(piece: bytes) -> None:
+            with self._lock:
+                self._counts[name] += len(piece)
+            send(piece)
+
+        return counted
 
     def _decide(self, method: str, target: str) -> str | None:
         with self._lock:
@@ -299,7 +309,7 @@ class _Handler(socketserver.BaseRequestHandler):
             if _status(interim) != 100:  # a final answer before the body: the client sends no body now
                 _copy_body(upstream_in, self.client.sendall, _response_framing(method, interim))
                 return False
-        _copy_body(self.client_in, upstream.sendall, request_framing)
+        _copy_body(self.client_in, self.server.proxy._counted(upstream.sendall, "bytes_up"), request_framing)
 
         response = self._final_response_head(upstream_in)
         framing = _response_framing(method, response)
@@ -318,7 +328,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 self.client.shutdown(socket.SHUT_WR)
             return False
         self.client.sendall(response)
-        _copy_body(upstream_in, self.client.sendall, framing)
+        _copy_body(upstream_in, self.server.proxy._counted(self.client.sendall, "bytes_down"), framing)
         response_headers = _parse_head(response)[2]
         closing = framing[0] == "close" or any(
             "close" in h.get("connection", "").lower() for h in (headers, response_headers)

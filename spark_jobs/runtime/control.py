@@ -20,6 +20,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BOUNDARY_POLL = 0.01  # seconds: a trigger that ends is seen within this
+MIN_BOUNDARY_WAIT = 1.0  # seconds: the least time given a running batch to finish before a stop interrupts it
+MAX_BOUNDARY_WAIT = 30.0  # ... and the most beyond the trigger interval (the engine's stop waits interval + 60 s)
+DRAIN_BOUNDARY_WAIT = 5.0  # the same for an available-now (drain) run, which has no interval
+
+
+def boundary_wait(interval: float | None, last_batch: float) -> float:
+    """How long a stop waits for the running batch to end: one trigger interval, or the last batch's
+    duration and a half when batches take longer. A query on schedule finishes its batch within the
+    interval, so the stop stays within interval + poll + a moment; one whose batches take longer (200 state
+    partitions on a small machine) is let finish the batch it is in, rather than have it interrupted and run
+    again after the restart (work that would add to an upgrade's downtime). At most MAX_BOUNDARY_WAIT
+    beyond the interval."""
+    if interval is None:
+        return DRAIN_BOUNDARY_WAIT
+    interval = max(MIN_BOUNDARY_WAIT, interval)
+    return min(max(interval, 1.5 * last_batch), interval + MAX_BOUNDARY_WAIT)
 
 
 class ControlChannel:

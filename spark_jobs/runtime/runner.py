@@ -23,7 +23,7 @@ from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, De
 from airflow_plugin.core.storage import open_storage
 
 from .args import RuntimeArgs, Trigger, parse_args
-from .control import ControlChannel, stop_at_batch_boundary
+from .control import ControlChannel, boundary_wait, stop_at_batch_boundary
 from .delivery import DeliveryPlan, DeliveryRefused, StreamingJob, plan
 from .failure import Failure, describe
 from .status import Heartbeat, ProgressListener, StatusBoard
@@ -42,8 +42,6 @@ EXIT_USAGE = 2
 EXIT_REFUSED = 3
 JOB_ARGUMENTS_REJECTED = "JOB_ARGUMENTS_REJECTED"
 DRAIN = Trigger("available-now", None)
-MIN_BOUNDARY_WAIT = 1.0  # seconds: the least time given a running batch to finish before a stop interrupts it
-DRAIN_BOUNDARY_WAIT = 5.0  # the same for an available-now (drain) run, which has no interval
 STANDBY_POLL = 0.1  # seconds between looks for the start request: the cutover waits on this
 STANDBY_LIMIT = 1800.0  # a standby nobody starts (its upgrade was abandoned) ends after this long
 
@@ -203,11 +201,8 @@ class Runner:
             self.board.promote(State.STARTING, State.RUNNING)
 
     def _boundary_wait(self) -> float:
-        """One trigger interval: a query on schedule finishes its batch within it, so the stop stays
-        within interval + poll + a moment; one that runs behind gets interrupted after it."""
-        if self.args.trigger.seconds is None:
-            return DRAIN_BOUNDARY_WAIT
-        return max(MIN_BOUNDARY_WAIT, self.args.trigger.seconds)
+        last_batch = (self.board.current.batch_duration_ms or 0) / 1000
+        return boundary_wait(self.args.trigger.seconds, last_batch)
 
     def _fail(self, failure: Failure) -> None:
         self.board.finish(State.FAILED, error_class=failure.error_class, error_message=failure.message)

@@ -115,6 +115,8 @@ def test_passes_everything_through_byte_for_byte(
     assert storage.read("chunked") == data
     counts = proxy.counts()
     assert counts["requests"] == counts["passed"] > 10
+    up, down = (11 << 20) + 7 + len(aws_chunked), (11 << 20) + 7 + 300_000 + 7  # the bodies, each way
+    assert up <= counts["bytes_up"] < up + 100_000 and down <= counts["bytes_down"] < down + 100_000, counts
 
 
 def test_faults_are_seeded(proxy: FaultyS3, bucket: str) -> None:

@@ -32,7 +32,7 @@ BUCKET = "bench-s3copy"
 REPEATS = 2
 TIME_TARGET = 0.2  # snapshot time / aws s3 sync time
 BYTES_TARGET = 0.01  # client bytes / bytes copied
-THRESHOLDS = {"default 1 MiB": 1 * MiB, "64 KiB": 64 * 1024}
+THRESHOLDS = {"default 1 MiB": 1 * MiB, "64 KiB": 64 * 1024, "0 (no packs)": 0}
 
 
 def upload_with_checksums(proxy: FaultyS3, checkpoint: Path, prefix: str) -> None:
@@ -59,6 +59,9 @@ def main() -> None:
         log(f"putting the checkpoint on S3 with SHA-256 checksums ({files} files, {mb(size)} MB)")
         upload_with_checksums(proxy, checkpoint, "checkpoint")
         source = proxy.storage(BUCKET, "checkpoint")
+        proxy.reset_counts()
+        listed = sum(1 for _ in source.list())
+        listing = proxy.reset_counts()["bytes_down"]  # what one listing of the checkpoint costs any client
         peer: list[tuple[float, dict[str, int]]] = []
         ours: dict[str, list[tuple[float, dict[str, int], Manifest]]] = {name: [] for name in THRESHOLDS}
         for rep in range(REPEATS):
@@ -70,7 +73,7 @@ def main() -> None:
             peer.append((seconds, proxy.reset_counts()))
             for name, threshold in THRESHOLDS.items():
                 log(f"engine: snapshot, pack threshold {name} ({rep + 1}/{REPEATS})")
-                store = SnapshotStore(proxy.storage(BUCKET, f"store-{name.split()[-2]}-{rep}"))
+                store = SnapshotStore(proxy.storage(BUCKET, f"store-{threshold}-{rep}"))
                 store.blobs.init_format(PackSettings(threshold=threshold))
                 proxy.reset_counts()
                 started = time.monotonic()
@@ -85,7 +88,9 @@ def main() -> None:
         "aws s3 sync s3 -> s3",
         f"{peer_s:.2f} s, {peer_counts['requests']} requests, {mb(peer_bytes)} MB through the client",
     )
+    results.row("checkpoint", "one listing of it", f"{listed} objects: {mb(listing)} MB of XML through a client")
     data: dict[str, object] = {"files": files, "bytes": size, "peer_s": round(peer_s, 3), "peer_bytes": peer_bytes}
+    data["listing_bytes"] = listing
     for name, runs in ours.items():
         seconds, counts, manifest = min(runs, key=lambda run: run[0])
         through = counts["bytes_up"] + counts["bytes_down"]
@@ -93,7 +98,8 @@ def main() -> None:
         ratio = seconds / peer_s
         detail = (
             f"{seconds:.2f} s = {ratio:.2f}x, {counts['requests']} requests, {mb(through)} MB through the client "
-            f"= {share:.1%} of the {mb(manifest.total_bytes)} MB copied"
+            f"= {share:.1%} of the {mb(manifest.total_bytes)} MB copied ({mb(through - listing)} MB without the "
+            f"listing = {(through - listing) / manifest.total_bytes:.1%})"
         )
         results.row("engine", f"snapshot, pack threshold {name}", detail)
         results.targets.append(Target(f"time / aws s3 sync ({name})", ratio, TIME_TARGET, "x"))

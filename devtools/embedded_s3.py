@@ -12,6 +12,8 @@ import os
 from types import TracebackType
 from typing import Any
 
+from airflow_plugin.core.storage import S3Settings
+
 DUMMY_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -55,12 +57,11 @@ class EmbeddedS3:
         )
 
     def s3a_conf(self) -> dict[str, str]:
-        """Spark conf for s3a:// paths on this server; the jars come from devtools.jvm.spark_conf(["s3a"])."""
+        """Spark conf for s3a:// paths on this server, keys included (for a SparkSession of a test, which has
+        no driver environment of its own); the jars come from devtools.jvm.spark_conf(["s3a"])."""
+        settings = S3Settings(endpoint_url=self.endpoint, region_name=DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"])
         return {
-            "spark.hadoop.fs.s3a.endpoint": self.endpoint,
-            "spark.hadoop.fs.s3a.endpoint.region": DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"],
-            "spark.hadoop.fs.s3a.path.style.access": "true",  # bucket names as hosts would need DNS for 127.0.0.1
-            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            **settings.spark_conf({}),  # what the engine gives a job's Spark (storage/s3.py)
             "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
             "spark.hadoop.fs.s3a.access.key": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             "spark.hadoop.fs.s3a.secret.key": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],

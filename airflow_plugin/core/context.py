@@ -33,6 +33,7 @@ from .progress import NullProgress, Progress
 from .snapshots.store import SnapshotStore
 from .sources.kafka import KafkaSettings
 from .storage import S3Settings, Storage, open_storage
+from .storage.s3 import S3A
 
 STORE_ENV = "SAVEPOINTS_STORE"
 KAFKA_ENV = "SAVEPOINTS_KAFKA_BOOTSTRAP"
@@ -202,12 +203,16 @@ class JobContext:
 
     def spark_conf(self) -> dict[str, str]:
         """What every Spark process of this job (its drivers, pre-flight, rescale) needs to reach its
-        checkpoints on s3a://: the S3A settings of the store's S3 (storage/s3.py) and the job's jars (a tool
-        gets no other conf of the job's). The job's own conf overrides them."""
+        checkpoints on s3a://: the S3A settings of the store's S3 (storage/s3.py), then the job's own S3A
+        settings and jars over them (a tool gets no other conf of the job's)."""
         if not self.spec.checkpoint_root.startswith("s3a://"):
             return {}
-        jars = {key: value for key, value in self.spec.conf.items() if key in ("spark.jars", "spark.jars.packages")}
-        return {**(self.settings.s3 or S3Settings()).spark_conf(), **jars}
+        own = {
+            key: value
+            for key, value in self.spec.conf.items()
+            if key in ("spark.jars", "spark.jars.packages") or key.startswith(S3A)
+        }
+        return {**(self.settings.s3 or S3Settings()).spark_conf(), **own}
 
     def child_args(self) -> list[str]:
         """What a launched driver needs after its own arguments: a job that declares a `kafka` table reads the

@@ -23,3 +23,21 @@ def run_tool(app_name: str, out: str, work: Callable[[SparkSession], dict[str, A
     finally:
         spark.stop()
     Path(out).write_text(json.dumps(result))
+
+
+def describe_error(exc: BaseException, limit: int = 2000) -> str:
+    """The error and, for one from the JVM, its root cause (the last 'Caused by', which Spark's own message
+    often wraps out of sight), within `limit` characters."""
+    text = str(exc)
+    cause, root = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None), None
+    for _ in range(20):  # a cause chain is short; never loop on a cyclic one
+        try:
+            cause = cause.getCause() if cause is not None else None
+        except Exception:  # not a Java object after all
+            break
+        if cause is None:
+            break
+        root = cause
+    if root is not None:
+        text = f"{text[: limit // 2]} ... caused by: {root.toString()}"
+    return text[:limit]

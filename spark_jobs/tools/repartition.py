@@ -12,7 +12,7 @@ import argparse
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from spark_jobs.tools.app import run_tool
+from spark_jobs.tools.app import describe_error, run_tool
 
 
 def repartition(spark: SparkSession, checkpoint: str, partitions: int) -> dict[str, object]:
@@ -21,9 +21,9 @@ def repartition(spark: SparkSession, checkpoint: str, partitions: int) -> dict[s
         spark._streamingCheckpointManager.repartition(checkpoint, partitions)
         result["ok"] = True
     except PySparkException as exc:
-        result.update(ok=False, error_class=exc.getCondition(), error=str(exc)[:2000])
+        result.update(ok=False, error_class=exc.getCondition(), error=describe_error(exc))
     except Exception as exc:  # a JVM error that pyspark does not map: report it, the engine decides
-        result.update(ok=False, error_class=type(exc).__name__, error=str(exc)[:2000])
+        result.update(ok=False, error_class=type(exc).__name__, error=describe_error(exc))
     return result
 
 

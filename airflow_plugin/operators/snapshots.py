@@ -89,7 +89,9 @@ class VerifySnapshotOperator(SavepointsBaseOperator):
         self.deep = deep
 
     def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
-        report = verify_snapshot(ctx.store, ctx.name, self.snapshot_id, deep=self.deep, progress=ctx.progress)
+        report = verify_snapshot(
+            ctx.store, ctx.name, self.snapshot_id, deep=self.deep, progress=ctx.progress, spark_conf=ctx.spark_conf()
+        )
         if not report.ok:
             raise AirflowFailException(
                 f"snapshot {report.snapshot} of job {ctx.name} does not verify: {'; '.join(report.problems[:5])}; "

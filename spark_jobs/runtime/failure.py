@@ -48,12 +48,32 @@ def _first_part(text: str) -> str:
     return text.split(_JVM_STACK, 1)[0].split(_QUERY_DUMP, 1)[0]
 
 
+def root_cause(exc: BaseException) -> str | None:
+    """The innermost JVM cause of a py4j or pyspark error (the last "Caused by", which Spark's own message
+    often wraps out of sight: an S3A or network error behind CANNOT_LOAD_CHECKPOINT_FILE_MANAGER), or None."""
+    cause, root = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None), None
+    for _ in range(20):  # a cause chain is short; never loop on a cyclic one
+        try:
+            cause = cause.getCause() if cause is not None else None
+        except Exception:  # not a Java object after all
+            break
+        if cause is None:
+            break
+        root = cause
+    return str(root.toString()) if root is not None else None
+
+
 def describe(exc: BaseException) -> Failure:
-    """The first error class that is not a wrapper (the cause STREAM_FAILED names) and the cause's message."""
+    """The first error class that is not a wrapper (the cause STREAM_FAILED names), the cause's message,
+    and its root cause when the message does not show it."""
     conditions = _conditions(exc)
     named = [c for c in conditions if c not in WRAPPERS]
     error_class = (named or conditions or [type(exc).__name__])[0]
     message = _first_part(str(exc)).strip()
     if _WRAPPED in message:
         message = message.split(_WRAPPED, 1)[1]
-    return Failure(error_class, (message or type(exc).__name__)[:MESSAGE_LIMIT])
+    message = message or type(exc).__name__
+    root = root_cause(exc)
+    if root and root not in message:
+        message = f"{message[: MESSAGE_LIMIT // 2]} ... caused by: {root}"
+    return Failure(error_class, message[:MESSAGE_LIMIT])

@@ -10,6 +10,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.runtime.failure import root_cause
+
 
 def run_tool(app_name: str, out: str, work: Callable[[SparkSession], dict[str, Any]]) -> None:
     spark = SparkSession.builder.appName(app_name).getOrCreate()
@@ -26,18 +28,8 @@ def run_tool(app_name: str, out: str, work: Callable[[SparkSession], dict[str, A
 
 
 def describe_error(exc: BaseException, limit: int = 2000) -> str:
-    """The error and, for one from the JVM, its root cause (the last 'Caused by', which Spark's own message
-    often wraps out of sight), within `limit` characters."""
-    text = str(exc)
-    cause, root = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None), None
-    for _ in range(20):  # a cause chain is short; never loop on a cyclic one
-        try:
-            cause = cause.getCause() if cause is not None else None
-        except Exception:  # not a Java object after all
-            break
-        if cause is None:
-            break
-        root = cause
+    """The error and, for one from the JVM, its root cause, within `limit` characters."""
+    text, root = str(exc), root_cause(exc)
     if root is not None:
-        text = f"{text[: limit // 2]} ... caused by: {root.toString()}"
+        text = f"{text[: limit // 2]} ... caused by: {root}"
     return text[:limit]

@@ -3,7 +3,8 @@ its drivers reach S3 through Hadoop's S3A with the settings the engine derives f
 in any Spark conf), and the engine snapshots and restores those checkpoints through boto3. Deploy v1, a
 live savepoint while it runs, stop-with-savepoint, the pre-flight of v2 (passes) and v3 (blocked: its state
 is incompatible) on throwaway copies on S3, v2 restored from the savepoint into a new s3a:// location, and
-every event counted exactly once at the end. Not here: rescale. Spark's repartition commits a RocksDB
+every event counted exactly once at the end; deep verify compares the live savepoint's state with the
+running original on s3a:// through Spark. Not here: rescale. Spark's repartition commits a RocksDB
 snapshot, whose files S3A uploads with copyFromLocalFile (the AWS SDK's transfer manager), and that fails
 against moto's server ("S3Exception: Status Code: 100", its answer to `Expect: 100-continue`; a plain
 create, rename and read through S3A work). The job's own RocksDB snapshot uploads (state maintenance, after
@@ -65,6 +66,9 @@ def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_eve
         own_objects = {entry.key for entry in live.files if entry.key.startswith(BLOBS)}
         # S3A wrote them with a SHA-256 (the engine's conf): one CopyObject each, none through the engine
         assert own_objects and copies["copy"] == len(own_objects), (len(own_objects), copies)
+        deep = verify_snapshot(job.store, "windowed", live.id, deep=True, spark_conf=job.spark_conf()).deep
+        assert deep is not None and deep["operators"] and not deep["problems"], deep
+        assert all(op.get("matches_original") for op in deep["operators"]), "compared with the s3a:// original"
         stopped = stop(job, savepoint=True).snapshot
         assert stopped is not None and stopped.batch_id is not None and live.batch_id is not None
         assert stopped.batch_id >= live.batch_id

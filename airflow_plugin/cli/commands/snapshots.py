@@ -133,13 +133,15 @@ def run_show(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def run_verify(args: argparse.Namespace, ctx: Context) -> Output:
+    job = ctx.snapshots_of(args.job)
     report = verify_snapshot(
-        ctx.store(args.job),
+        job.store,
         args.job,
         args.id,
         deep=args.deep,
         progress=ctx.settings.progress,
         concurrency=ctx.settings.concurrency,
+        spark_conf=job.spark_conf(),
     )
 
     def human() -> None:

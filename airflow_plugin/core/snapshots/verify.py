@@ -18,7 +18,7 @@ from ..progress import NullProgress, Progress
 from ..spark_app import run_spark_tool
 from ..storage import LocalStorage, sha256_file
 from .blobs import IN_MEMORY, checksum_problem
-from .manifest import FileEntry, SnapshotStatus, utc_now
+from .manifest import FileEntry, Manifest, SnapshotStatus, utc_now
 from .restore import execute_restore, plan_restore
 from .store import SnapshotStore
 
@@ -50,7 +50,11 @@ def verify_snapshot(
     deep: bool = False,
     progress: Progress | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
+    spark_conf: dict[str, str] | None = None,
 ) -> VerifyReport:
+    """Check every stored file against its checksum; `deep`: Spark also reads the state of a restored copy
+    and compares it with the original checkpoint's, with `spark_conf` (the job's: S3A for an original on
+    s3a://, context.py `JobContext.spark_conf`)."""
     manifest = store.get(job, snapshot_id)
     if manifest.status is not SnapshotStatus.COMPLETED:
         raise Refused(
@@ -86,7 +90,7 @@ def verify_snapshot(
     finally:
         progress.finish()
     if deep and report.ok:
-        report.deep = _deep(store, job, manifest.id, manifest.batch_id, manifest.source, concurrency)
+        report.deep = _deep(store, job, manifest, concurrency, spark_conf or {})
         report.problems.extend(report.deep.get("problems", []))
     report.seconds = round(time.monotonic() - started, 3)
     # read again right before writing: a repack may have moved contents while this ran (retention/repack.py)
@@ -97,8 +101,9 @@ def verify_snapshot(
 
 
 def _deep(
-    store: SnapshotStore, job: str, snapshot_id: str, batch_id: int | None, original: str, concurrency: int
+    store: SnapshotStore, job: str, manifest: Manifest, concurrency: int, spark_conf: dict[str, str]
 ) -> dict[str, Any]:
+    snapshot_id, batch_id, original = manifest.id, manifest.batch_id, manifest.source
     with tempfile.TemporaryDirectory(prefix="savepoints-deep-") as tmp:
         scratch = LocalStorage(Path(tmp) / "checkpoint")
         # a scratch copy that Spark only reads: no sink written, no source read
@@ -108,5 +113,5 @@ def _deep(
         args = ["--checkpoint", str(scratch.root), "--batch", str(batch_id), "--out", str(result_file)]
         if original:
             args += ["--original", original]
-        run_spark_tool("state_check", args, conf=plan.spark_conf)
+        run_spark_tool("state_check", args, conf={**spark_conf, **plan.spark_conf})
         return json.loads(result_file.read_text())

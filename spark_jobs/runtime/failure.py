@@ -64,8 +64,8 @@ def root_cause(exc: BaseException) -> str | None:
 
 
 def describe(exc: BaseException) -> Failure:
-    """The first error class that is not a wrapper (the cause STREAM_FAILED names), the cause's message,
-    and its root cause when the message does not show it."""
+    """The first error class that is not a wrapper (the cause STREAM_FAILED names) and the cause's message,
+    its first line naming the JVM root cause where there is one."""
     conditions = _conditions(exc)
     named = [c for c in conditions if c not in WRAPPERS]
     error_class = (named or conditions or [type(exc).__name__])[0]
@@ -74,6 +74,7 @@ def describe(exc: BaseException) -> Failure:
         message = message.split(_WRAPPED, 1)[1]
     message = message or type(exc).__name__
     root = root_cause(exc)
-    if root and root not in message:
-        message = f"{message[: MESSAGE_LIMIT // 2]} ... caused by: {root}"
+    if root and root not in message.split("\n", 1)[0]:  # a JVM trace names it too, but far down
+        first, _, rest = message.partition("\n")
+        message = f"{first} (caused by: {root})" + (f"\n{rest}" if rest else "")
     return Failure(error_class, message[:MESSAGE_LIMIT])

@@ -32,5 +32,5 @@ def test_the_root_cause_is_named_after_the_message() -> None:
     chain = _Java("SparkException: CANNOT_LOAD", _Java("IOException: init", _Java("SdkClientException: refused")))
     failure = describe(_Py4JJavaError("[CANNOT_LOAD_CHECKPOINT_FILE_MANAGER.UNCATEGORIZED] Error loading", chain))
     assert failure.error_class == "CANNOT_LOAD_CHECKPOINT_FILE_MANAGER.UNCATEGORIZED"
-    assert failure.message.endswith("... caused by: SdkClientException: refused")
+    assert failure.message.splitlines()[0].endswith("(caused by: SdkClientException: refused)")
     assert root_cause(ValueError("plain")) is None and describe(ValueError("plain")).message == "plain"

@@ -16,7 +16,7 @@ from ..errors import Refused
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
 from ..spark_app import run_spark_tool
-from ..storage import LocalStorage, sha256_file
+from ..storage import LocalStorage, open_storage, sha256_file, spark_uri
 from .blobs import IN_MEMORY, checksum_problem
 from .manifest import FileEntry, Manifest, SnapshotStatus, utc_now
 from .restore import execute_restore, plan_restore
@@ -111,7 +111,7 @@ def _deep(
         execute_restore(store, plan, concurrency=concurrency)
         result_file = Path(tmp) / "result.json"
         args = ["--checkpoint", str(scratch.root), "--batch", str(batch_id), "--out", str(result_file)]
-        if original:
-            args += ["--original", original]
+        if original:  # as Spark spells it: s3a:// for a checkpoint the engine recorded as s3://
+            args += ["--original", spark_uri(open_storage(original))]
         run_spark_tool("state_check", args, conf={**spark_conf, **plan.spark_conf})
         return json.loads(result_file.read_text())

@@ -27,7 +27,6 @@ from ..errors import IntegrityError, Refused
 from ..layout import FORMAT, blob_key, pack_key, staging_key
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..storage import S3Storage, Storage
-from ..storage.s3 import MAX_COPY
 from .manifest import FileEntry
 
 STORE_FORMAT = 2
@@ -239,9 +238,7 @@ class BlobWriter:
     def copies_from(self, source: Storage, size: int) -> S3Storage | None:
         """The store as an S3Storage that can copy this file from `source` itself, or None."""
         store = self.storage
-        if isinstance(store, S3Storage) and store.same_service(source) and size <= MAX_COPY:
-            return store
-        return None
+        return store if isinstance(store, S3Storage) and store.copies_within(source, size) else None
 
     def copy_known(self, store: S3Storage, source: S3Storage, key: str, sha256: str) -> bool:
         """Copy a file whose SHA-256 S3 already told (`S3Storage.sha256`) to its blob; False (and nothing

@@ -34,7 +34,6 @@ from ..sinks import FILE, GUARDED
 from ..sinks import file as file_sink
 from ..sources.kafka import KafkaSettings
 from ..storage import S3Storage, Storage, open_storage, sha256_file, spark_uri
-from ..storage.s3 import MAX_COPY
 from . import source_guard
 from .blobs import IN_MEMORY, checksum_problem
 from .manifest import SINK_LOGS, FileEntry, Manifest, SnapshotStatus, sink_log_prefix
@@ -269,8 +268,8 @@ def execute_restore(
     try:
         target.delete(plan.removals)
         for batch in (first, last):
-            copied = [f for f in batch if writer.copies(store, f)]  # within S3: no bytes through here
-            batch = [f for f in batch if not writer.copies(store, f)]
+            within = {f.path for f in batch if writer.copies(store, f)}  # within S3: no bytes through here
+            copied, batch = [f for f in batch if f.path in within], [f for f in batch if f.path not in within]
             for entry in run_parallel(lambda e: writer.copy(store, e), copied, concurrency=concurrency):
                 progress.advance(entry.size)
             small = [f for f in batch if f.size <= IN_MEMORY]
@@ -342,9 +341,8 @@ class _Writer:
         target = self.plan.target
         return (
             isinstance(target, S3Storage)
-            and target.same_service(store.storage)
+            and target.copies_within(store.storage, entry.size)
             and entry.key == blob_key(entry.sha256)
-            and entry.size <= MAX_COPY
             and entry.path not in self.plan.rewrites
         )
 

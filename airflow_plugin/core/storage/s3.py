@@ -352,6 +352,11 @@ class S3Storage(Storage):
             and other.client.meta.endpoint_url == self.client.meta.endpoint_url
         )
 
+    def copies_within(self, other: Storage, size: int) -> bool:
+        """Whether one CopyObject between `other` and this storage can move `size` bytes (same service, at
+        most MAX_COPY): the one test both snapshot and restore apply before copying within S3."""
+        return size <= MAX_COPY and self.same_service(other)
+
     def sha256(self, key: str) -> tuple[str | None, int]:
         """The SHA-256 (hex) S3 keeps of a whole object, if it was written with one (a single-part upload with
         the SHA256 checksum: S3A with `fs.s3a.create.checksum.algorithm=SHA256`, this engine's copies), and

@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from airflow_plugin.core.sinks.delta import SESSION_CONF as DELTA_SESSION_CONF
+
 ROOT = Path(__file__).resolve().parents[1]
 POM_DIR = Path(__file__).resolve().parent / "jvm"
 CACHE_DIR = ROOT / ".jvm"
@@ -57,10 +59,7 @@ GROUPS: dict[str, Group] = {
     "delta": Group(
         "io.delta:delta-spark_4.2_2.13 (Delta Lake)",
         on_spark=True,
-        spark_conf={
-            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        },
+        spark_conf=DELTA_SESSION_CONF,
     ),
 }
 

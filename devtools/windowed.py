@@ -32,14 +32,15 @@ def write_jobs_file(
     conf: dict[str, str] | None = None,
     table: str = "",
     checkpoint_root: str = "checkpoints",
+    sink_args: tuple[str, ...] = ("--output", "output"),
 ) -> Path:
     """A jobs file whose job reads `<directory>/input` (or what `source_args` say), writes `<directory>/output`,
     keeps logs (and checkpoints, unless `checkpoint_root` says where) under `directory`, and declares the
     example versions (the windowed job's, or those in `apps`). `conf` adds Spark confs, `table` lines to the
-    job's table (its `kafka`)."""
+    job's table (its `kafka`), `sink_args` where the output goes instead (`--sink delta --output s3a://...`)."""
     declared = "\n".join(f'versions.{v} = {{ application = "{apps / v}.py" }}' for v in versions)
     confs = {"spark.sql.shuffle.partitions": str(partitions), **SPARK_UI, **(conf or {})}
-    args = ", ".join(f'"{arg}"' for arg in (*source_args, "--output", "output"))
+    args = ", ".join(f'"{arg}"' for arg in (*source_args, *sink_args))
     path = directory / "jobs.toml"
     directory.mkdir(parents=True, exist_ok=True)
     path.write_text(

@@ -32,6 +32,7 @@ from .parallel import DEFAULT_CONCURRENCY
 from .progress import NullProgress, Progress
 from .snapshots.store import SnapshotStore
 from .sources.kafka import KafkaSettings
+from .spark_app import SparkAccess
 from .storage import S3Settings, Storage, open_storage
 from .storage.s3 import S3A
 
@@ -202,17 +203,21 @@ class JobContext:
         return self.settings.s3.child_env() if self.settings.s3 else {}
 
     def spark_conf(self) -> dict[str, str]:
-        """What every Spark process of this job (its drivers, pre-flight, rescale) needs to reach its
-        checkpoints on s3a://: the S3A settings of the store's S3 (storage/s3.py), then the job's own S3A
-        settings and jars over them (a tool gets no other conf of the job's)."""
-        if not self.spec.checkpoint_root.startswith("s3a://"):
-            return {}
+        """What every Spark process of this job (its drivers, pre-flight, rescale, a sink's rewind) needs
+        besides its own conf: the job's jars and S3A settings, under them the S3A settings of the store's S3
+        (storage/s3.py) when its checkpoints or the store are on S3 (its sink may be too). Never a key."""
         own = {
             key: value
             for key, value in self.spec.conf.items()
             if key in ("spark.jars", "spark.jars.packages") or key.startswith(S3A)
         }
+        if not self.spec.checkpoint_root.startswith("s3a://") and self.settings.s3 is None:
+            return own
         return {**(self.settings.s3 or S3Settings()).spark_conf(), **own}
+
+    def spark_access(self) -> SparkAccess:
+        """The conf and environment of a Spark tool that works on this job's locations."""
+        return SparkAccess(self.spark_conf(), self.child_env())
 
     def child_args(self) -> list[str]:
         """What a launched driver needs after its own arguments: a job that declares a `kafka` table reads the

@@ -10,12 +10,22 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import LaunchFailed, SparkToolFailed
 
 SPARK_MASTER_ENV = "SAVEPOINTS_SPARK_MASTER"
 LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class SparkAccess:
+    """What a Spark tool working on a job's locations needs: the job's Spark conf (its jars, S3A settings;
+    no key) and the environment that carries the store's credentials (never printed)."""
+
+    conf: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def tool_path(name: str) -> Path:

@@ -34,6 +34,7 @@ class SourceKind(StrEnum):
 
 class SinkKind(StrEnum):
     FILE = "file"  # the file sink logs committed batch ids in <output>/_spark_metadata and skips replays
+    DELTA = "delta"  # a Delta table records (query id, batch id) in each commit and skips replays
     IDEMPOTENT_FOREACH_BATCH = "idempotent-foreach-batch"  # foreachBatch that overwrites by batch id
     NOOP = "noop"  # writes nothing
     KAFKA = "kafka"  # no transactions: a replayed batch is produced again
@@ -46,7 +47,7 @@ class SinkKind(StrEnum):
 
 REWINDABLE = frozenset({SourceKind.FILE, SourceKind.KAFKA, SourceKind.RATE, SourceKind.DELTA})
 NOT_REWINDABLE = frozenset({SourceKind.SOCKET, SourceKind.MEMORY})
-IDEMPOTENT = frozenset({SinkKind.FILE, SinkKind.IDEMPOTENT_FOREACH_BATCH, SinkKind.NOOP})
+IDEMPOTENT = frozenset({SinkKind.FILE, SinkKind.DELTA, SinkKind.IDEMPOTENT_FOREACH_BATCH, SinkKind.NOOP})
 
 _WHY_NOT_IDEMPOTENT = {
     SinkKind.KAFKA: "the Kafka sink has no transactions: a batch replayed after a failure is produced again "

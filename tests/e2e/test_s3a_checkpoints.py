@@ -1,10 +1,13 @@
-"""A managed job whose checkpoints live on S3 (checkpoint_root = "s3a://..."), on the embedded S3 server:
-its drivers reach S3 through Hadoop's S3A with the settings the engine derives from the store's S3 (no key
-in any Spark conf), and the engine snapshots and restores those checkpoints through boto3. Deploy v1, a
-live savepoint while it runs, stop-with-savepoint, the pre-flight of v2 (passes) and v3 (blocked: its state
-is incompatible) on throwaway copies on S3, v2 restored from the savepoint into a new s3a:// location, and
-every event counted exactly once at the end; deep verify compares the live savepoint's state with the
-running original on s3a:// through Spark. Not here: rescale. Spark's repartition commits a RocksDB
+"""A managed job whose checkpoints live on S3 (checkpoint_root = "s3a://...") and whose sink is a Delta
+table on S3, on the embedded S3 server: its drivers reach S3 through Hadoop's S3A with the settings the
+engine derives from the store's S3 (no key in any Spark conf), and the engine snapshots and restores those
+checkpoints through boto3. Deploy v1, a live savepoint while it runs, stop-with-savepoint, the pre-flight
+of v2 (passes) and v3 (blocked: its state is incompatible) on throwaway copies on S3, v2 restored from the
+savepoint into a new s3a:// location; v2 commits batches to the table, then the rollback to the savepoint:
+a restore behind the table is refused, the rollback rewinds the table with Delta's RESTORE and gives the
+restored query a new id, and at the end every event is counted exactly once, by v1 alone (v2's batches
+were undone and written again). Deep verify compares the live savepoint's state with the running original
+on s3a:// through Spark. Not here: rescale. Spark's repartition commits a RocksDB
 snapshot, whose files S3A uploads with copyFromLocalFile (the AWS SDK's transfer manager), and that fails
 against moto's server ("S3Exception: Status Code: 100", its answer to `Expect: 100-continue`; a plain
 create, rename and read through S3A work). The job's own RocksDB snapshot uploads (state maintenance, after
@@ -13,6 +16,7 @@ create, rename and read through S3A work). The job's own RocksDB snapshot upload
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -21,18 +25,22 @@ from typing import Any
 import pytest
 
 from airflow_plugin.core.context import Settings
-from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.errors import Refused, SavepointsError
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.preflight import preflight
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill, stop
+from airflow_plugin.core.jobs.upgrade import rollback
 from airflow_plugin.core.layout import BLOBS
+from airflow_plugin.core.sinks import DELTA
+from airflow_plugin.core.sinks import delta as delta_sink
 from airflow_plugin.core.snapshots.blobs import PackSettings
+from airflow_plugin.core.snapshots.restore import plan_restore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
 from devtools import jvm
-from devtools.windowed import Feeder, batches, processed, wait_for, wait_output_complete, write_jobs_file
-from spark_jobs.jobs.windowed.output import read_output, summarize
+from devtools.windowed import Feeder, batches, processed, wait_for, write_jobs_file
+from spark_jobs.jobs.windowed.output import read_table, summarize
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -43,10 +51,17 @@ def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_eve
 ) -> None:
     bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
     s3_server.create_bucket(bucket)
-    root = f"s3a://{bucket}/checkpoints"
-    s3a_jars = str(jvm.link("s3a") / "*.jar")  # what `make setup` links (resolved with Maven if need be)
-    jobs_file = write_jobs_file(tmp_path, s3_store, checkpoint_root=root, conf={"spark.jars": s3a_jars})
+    root, output = f"s3a://{bucket}/checkpoints", f"s3a://{bucket}/output"
+    jars = ",".join(str(jvm.link(group) / "*.jar") for group in ("s3a", "delta"))  # what `make setup` links
+    jobs_file = write_jobs_file(
+        tmp_path,
+        s3_store,
+        checkpoint_root=root,
+        sink_args=("--sink", "delta", "--output", output),
+        conf={"spark.jars": jars, **delta_sink.SESSION_CONF},
+    )
     job = Settings(jobs_file=str(jobs_file)).resolve().job("windowed")
+    table = open_storage(f"s3://{bucket}/output")
     assert "spark.hadoop.fs.s3a.endpoint" in job.spark_conf()
     assert not any("secret" in key or "access.key" in key for key in job.spark_conf()), "keys stay in the env"
     job.store.blobs.init_format(PackSettings(threshold=1000))  # the offsets files (1 KB): each its own object
@@ -80,22 +95,41 @@ def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_eve
         blocked = preflight(job, stopped.id, "v3")
         assert not blocked.passed and blocked.error_class == "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", blocked
 
+        [sink] = stopped.sinks
+        assert sink["kind"] == DELTA and sink["location"] == output, stopped.sinks
+        assert sink["version"] == max(delta_sink.commit_keys(table)), "the table as the stop left it"
+
         v2 = deploy(job, DeployRequest("v2", restore=stopped.id))
         assert v2.checkpoint.startswith(f"{root}/windowed/") and v2.restored_from == stopped.id
         assert batches(v2.checkpoint, "commits")[-1] >= stopped.batch_id  # the restore wrote to S3
         feeder.round()
-        feeder.flush()
-        wait_for(lambda: processed(v2.checkpoint, feeder.rounds), "v2 to process everything on s3a")
+        wait_for(lambda: processed(v2.checkpoint, feeder.rounds), "v2 to process a round on s3a")
         first_own = min(b for b in batches(v2.checkpoint, "commits") if b > stopped.batch_id)
         assert first_own == stopped.batch_id + 1
-        wait_output_complete(tmp_path / "output", feeder.events)
+        assert delta_sink.last_batch(table, stopped.query_id or "") > stopped.batch_id, "v2 wrote the table"
+
+        # the table is ahead of the savepoint: a restore would let Delta skip v2's batches
+        with pytest.raises(Refused, match=rf"Delta table {output} holds batches .*--rewind-sink"):
+            plan_restore(job.store, "windowed", stopped.id, job.open(f"{root}/probe"), open_location=job.open)
+        rolled = rollback(job, stopped.id)  # as the upgrade DAG's rollback: with the rewind
+        assert rolled.deployment is not None and rolled.deployment.version == "v1"
+        restored_id = json.loads(open_storage(rolled.deployment.checkpoint).read("metadata"))["id"]
+        assert restored_id != stopped.query_id, "a new query id, or Delta would skip the rewound batches"
+        assert delta_sink.restored_versions(table) == [sink["version"]], "Delta's RESTORE, once"
+        after = delta_sink.writes_after(table, sink["version"])  # v2's writes undone; v1 writes under its new id
+        assert {w.query_id for w in after} <= {restored_id}, after
+        feeder.round()
+        feeder.flush()
+        wait_for(lambda: processed(rolled.deployment.checkpoint, feeder.rounds), "v1 to process everything again")
+        wait_for(lambda: summarize(read_table(table)).events >= feeder.events, "the last windows in the table")
         stop(job)
     finally:
         for deployment in job.deployments.list("windowed"):
             with contextlib.suppress(SavepointsError):
                 kill(job, deployment.id)
-    summary = summarize(read_output(tmp_path / "output"))
+    summary = summarize(read_table(table))
     assert summary.events == feeder.events, "every event counted exactly once"
     assert summary.duplicates == []
+    assert set(summary.versions) == {"v1"}, "v2's batches were undone and written again by v1"
     assert not (tmp_path / "checkpoints").exists(), "no checkpoint went to local disk"
     assert list(open_storage(f"s3://{bucket}/checkpoints").list()), "the checkpoints are on S3"

@@ -200,6 +200,7 @@ def _restore(args: argparse.Namespace, ctx: Context, job: JobContext) -> Output:
         open_location=ctx.open,
         kafka=ctx.kafka(args.job),
         accept_source_gap=args.accept_source_gap,
+        spark=job.spark_access(),
     )
     if args.dry_run:
         result = plan.describe()

@@ -121,6 +121,7 @@ def _plan(
         kafka=ctx.kafka,
         accept_source_gap=accept_source_gap,
         onto=onto,
+        spark=ctx.spark_access(),
     )
 
 

@@ -4,7 +4,8 @@ records are lost and (stateful queries) the state versions they should have writ
 snapshot of a managed job records where its sinks are, and every restore checks that no sink is ahead of
 it (the guard), or rewinds the sink first (`--rewind-sink`).
 
-Which sinks are understood (guarded and rewindable) is `GUARDED`; a managed job's sink is what Spark
+Which sinks are understood (guarded and rewindable) is `GUARDED`: the file sink (file.py) and Delta
+tables (delta.py); a managed job's sink is what Spark
 itself reports in the query's progress (`sink.description`), recorded by the job runtime in its status."""
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ import re
 from dataclasses import dataclass
 
 FILE = "file"
+DELTA = "delta"
 UNGUARDED = "unguarded"  # a sink the engine does not understand: recorded by Spark's description, not checked
-GUARDED = (FILE,)  # sinks whose position a snapshot records and a restore checks
-_DESCRIPTIONS = {FILE: re.compile(r"^FileSink\[(?P<location>.+)\]$")}
+GUARDED = (FILE, DELTA)  # sinks whose position a snapshot records and a restore checks
+_DESCRIPTIONS = {
+    FILE: re.compile(r"^FileSink\[(?P<location>.+)\]$"),
+    DELTA: re.compile(r"^DeltaSink\[(?P<location>.+)\]$"),
+}
 
 
 @dataclass(frozen=True)

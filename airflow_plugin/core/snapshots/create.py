@@ -28,7 +28,8 @@ from ..errors import CheckpointChanged, CheckpointError, SavepointsError
 from ..layout import blob_key, check_name
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
-from ..sinks import FILE, SinkRef
+from ..sinks import DELTA, FILE, SinkRef
+from ..sinks import delta as delta_sink
 from ..sinks import file as file_sink
 from ..storage import ObjectInfo, S3Storage, Storage, copy_and_hash, open_storage
 from .blobs import BlobWriter
@@ -336,7 +337,7 @@ def _attempt(
     manifest.spark_conf = point.spark_conf
     manifest.restore_conf = point.restore_conf
     manifest.operators = point.operators
-    sink_copiers = _record_sinks(manifest, request.sinks, point.batch_id, open_location, copier)
+    sink_copiers = _record_sinks(manifest, request.sinks, open_location, copier)
     writer.flush()  # the last pack: every content the manifest references is stored before the commit
     files = sorted([*files, *(f for c in sink_copiers for f in c.files)], key=lambda f: f.path)
     manifest.files = files
@@ -374,14 +375,15 @@ class _SinkCopy:
 def _record_sinks(
     manifest: Manifest,
     sinks: tuple[SinkRef, ...],
-    batch_id: int,
     open_location: Callable[[str], Storage],
     copier: _Copier,
 ) -> list[_SinkCopy]:
-    """Record each sink; of a file sink also its position and its log as it was at `batch_id` (copied into
-    the snapshot under `sink_log_prefix`), so that a restore can check it and rewind it."""
+    """Record each sink and where it stood at the snapshot: of a file sink its position and its log as it
+    was at the batch (copied into the snapshot under `sink_log_prefix`), of a Delta table the table version
+    holding the query's batches up to the sink bound; so that a restore can check it and rewind it."""
     manifest.sinks = []
     copies = []
+    batch_id, bound = cast(int, manifest.batch_id), manifest.sink_bound
     for index, sink in enumerate(sinks):
         record: dict[str, Any] = {"kind": sink.kind, "location": sink.location}
         if sink.kind == FILE:
@@ -395,6 +397,12 @@ def _record_sinks(
                 raise CheckpointChanged(f"file sink {sink.location}: {exc}") from None
             copies.append(_SinkCopy(sink_copier, copied))
             record |= {"last_batch_id": file_sink.position(output), "log": prefix}
+        elif sink.kind == DELTA and manifest.query_id and bound is not None:
+            table = open_location(sink.location)
+            record |= {
+                "last_batch_id": delta_sink.last_batch(table, manifest.query_id),
+                "version": delta_sink.version_at(table, manifest.query_id, bound),
+            }
         manifest.sinks.append(record)
     return copies
 

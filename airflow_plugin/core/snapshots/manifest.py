@@ -160,7 +160,8 @@ class Manifest:
     spark_conf: dict[str, str] = field(default_factory=dict)  # pinned by Spark in offsets/N
     restore_conf: dict[str, str] = field(default_factory=dict)  # a restored query must set these itself
     operators: list[dict[str, Any]] = field(default_factory=list)
-    # kind, location; a file sink also last_batch_id (when snapshotted) and log (the prefix of its log files)
+    # kind, location; a file sink also last_batch_id (when snapshotted) and log (the prefix of its log files);
+    # a Delta table also last_batch_id (of the query) and version (the table version at the sink bound)
     sinks: list[dict[str, Any]] = field(default_factory=list)
     files: list[FileEntry] = field(default_factory=list)
     total_bytes: int = 0
@@ -209,6 +210,16 @@ class Manifest:
                 f"manifest {where} is corrupt ({exc}): delete the snapshot or restore the manifest from a backup"
             ) from None
         return manifest
+
+    @property
+    def sink_bound(self) -> int | None:
+        """The last batch a sink may have committed for a restore of this snapshot to be safe. A stateful
+        query must re-run every batch after N: a batch the sink skips never writes its state version, and
+        the next batch fails to load it. A stateless one may find its pending batch N+1 committed (it is
+        replayed with the same offsets, so skipping it loses nothing)."""
+        if self.operators or self.pending_batch_id is None:
+            return self.batch_id
+        return self.pending_batch_id
 
     def source_positions(self) -> list[SourcePosition]:
         """Where each source stood at batch N: the next offsets to read (Kafka: per topic and partition)."""

@@ -17,6 +17,7 @@ Over 300 lines: planning (plain and incremental, the sink guard) and executing a
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import tempfile
@@ -30,9 +31,11 @@ from ..errors import IntegrityError, Refused, SavepointsError, StoreUnavailable
 from ..layout import blob_key
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
-from ..sinks import FILE, GUARDED
+from ..sinks import DELTA, FILE, GUARDED
+from ..sinks import delta as delta_sink
 from ..sinks import file as file_sink
 from ..sources.kafka import KafkaSettings
+from ..spark_app import SparkAccess
 from ..storage import S3Storage, Storage, open_storage, sha256_file, spark_uri
 from . import source_guard
 from .blobs import IN_MEMORY, checksum_problem
@@ -41,6 +44,7 @@ from .store import SnapshotStore
 
 # transformWithState operator metadata v2 holds absolute schema file paths: state/<op>/_metadata/v2/<b>
 _ABSOLUTE_PATH_FILE = re.compile(r"^state/\d+/_metadata/v2/\d+$")
+METADATA = "metadata"  # the query's id: {"id": ...}
 _SCHEMA_PATH = re.compile(r'"([^"]*?)(/state/\d+/_stateSchema/[^"]*)"')
 
 
@@ -53,7 +57,8 @@ class RestorePlan:
     dropped: list[str] = field(default_factory=list)  # stale checksums of rewritten files
     spark_conf: dict[str, str] = field(default_factory=dict)  # the restored query must set these
     warnings: list[str] = field(default_factory=list)
-    rewinds: list[tuple[Storage, file_sink.Rewind]] = field(default_factory=list)  # sinks moved back first
+    rewinds: list[tuple[Storage, file_sink.Rewind | delta_sink.Rewind]] = field(default_factory=list)  # first
+    query_id: str | None = None  # the restored query's new id (a rewound Delta sink); None: the snapshot's
     onto: Manifest | None = None  # incremental: the snapshot the target already holds a restore of
     removals: list[str] = field(default_factory=list)  # incremental: files of `onto` this snapshot lacks
     unchanged: int = 0  # incremental: files already in place
@@ -82,6 +87,7 @@ class RestorePlan:
             "spark_conf": self.spark_conf,
             "warnings": self.warnings,
             "sink_rewinds": [rewind.describe() for _, rewind in self.rewinds],
+            **({"new_query_id": self.query_id} if self.query_id else {}),
             **({"onto": self.onto.id, "unchanged": self.unchanged, "removed": len(self.removals)} if self.onto else {}),
             "sources": self.sources.check.to_dict() if self.sources.check else None,
             "accepted_source_gap": self.sources.accepted_gap,
@@ -101,6 +107,7 @@ def plan_restore(
     kafka: KafkaSettings | None = None,
     accept_source_gap: bool = False,
     check_sources: bool = True,
+    spark: SparkAccess | None = None,
 ) -> RestorePlan:
     """Check everything and return what a restore would do; nothing is written. A sink that committed
     batches beyond the snapshot is refused (see sinks/) unless `rewind_sink`: then the plan also moves the
@@ -109,7 +116,8 @@ def plan_restore(
     restore the target holds (an incremental restore, see the module doc). Kafka positions whose records
     the broker (`kafka`) no longer holds are refused (source_guard.py) unless `accept_source_gap`;
     `check_sources=False` for copies that never read a source (deep verify) or are checked again before
-    they start (an upgrade's early restore)."""
+    they start (an upgrade's early restore). `spark`: the job's Spark conf and environment, for a rewind that
+    runs Spark (a Delta table's RESTORE)."""
     manifest = _completed(store, job, snapshot_id)
     plan = RestorePlan(manifest, target, [])
     plan.files, plan.dropped, plan.rewrites = _checkpoint_files(manifest)
@@ -131,7 +139,9 @@ def plan_restore(
         plan.sources = source_guard.guard(store, manifest, kafka, accept_gap=accept_source_gap)
         plan.warnings += plan.sources.warnings()
     if check_sinks:
-        _guard_sinks(store, plan, rewind_sink, open_location)
+        _guard_sinks(store, plan, rewind_sink, open_location, spark)
+    if plan.query_id is not None:
+        plan.warnings = [w for w in plan.warnings if not w.startswith("the restored query keeps query id")]
     return plan
 
 
@@ -192,43 +202,37 @@ def _plan_incremental(plan: RestorePlan, onto: Manifest) -> None:
     plan.files = changed
 
 
-def sink_bound(manifest: Manifest) -> int | None:
-    """The last batch a sink may have committed for a restore of `manifest` to be safe. A stateful query
-    must re-run every batch after N: a batch the sink skips never writes its state version, and the next
-    batch fails to load it. A stateless one may find its pending batch N+1 committed (it is replayed with
-    the same offsets, so skipping it loses nothing)."""
-    if manifest.operators or manifest.pending_batch_id is None:
-        return manifest.batch_id
-    return manifest.pending_batch_id
-
-
 def _guard_sinks(
-    store: SnapshotStore, plan: RestorePlan, rewind: bool, open_location: Callable[[str], Storage]
+    store: SnapshotStore,
+    plan: RestorePlan,
+    rewind: bool,
+    open_location: Callable[[str], Storage],
+    spark: SparkAccess | None,
 ) -> None:
     manifest = plan.manifest
-    bound = sink_bound(manifest)
+    bound = manifest.sink_bound
     for index, sink in enumerate(manifest.sinks):
         kind, location = sink.get("kind", FILE), sink["location"]
         if kind not in GUARDED:
             plan.warnings.append(f"sink {location} is not guarded (only {', '.join(GUARDED)} sinks are checked)")
             continue
+        if bound is None:
+            continue
+        if kind == DELTA:
+            _guard_delta(plan, sink, open_location(location), bound, rewind, spark)
+            continue
         output = open_location(location)
         position = file_sink.position(output)
-        if position is None or bound is None or position <= bound:
+        if position is None or position <= bound:
             continue
         skipped = f"{bound + 1}..{position}" if position > bound + 1 else str(position)
         if not rewind:
-            consequence = (
-                "their state is never written, so the restored query fails on its first new batch"
-                if manifest.operators
-                else "their new records would be lost"
-            )
-            raise Refused(
-                f"file sink {location} has committed batch {position}, beyond batch {bound} of snapshot "
-                f"{manifest.id}: a restore would skip batches {skipped} as already written ({consequence}). "
-                "Rewind the sink with --rewind-sink (its output after batch "
-                f"{bound} is moved aside into {location.rstrip('/')}/{file_sink.QUARANTINE} and written again), "
-                "or restore a newer snapshot; nothing was written"
+            raise _sink_ahead(
+                manifest,
+                f"file sink {location} has committed batch {position}",
+                skipped,
+                f"its output after batch {bound} is moved aside into {location.rstrip('/')}/{file_sink.QUARANTINE} "
+                "and written again",
             )
         saved = _saved_sink_log(store, manifest, index)
         rewind_plan = file_sink.plan_rewind(output, saved, bound, manifest.id)
@@ -237,6 +241,65 @@ def _guard_sinks(
             f"file sink {location} is rewound to batch {bound}: batches {skipped} "
             f"({len(rewind_plan.data)} data files) move to {rewind_plan.describe()['quarantine']} and run again"
         )
+
+
+def _sink_ahead(manifest: Manifest, what: str, skipped: str, rewound: str) -> Refused:
+    """The guard's refusal: what the sink holds beyond the snapshot, what a restore would do, the way out."""
+    consequence = (
+        "their state is never written, so the restored query fails on its first new batch"
+        if manifest.operators
+        else "their new records would be lost"
+    )
+    return Refused(
+        f"{what}, beyond batch {manifest.sink_bound} of snapshot {manifest.id}: a restore would skip batches "
+        f"{skipped} as already written ({consequence}). Rewind the sink with --rewind-sink ({rewound}), "
+        "or restore a newer snapshot; nothing was written"
+    )
+
+
+def _guard_delta(
+    plan: RestorePlan,
+    sink: dict[str, Any],
+    table: Storage,
+    bound: int,
+    rewind: bool,
+    spark: SparkAccess | None,
+) -> None:
+    """A Delta table is ahead when it holds streaming writes made after the snapshot's table version."""
+    location, version = sink["location"], sink.get("version")
+    if version is None:
+        if delta_sink.is_table(table):
+            raise Refused(
+                f"Delta table {location} did not exist at snapshot {plan.manifest.id}, and a rewind cannot take "
+                "it back to before its first version: move the table aside (or restore a newer snapshot); "
+                "nothing was written"
+            )
+        return
+    writes = delta_sink.writes_after(table, int(version))
+    if not writes:
+        return
+    if not rewind:
+        raise _sink_ahead(
+            plan.manifest,
+            f"Delta table {location} holds {delta_sink.describe_writes(writes)} written after its version {version}",
+            f"{bound + 1}..{max(w.batch_id for w in writes)}",
+            f"Delta's RESTORE takes the table back to version {version}, its later files kept until VACUUM",
+        )
+    rewind_plan = delta_sink.plan_rewind(table, int(version), writes, spark)
+    plan.rewinds.append((table, rewind_plan))
+    plan.query_id = rewind_plan.query_id
+    _rewrite(plan, METADATA)
+    plan.warnings.append(rewind_plan.summary())
+
+
+def _rewrite(plan: RestorePlan, path: str) -> None:
+    """Write `path` changed (see _Writer.write); its stale checksum (Spark's `<name>.crc`) is left out."""
+    plan.rewrites = sorted({*plan.rewrites, path})
+    if path not in {f.path for f in plan.files}:  # an incremental restore: written even if unchanged
+        plan.files += [f for f in plan.manifest.files if f.path == path]
+    checksum = f"{path}.crc"
+    plan.dropped += [f.path for f in plan.files if f.path == checksum]
+    plan.files = [f for f in plan.files if f.path != checksum]
 
 
 def _saved_sink_log(store: SnapshotStore, manifest: Manifest, index: int) -> dict[str, bytes] | None:
@@ -260,7 +323,10 @@ def execute_restore(
     writer = _Writer(plan, spark_uri(target))
     started = time.monotonic()
     for output, rewind in plan.rewinds:  # first: the sink is back at batch N before anything can run on N
-        file_sink.execute(output, rewind)
+        if isinstance(rewind, delta_sink.Rewind):
+            delta_sink.execute(output, rewind)
+        else:
+            file_sink.execute(output, rewind)
     # commits/ last: until the commit exists, Spark does not take the location for a restorable batch
     first = [f for f in plan.files if not f.path.startswith("commits/")]
     last = [f for f in plan.files if f.path.startswith("commits/")]
@@ -320,7 +386,9 @@ class _Writer:
         problem = checksum_problem(entry, data)
         if problem is not None or data is None:
             raise self._integrity(entry, problem or "")
-        if entry.path in self.plan.rewrites:
+        if entry.path == METADATA and self.plan.query_id is not None:
+            data = json.dumps({**json.loads(data), "id": self.plan.query_id}).encode()
+        elif entry.path in self.plan.rewrites:
             data = _SCHEMA_PATH.sub(lambda m: f'"{self.root}{m.group(2)}"', data.decode()).encode()
         self.written.append(entry.path)  # before the write: a failure mid-write is cleaned up too
         destination = self.plan.target.local_path(entry.path)

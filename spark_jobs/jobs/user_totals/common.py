@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import LongType, StructField, StructType
 
-from spark_jobs.jobs.windowed.common import apply_job_conf, file_sink, parse_job_args, raw_events
+from spark_jobs.jobs.windowed.common import apply_job_conf, parse_job_args, raw_events, sink
 from spark_jobs.runtime import StreamingJob
 
 TOTALS = StructType([StructField("events", LongType()), StructField("last_seq", LongType())])
@@ -54,4 +54,4 @@ def totals_job(spark: SparkSession, job_args: list[str], key: str, version: str)
             timeMode="None",
         )
     )
-    return file_sink(totals.withColumn("version", F.lit(version)), args)
+    return sink(totals.withColumn("version", F.lit(version)), args)

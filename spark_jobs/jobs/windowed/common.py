@@ -9,9 +9,10 @@ Input: JSON events `{"user", "country", "event_time", "seq"}`, from one of two s
     that retries writes a record twice: duplicates are dropped by `seq` within the watermark, a first
     stateful operator (Kafka only).
 Query: a one-minute tumbling event-time window per key with a one-minute watermark, counted, in
-APPEND mode into the FILE sink (JSON lines). Append mode emits each (key, window) exactly once, when the
-watermark passes the window's end; the file sink logs committed batch ids in `<output>/_spark_metadata`
-and skips a replayed batch: exactly-once end to end. So a final output that is complete (after the
+APPEND mode into the FILE sink (JSON lines), or with `--sink delta` into a Delta table. Append mode emits
+each (key, window) exactly once, when the watermark passes the window's end; the file sink logs committed
+batch ids in `<output>/_spark_metadata`, Delta (query id, batch id) in each table commit, and both skip a
+replayed batch: exactly-once end to end. So a final output that is complete (after the
 generator's flush marker) holds every event once: the sum of `events` equals the events fed and no
 (key, window) appears twice (output.py checks both).
 
@@ -64,6 +65,7 @@ class JobArgs:
     output: str
     max_files_per_trigger: int | None
     kafka: KafkaInput | None = None
+    sink: SinkKind = SinkKind.FILE
 
     @property
     def source(self) -> SourceKind:
@@ -77,7 +79,8 @@ def parse_job_args(argv: list[str]) -> JobArgs:
     parser.add_argument("--input", help="directory of JSON event files")
     parser.add_argument("--topic", help="a Kafka topic of JSON events, instead of --input")
     parser.add_argument("--kafka-bootstrap-servers", help="the topic's broker (the engine passes it)")
-    parser.add_argument("--output", required=True, help="file sink directory (JSON lines)")
+    parser.add_argument("--output", required=True, help="file sink directory (JSON lines), or the Delta table")
+    parser.add_argument("--sink", choices=[SinkKind.FILE, SinkKind.DELTA], default=SinkKind.FILE, help="default: file")
     parser.add_argument(
         "--max-files-per-trigger", type=int, default=1, help="files per batch; 0 = all available (default 1)"
     )
@@ -90,7 +93,7 @@ def parse_job_args(argv: list[str]) -> JobArgs:
         if not args.kafka_bootstrap_servers:
             parser.error("--topic needs --kafka-bootstrap-servers (declare kafka in the jobs file)")
         kafka = KafkaInput(args.kafka_bootstrap_servers, args.topic, args.max_offsets_per_trigger or None)
-    return JobArgs(args.input, args.output, args.max_files_per_trigger or None, kafka)
+    return JobArgs(args.input, args.output, args.max_files_per_trigger or None, kafka, SinkKind(args.sink))
 
 
 def apply_job_conf(spark: SparkSession) -> None:
@@ -145,20 +148,25 @@ def output_columns(counts: DataFrame, keys: list[str], version: str, *extra: Col
     )
 
 
-def file_sink(result: DataFrame, args: JobArgs) -> StreamingJob:
-    """Append mode into the file sink: exactly-once, declared so (with the source) for the runtime."""
-    writer = result.writeStream.format("json").outputMode("append").option("path", args.output)
-    return StreamingJob(writer, sink=SinkKind.FILE, source=args.source)
+def sink(result: DataFrame, args: JobArgs) -> StreamingJob:
+    """Append mode into the file sink or a Delta table: exactly-once, declared so (with the source) for the
+    runtime."""
+    if args.sink is SinkKind.DELTA:  # a new version may add a column (v2's): the table's schema grows
+        writer = result.writeStream.format("delta").option("mergeSchema", "true")
+    else:
+        writer = result.writeStream.format("json")
+    writer = writer.outputMode("append").option("path", args.output)
+    return StreamingJob(writer, sink=args.sink, source=args.source)
 
 
 def counts_job(
     spark: SparkSession, job_args: list[str], keys: list[str], version: str, *extra: Column, where: Column | None = None
 ) -> StreamingJob:
     """One version of the job: events (filtered by `where`) counted per keys and minute, tagged with the
-    version, into the file sink. What the versions differ in is exactly what these arguments say."""
+    version, into the sink. What the versions differ in is exactly what these arguments say."""
     args = parse_job_args(job_args)
     apply_job_conf(spark)
     stream = events(spark, args)
     if where is not None:
         stream = stream.where(where)
-    return file_sink(output_columns(window_counts(stream, keys), keys, version, *extra), args)
+    return sink(output_columns(window_counts(stream, keys), keys, version, *extra), args)

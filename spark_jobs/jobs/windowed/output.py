@@ -1,4 +1,5 @@
-"""Reading the windowed job's final output without Spark, for tests and checks.
+"""Reading the windowed job's final output without Spark, for tests and checks: a file sink's directory
+(`read_output`) or a Delta table (`read_table`: the data files its log holds now, read with pyarrow).
 
 Only files the file sink COMMITTED count: a batch that failed or was killed may have left part files
 in the directory that its log never listed, and a replayed batch writes new part files while the log
@@ -18,7 +19,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from airflow_plugin.core.sinks.delta import live_files
 from airflow_plugin.core.sinks.file import committed
+from airflow_plugin.core.storage import Storage
 
 _LOG_FILE = re.compile(r"^(\d+)(\.compact)?$")
 
@@ -54,6 +57,17 @@ def read_output(output: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for part in committed_files(output):
         rows.extend(json.loads(line) for line in part.read_text().splitlines() if line.strip())
+    return rows
+
+
+def read_table(table: Storage) -> list[dict[str, Any]]:
+    """Every row of the Delta table's newest version, as dicts (the same columns as `read_output`)."""
+    import pyarrow.parquet as parquet  # only here: the file sink's reader needs no pyarrow
+
+    rows: list[dict[str, Any]] = []
+    for key in live_files(table):
+        with table.fetched(key) as local:
+            rows.extend(parquet.read_table(local).to_pylist())
     return rows
 
 

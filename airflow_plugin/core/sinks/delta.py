@@ -1,0 +1,216 @@
+"""A Delta table as the sink. Delta's streaming sink commits each batch as one table version whose actions
+include `{"txn": {"appId": <query id>, "version": <batch id>}}`, and skips a batch whose id is at or below
+the newest txn of its query id: that is its exactly-once, and what a restore behind it runs into.
+
+Here, read from the table's own log (`_delta_log/<version>.json`, newline-delimited JSON actions; never
+its Parquet checkpoints, so no Parquet reader is needed):
+  - at a snapshot of batch N: `version_at`, the table version holding the query's batches up to N and
+    none after (recorded in the manifest);
+  - at a restore: `writes_after` that version, the streaming writes the table holds now that it did not
+    then (a later RESTORE to it or before undoes them). Any: the sink is ahead, and a restore is refused;
+  - the rewind (`plan_rewind`, `execute`): Delta's own RESTORE of the table to that version, run by a Spark
+    tool (spark_jobs/tools/delta_restore.py). Nothing is deleted: the files RESTORE removes from the table
+    stay until VACUUM, and `RESTORE ... TO VERSION AS OF <the version before the rewind>` undoes it.
+    RESTORE does not roll back the txn ids (the query's id would still skip those batches), so the restored
+    checkpoint gets a new query id (restore.py rewrites its `metadata`): Delta then writes every batch after
+    N again, once, on top of version N.
+
+Assumed, and said in the docs: the job is the only streaming writer of its table (other writers' commits
+after the snapshot are RESTOREd away too, and named in the plan)."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from ..errors import Refused
+from ..spark_app import SparkAccess, run_spark_tool
+from ..storage import Storage, spark_uri
+
+LOG_DIR = "_delta_log/"
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+# Delta commands (RESTORE) need Delta's session extension and catalog; the jars come from the job's spark.jars
+SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What the engine needs of one table version."""
+
+    version: int
+    txns: dict[str, int]  # query id (appId) -> batch id, of a streaming write
+    restored_to: int | None = None  # a RESTORE: the version it brought the table back to
+
+
+@dataclass(frozen=True)
+class Write:
+    version: int
+    query_id: str
+    batch_id: int
+
+
+def commit_keys(table: Storage) -> dict[int, str]:
+    """The table's commit files by version (checkpoints, checksums and temporary files left out)."""
+    found = {}
+    for info in table.list(LOG_DIR):
+        if match := _COMMIT.match(info.key[len(LOG_DIR) :]):
+            found[int(match[1])] = info.key
+    return dict(sorted(found.items()))
+
+
+def _actions(table: Storage, key: str) -> Iterator[dict[str, Any]]:
+    for line in table.read(key).decode("utf-8").splitlines():
+        if line.strip():
+            yield json.loads(line)
+
+
+def read_commit(table: Storage, version: int, key: str) -> Commit:
+    txns: dict[str, int] = {}
+    restored_to = None
+    for action in _actions(table, key):
+        if "txn" in action:
+            txns[str(action["txn"]["appId"])] = int(action["txn"]["version"])
+        info = action.get("commitInfo") or {}
+        if info.get("operation") == "RESTORE":
+            restored_to = int((info.get("operationParameters") or {}).get("version") or -1)
+    return Commit(version, txns, restored_to)
+
+
+def live_files(table: Storage) -> list[str]:
+    """Keys of the data files the table's newest version holds: its commits replayed from version 0 (for
+    checks and tests; a log whose early commits were cleaned up needs Delta's Parquet checkpoints)."""
+    keys = commit_keys(table)
+    if keys and min(keys) != 0:
+        raise Refused(f"the Delta log of {table.uri} starts at version {min(keys)}: read the table with Spark")
+    files: dict[str, None] = {}
+    for key in keys.values():
+        for action in _actions(table, key):
+            if "add" in action:
+                files[unquote(action["add"]["path"])] = None
+            elif "remove" in action:
+                files.pop(unquote(action["remove"]["path"]), None)
+    return list(files)
+
+
+def _newest_first(table: Storage) -> Iterator[Commit]:
+    for version, key in sorted(commit_keys(table).items(), reverse=True):
+        yield read_commit(table, version, key)
+
+
+def is_table(table: Storage) -> bool:
+    return bool(commit_keys(table))
+
+
+def restored_versions(table: Storage) -> list[int]:
+    """The versions the table's RESTOREs brought it back to, oldest first (what rewinds did)."""
+    commits = (read_commit(table, version, key) for version, key in commit_keys(table).items())
+    return [commit.restored_to for commit in commits if commit.restored_to is not None]
+
+
+def last_batch(table: Storage, query_id: str) -> int | None:
+    """The newest batch the query committed to the table (what Delta's sink compares against), or None."""
+    for commit in _newest_first(table):
+        if query_id in commit.txns:
+            return commit.txns[query_id]
+    return None
+
+
+def version_at(table: Storage, query_id: str, batch_id: int) -> int | None:
+    """The table version that holds the query's batches up to `batch_id` and none after: the version before
+    its first commit of a later batch, else the newest. Read from the newest down, stopping at the query's
+    commit of a batch up to `batch_id`, or at another query's (an earlier deployment's: the job is the
+    table's one streaming writer). None: the table has no commit yet."""
+    newest: int | None = None
+    answer: int | None = None
+    for commit in _newest_first(table):
+        if newest is None:
+            newest = answer = commit.version
+        batch = commit.txns.get(query_id)
+        if batch is not None and batch > batch_id:
+            answer = commit.version - 1
+        elif batch is not None or commit.txns:
+            break
+    return answer if answer is None or answer >= 0 else None
+
+
+def writes_after(table: Storage, version: int) -> list[Write]:
+    """The streaming writes the table holds now that version `version` did not. A RESTORE brings back what
+    the version it names held: to `version` or before, none of them."""
+    keys = {v: key for v, key in commit_keys(table).items() if v > version}
+    if keys and min(keys) != version + 1:
+        raise Refused(
+            f"the Delta log of {table.uri} no longer holds version {version + 1} (Delta's log retention removed "
+            f"it), so whether the table is ahead of version {version} cannot be told; restore a newer snapshot"
+        )
+    held: list[Write] = []
+    held_at: dict[int, list[Write]] = {}  # after each version: RESTORE to it brings back what it held
+    for v, key in keys.items():
+        commit = read_commit(table, v, key)
+        if commit.restored_to is not None:
+            held = list(held_at.get(commit.restored_to, []))  # to `version` or before: none of these
+        held += [Write(v, query, batch) for query, batch in commit.txns.items()]
+        held_at[v] = list(held)
+    return held
+
+
+def describe_writes(writes: list[Write]) -> str:
+    """`batches 5..9 of query 1f2e...` per query, for messages."""
+    by_query: dict[str, list[int]] = {}
+    for write in writes:
+        by_query.setdefault(write.query_id, []).append(write.batch_id)
+    return ", ".join(f"batches {min(b)}..{max(b)} of query {q}" for q, b in by_query.items())
+
+
+@dataclass
+class Rewind:
+    """Bringing a Delta table back to `version` (a plan: nothing happens until `execute`)."""
+
+    location: str
+    version: int  # the table version of the snapshot's batch
+    current: int  # the table's newest version now: RESTORE to it undoes the rewind
+    writes: list[Write]
+    query_id: str  # the restored checkpoint's new query id (Delta would skip its old id's batches)
+    spark: SparkAccess | None = field(default=None, repr=False)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "sink": self.location,
+            "kind": "delta",
+            "restored_to_version": self.version,
+            "writes_undone": describe_writes(self.writes),
+            "new_query_id": self.query_id,
+            "undo": f"RESTORE TABLE delta.`{self.location}` TO VERSION AS OF {self.current}",
+        }
+
+    def summary(self) -> str:
+        return (
+            f"Delta table {self.location} is restored to version {self.version} (undoing "
+            f"{describe_writes(self.writes)}; Delta keeps their files until VACUUM) and the restored query "
+            f"gets the new id {self.query_id}, so that Delta writes those batches again"
+        )
+
+
+def plan_rewind(table: Storage, version: int, writes: list[Write], spark: SparkAccess | None) -> Rewind:
+    latest = max(commit_keys(table), default=version)
+    return Rewind(table.uri, version, latest, writes, str(uuid.uuid4()), spark)
+
+
+def execute(table: Storage, rewind: Rewind) -> dict[str, Any]:
+    """RESTORE the table with Delta's own command, in a Spark tool with the job's jars and S3A settings.
+    Repeating it is harmless: the table is then already at the version's content."""
+    spark = rewind.spark or SparkAccess()
+    with tempfile.TemporaryDirectory(prefix="savepoints-delta-") as tmp:
+        out = Path(tmp) / "result.json"
+        args = ["--table", spark_uri(table), "--version", str(rewind.version), "--out", str(out)]
+        run_spark_tool("delta_restore", args, conf={**spark.conf, **SESSION_CONF}, env=spark.env)
+        return dict(json.loads(out.read_text()))

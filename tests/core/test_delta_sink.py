@@ -1,0 +1,117 @@
+"""The Delta sink's log as the engine reads it (core/sinks/delta.py), on logs laid out as Delta writes them:
+one `_delta_log/<20 digits>.json` per version, newline-delimited actions, a streaming write's `txn` carrying
+(query id, batch id), RESTORE's commitInfo naming the version it went back to. Spark writes them for real in
+tests/e2e/test_s3a_checkpoints.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_plugin.core.errors import Refused
+from airflow_plugin.core.sinks import DELTA, SinkRef, delta, from_description
+from airflow_plugin.core.storage import LocalStorage
+
+Q1, Q2 = "query-one", "query-two"
+
+
+def commit(table: Path, version: int, *actions: dict[str, Any]) -> None:
+    log = table / "_delta_log"
+    log.mkdir(parents=True, exist_ok=True)
+    (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+
+
+def write(table: Path, version: int, query: str, batch: int) -> None:
+    commit(
+        table,
+        version,
+        {"commitInfo": {"operation": "STREAMING UPDATE", "operationParameters": {"queryId": query}}},
+        {"txn": {"appId": query, "version": batch, "lastUpdated": 1}},
+        {"add": {"path": f"part-{version}%20x.parquet", "size": 10, "dataChange": True}},
+    )
+
+
+def restore(table: Path, version: int, to: int, removed: list[int]) -> None:
+    commit(
+        table,
+        version,
+        {"commitInfo": {"operation": "RESTORE", "operationParameters": {"version": to, "timestamp": None}}},
+        *({"remove": {"path": f"part-{v}%20x.parquet", "dataChange": True}} for v in removed),
+    )
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    path = tmp_path / "table"
+    write(path, 0, Q1, 0)  # batches 0..4 of Q1 are versions 0..4
+    for batch in range(1, 5):
+        write(path, batch, Q1, batch)
+    (path / "_delta_log" / "00000000000000000004.crc").write_text("{}")  # Delta's own checksum: not a commit
+    (path / "_delta_log" / ".00000000000000000005.json.1234.tmp").write_text("half")  # in flight
+    return path
+
+
+def test_spark_reports_a_delta_sink_by_its_path() -> None:
+    assert from_description("DeltaSink[s3a://lake/out]") == SinkRef(DELTA, "s3a://lake/out")
+
+
+def test_the_version_at_a_batch_is_the_one_before_the_querys_next_batch(table: Path) -> None:
+    storage = LocalStorage(table)
+    assert list(delta.commit_keys(storage)) == [0, 1, 2, 3, 4]
+    assert delta.last_batch(storage, Q1) == 4
+    assert delta.version_at(storage, Q1, 2) == 2
+    assert delta.version_at(storage, Q1, 4) == 4
+    assert delta.version_at(storage, Q1, 9) == 4  # the table has nothing beyond: its newest version
+
+
+def test_a_new_query_id_that_wrote_nothing_yet_is_at_the_newest_version(table: Path) -> None:
+    restore(table, 5, to=2, removed=[3, 4])
+    storage = LocalStorage(table)
+    assert delta.version_at(storage, Q2, 2) == 5  # the RESTORE holds batches up to 2
+    write(table, 6, Q2, 3)
+    assert delta.version_at(storage, Q2, 2) == 5
+    assert delta.version_at(storage, Q2, 3) == 6
+
+
+def test_writes_after_a_version_are_what_a_restore_would_skip_or_duplicate(table: Path) -> None:
+    storage = LocalStorage(table)
+    assert delta.writes_after(storage, 4) == []
+    ahead = delta.writes_after(storage, 2)
+    assert [(w.version, w.query_id, w.batch_id) for w in ahead] == [(3, Q1, 3), (4, Q1, 4)]
+    assert delta.describe_writes(ahead) == f"batches 3..4 of query {Q1}"
+
+
+def test_a_rewind_done_is_not_ahead_any_more_and_later_writes_are(table: Path) -> None:
+    restore(table, 5, to=2, removed=[3, 4])
+    storage = LocalStorage(table)
+    assert delta.writes_after(storage, 2) == []  # a repeated restore does not rewind again
+    assert delta.restored_versions(storage) == [2]
+    write(table, 6, Q2, 3)  # the restored query, under its new id
+    assert [(w.query_id, w.batch_id) for w in delta.writes_after(storage, 2)] == [(Q2, 3)]
+    assert [(w.query_id, w.batch_id) for w in delta.writes_after(storage, 1)] == [(Q1, 2), (Q2, 3)]
+    restore(table, 7, to=3, removed=[6])  # back to version 3: Q1's batches 2 and 3, not Q2's
+    assert [(w.query_id, w.batch_id) for w in delta.writes_after(storage, 1)] == [(Q1, 2), (Q1, 3)]
+
+
+def test_the_files_of_the_newest_version_follow_adds_and_removes(table: Path) -> None:
+    restore(table, 5, to=2, removed=[3, 4])
+    assert delta.live_files(LocalStorage(table)) == ["part-0 x.parquet", "part-1 x.parquet", "part-2 x.parquet"]
+
+
+def test_history_cleaned_up_after_the_snapshot_cannot_be_checked(table: Path) -> None:
+    (table / "_delta_log" / "00000000000000000003.json").unlink()
+    with pytest.raises(Refused, match=r"no longer holds version 3.*restore a newer snapshot"):
+        delta.writes_after(LocalStorage(table), 2)
+
+
+def test_a_rewind_plan_says_how_to_undo_it_and_gives_a_new_query_id(table: Path) -> None:
+    storage = LocalStorage(table)
+    plan = delta.plan_rewind(storage, 2, delta.writes_after(storage, 2), None)
+    described = plan.describe()
+    assert described["restored_to_version"] == 2 and plan.current == 4
+    assert described["undo"].endswith("TO VERSION AS OF 4")
+    assert plan.query_id not in (Q1, Q2) and len(plan.query_id) == 36
+    assert "batches 3..4" in plan.summary()

@@ -2,13 +2,14 @@
 Airflow.
 
 A Kafka broker (KRaft, on 127.0.0.1, devtools/kafka.py) holds the job's topic; an embedded S3 server (moto)
-holds the snapshot store; a project-local AIRFLOW_HOME (.demo/airflow) gets a migrated sqlite metadata DB; the
-DAGs run with `dag.test()` (real tasks, real deferrable triggers, real spark-submit drivers in local mode):
-deploy v1, savepoint, retention, upgrade to v2 (passes), upgrade to v3 (blocked by the pre-flight, v2 keeps
-running), stop with a savepoint, an exactly-once check of the output against every record produced, and a
-savepoint whose Kafka records retention deleted, refused. Prints each step, check and a summary on the
-terminal; what Airflow itself prints (task logs, an expected failure's traceback) goes to .demo/demo.log.
-Exits non-zero if any check fails. The broker and the S3 server are stopped at the end, whatever happened."""
+holds the snapshot store, the job's checkpoints (through Spark's S3A) and its sink, a Delta table; a
+project-local AIRFLOW_HOME (.demo/airflow) gets a migrated sqlite metadata DB; the DAGs run with `dag.test()` (real
+tasks, real deferrable triggers, real spark-submit drivers in local mode): deploy v1, savepoint, retention,
+upgrade to v2 (passes), upgrade to v3 (blocked by the pre-flight, v2 keeps running), stop with a savepoint, an
+exactly-once check of the output against every record produced, and a savepoint whose Kafka records retention
+deleted, refused. Prints each step, check and a summary on the terminal; what Airflow itself prints (task
+logs, an expected failure's traceback) goes to .demo/demo.log. Exits non-zero if any check fails. The broker
+and the S3 server are stopped at the end, whatever happened."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from devtools import airflow_env
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.java import require_java
 from devtools.kafka import EmbeddedKafka
+from devtools.kafka_job import table_of
 from devtools.scenario import JOB, Lifecycle  # imports airflow only when a DAG runs (after configure)
 
 WORK = Path(".demo").absolute()
@@ -123,7 +125,9 @@ def main() -> int:
         s3.apply_env()
         os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = s3.airflow_connection()  # what the operators' hook reads
         store = s3.create_bucket("savepoints") + "/store"
+        lake = s3.create_bucket("lake").replace("s3://", "s3a://", 1)
         console.print(f"[bold cyan]>>[/] embedded S3 (moto server) at {s3.endpoint}; snapshot store {store}")
+        console.print(f"[bold cyan]>>[/] checkpoints in {lake}/checkpoints, the sink: a Delta table {table_of(lake)}")
         console.print(f"[bold cyan]>>[/] Kafka broker (KRaft) at {kafka.bootstrap}")
         console.print(f"[bold cyan]>>[/] Airflow metadata DB in {home} (airflow db migrate)")
         airflow_env.migrate(home)
@@ -134,6 +138,7 @@ def main() -> int:
             WORK,
             store,
             kafka,
+            lake=lake,
             say=lambda text: console.print(
                 Text(text) if text.startswith(" ") else Text.assemble((">> ", "bold cyan"), text)
             ),

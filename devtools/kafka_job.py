@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from airflow_plugin.core.jobs.spec import JobSpec
+from airflow_plugin.core.sinks import delta as delta_sink
 from airflow_plugin.core.sources.kafka import kafka_positions
+from airflow_plugin.core.storage import open_storage
 from devtools import jvm, windowed
 from devtools.kafka import EmbeddedKafka
 from devtools.windowed import batches
@@ -29,10 +32,19 @@ def write_jobs_file(
     *,
     shuffle_partitions: int = 3,
     max_offsets_per_trigger: int = 2000,
+    lake: str | None = None,
 ) -> Path:
     """The windowed job's jobs file (devtools/windowed.py) for job `kafka_counts` reading `topic` on `bootstrap`:
     its `kafka` table, and the Kafka connector's jars as the repository's jobs.toml names them (a glob of
-    devtools/jvm.py's links, which spark-submit expands)."""
+    devtools/jvm.py's links, which spark-submit expands). With a `lake` (`s3a://bucket`), the production stack:
+    checkpoints under `<lake>/checkpoints` and the output a Delta table, `table_of(lake)`."""
+    groups = ["spark-kafka", *(("s3a", "delta") if lake else ())]
+    on_lake: dict[str, Any] = {}  # else the file sink and the checkpoints beside the jobs file
+    if lake:
+        on_lake = {
+            "checkpoint_root": f"{lake}/checkpoints",
+            "sink_args": ("--sink", "delta", "--output", table_of(lake)),
+        }
     return windowed.write_jobs_file(
         directory,
         store,
@@ -41,10 +53,17 @@ def write_jobs_file(
         source_args=("--topic", topic, "--max-offsets-per-trigger", str(max_offsets_per_trigger)),
         conf={
             "spark.sql.shuffle.partitions": str(shuffle_partitions),
-            "spark.jars": str(jvm.link("spark-kafka") / "*.jar"),
+            "spark.jars": ",".join(str(jvm.link(group) / "*.jar") for group in groups),
+            **(delta_sink.SESSION_CONF if lake is not None else {}),
         },
         table=f'kafka = {{ bootstrap_servers = "{bootstrap}" }}',
+        **on_lake,
     )
+
+
+def table_of(lake: str) -> str:
+    """The Delta table the job writes on a lake."""
+    return f"{lake}/output"
 
 
 class KafkaFeeder:
@@ -83,7 +102,7 @@ def committed_offsets(checkpoint: str) -> dict[int, int]:
     commits = batches(checkpoint, "commits")
     if not commits:
         return {}
-    lines = (Path(checkpoint) / "offsets" / str(commits[-1])).read_text().splitlines()
+    lines = open_storage(checkpoint).read(f"offsets/{commits[-1]}").decode().splitlines()
     found: dict[int, int] = {}
     for position in kafka_positions(int(lines[0][1:]), lines[2:]):
         for partitions in position.offset.values():

@@ -1,7 +1,9 @@
 """The whole lifecycle of a streaming job that reads Kafka, driven through Airflow's DAGs (`dag.test()`: real
 tasks, real deferrable triggers, real spark-submit drivers, the snapshot store on the embedded S3 server,
 a real Kafka broker). Shared by the demo (`make demo`, which prints it) and the end-to-end test (which
-asserts it). The job is the windowed example reading a topic (dedup and windowed counts, RocksDB, file sink).
+asserts it). The job is the windowed example reading a topic (dedup and windowed counts, RocksDB), writing a
+file sink beside its local checkpoints, or with a `lake` (an S3 bucket, `s3a://...`) the production stack:
+checkpoints on S3 through S3A and a Delta table on S3 as the sink.
 
     deploy v1 -> savepoint (pinned, labelled; it records the Kafka offsets) -> retention -> upgrade to v2
     (passes; the health gate waits for the Kafka lag to fall) -> upgrade to v3 (blocked by the pre-flight:
@@ -31,6 +33,7 @@ from typing import Any
 from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
 from airflow_plugin.core.jobs.spec import JOBS_ENV
+from airflow_plugin.core.sinks import delta as delta_sink
 from airflow_plugin.core.sinks.file import QUARANTINE
 from airflow_plugin.core.snapshots import source_guard
 from airflow_plugin.core.snapshots.manifest import Manifest
@@ -38,9 +41,9 @@ from airflow_plugin.core.snapshots.verify import verify_snapshot
 from devtools.dag_runs import DagRunResult, run_dag
 from devtools.feeding import BackgroundFeeder
 from devtools.kafka import EmbeddedKafka
-from devtools.kafka_job import JOB, PARTITIONS, KafkaFeeder, processed, write_jobs_file
-from devtools.windowed import batches, output_complete, wait_for
-from spark_jobs.jobs.windowed.output import read_output, summarize
+from devtools.kafka_job import JOB, PARTITIONS, KafkaFeeder, processed, table_of, write_jobs_file
+from devtools.windowed import batches, wait_for
+from spark_jobs.jobs.windowed.output import read_output, read_table, summarize
 
 
 def one_line(text: str, limit: int = 200) -> str:
@@ -68,6 +71,7 @@ class Lifecycle:
     work: Path
     store_uri: str
     kafka: EmbeddedKafka
+    lake: str | None = None  # s3a://bucket: checkpoints and a Delta sink there
     say: Callable[[str], None] = print
     checks: list[Check] = field(default_factory=list)
     runs: list[DagRunResult] = field(default_factory=list)
@@ -75,7 +79,7 @@ class Lifecycle:
     def __post_init__(self) -> None:
         self.topic = f"events-{uuid.uuid4().hex[:8]}"
         self.kafka.create_topic(self.topic, PARTITIONS)
-        self.jobs_file = write_jobs_file(self.work, self.store_uri, self.kafka.bootstrap, self.topic)
+        self.jobs_file = write_jobs_file(self.work, self.store_uri, self.kafka.bootstrap, self.topic, lake=self.lake)
         os.environ[JOBS_ENV] = str(self.jobs_file)  # the DAGs read the same jobs file
         self.job: JobContext = Settings(jobs_file=str(self.jobs_file)).resolve().job(JOB)
         self.store = self.job.store
@@ -101,6 +105,12 @@ class Lifecycle:
 
     def status(self, deployment_id: str) -> DeploymentStatus | None:
         return Deployments(self.store.storage).status(JOB, deployment_id)
+
+    def output(self) -> list[dict[str, Any]]:
+        """The job's output as committed: the Delta table's newest version, or the file sink's log."""
+        if self.lake:
+            return read_table(self.job.open(table_of(self.lake)))
+        return read_output(self.work / "output")
 
     def running(self) -> list[Deployment]:
         return [d for d in self.deployments() if self.state(d.id) is State.RUNNING]
@@ -187,12 +197,7 @@ class Lifecycle:
                 f"rollback: {old} redeployed from the same savepoint {stop_savepoint}",
             )
             self.check([d.version for d in after] == [old], "the old version runs again")
-            rewinds = [json.loads(p.read_text()) for p in (self.work / "output").glob(f"{QUARANTINE}*/rewind.json")]
-            self.check(
-                len(rewinds) == 1 and rewinds[0]["state"] == "done" and rewinds[0]["data"],
-                f"the sink was rewound: {len(rewinds[0]['data']) if rewinds else 0} data files of {version} moved "
-                f"into {QUARANTINE} and written again by {old}",
-            )
+            self._check_rewound(version, old, stop_savepoint, rolled.get("deployment"))
             return result
         self.check(result.succeeded, f"upgrade DAG to {version}: savepoint, pre-flight, cutover, healthy")
         self.check(
@@ -209,6 +214,29 @@ class Lifecycle:
             f"(first batch {health.get('kafka_lag_first')})",
         )
         return result
+
+    def _check_rewound(self, version: str, old: str, savepoint: str, redeployed: str | None) -> None:
+        """The rollback rewound the sink: the Delta table RESTOREd to the savepoint's version and the restored
+        query under a new id, or the file sink's later output moved into its quarantine."""
+        if self.lake:
+            table = self.job.open(table_of(self.lake))
+            [sink] = self.store.get(JOB, savepoint).sinks
+            restores = delta_sink.restored_versions(table)
+            query = self.store.get(JOB, savepoint).query_id
+            restored = Deployments(self.store.storage).get(JOB, redeployed) if redeployed else None
+            new_id = json.loads(self.job.open(restored.checkpoint).read("metadata"))["id"] if restored else None
+            self.check(
+                restores == [sink["version"]] and new_id not in (None, query),
+                f"the Delta table was rewound: RESTORE to version {sink['version']} (the savepoint's), and {old} "
+                f"writes the batches of {version} again under a new query id {new_id}",
+            )
+            return
+        rewinds = [json.loads(p.read_text()) for p in (self.work / "output").glob(f"{QUARANTINE}*/rewind.json")]
+        self.check(
+            len(rewinds) == 1 and rewinds[0]["state"] == "done" and rewinds[0]["data"],
+            f"the sink was rewound: {len(rewinds[0]['data']) if rewinds else 0} data files of {version} moved "
+            f"into {QUARANTINE} and written again by {old}",
+        )
 
     def _committed_since_restore(self, version: str) -> int:
         """Batches the newest deployment of `version` committed after the one it was restored at."""
@@ -249,10 +277,10 @@ class Lifecycle:
         self.feeder.flush()
         current = self.running()[-1]
         wait_for(lambda: processed(current.checkpoint, self.feeder.ends), "the job to read every record", 240)
-        wait_for(lambda: output_complete(self.work / "output", self.feeder.events), "the last windows", 120)
+        wait_for(lambda: summarize(self.output()).events >= self.feeder.events, "the last windows", 120)
         result = self._run("savepoints_savepoint", {"job": JOB, "stop": True, "pin": False, "label": "reason=final"})
         self.check(result.succeeded and not self.running(), "savepoint DAG with stop: stopped with a savepoint")
-        summary = summarize(read_output(self.work / "output"))
+        summary = summarize(self.output())
         self.check(
             summary.events == self.feeder.events and not summary.duplicates,
             f"exactly once: {self.feeder.produced} records produced ({self.feeder.events} distinct events), "

@@ -37,7 +37,7 @@ EXIT_CODES: list[tuple[type[SavepointsError], int, str]] = [
     (IntegrityError, 6, "integrity: checksum mismatch, `verify` failed, corrupt or unsafe manifest"),
     (StoreUnavailable, 7, "store unreachable, credentials missing or refused"),
     (BrokerUnavailable, 7, "a Kafka broker whose offsets must be checked is unreachable"),
-    (SparkToolFailed, 8, "a Spark tool failed (deep verify, rescale)"),
+    (SparkToolFailed, 8, "a Spark tool failed (deep verify, rescale, a Delta sink's rewind)"),
     (LaunchFailed, 9, "a job could not be launched, or failed while starting (its Spark error is shown)"),
     (TimedOut, 10, "timed out: a job did not stop in time; the request is withdrawn, the job keeps running"),
 ]

@@ -53,7 +53,8 @@ class BrokerUnavailable(SavepointsError):
 
 
 class SparkToolFailed(SavepointsError):
-    """A Spark application the engine ran for itself (deep verify, rescale) failed: its stderr tail is shown."""
+    """A Spark application the engine ran for itself (deep verify, rescale, a Delta RESTORE) failed: its stderr
+    tail is shown."""
 
 
 class LaunchFailed(SavepointsError):

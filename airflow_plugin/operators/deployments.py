@@ -31,8 +31,9 @@ class DeployJobOperator(SavepointsBaseOperator):
     :param partitions: state partitions, when different from the snapshot's (a rescale)
     :param standby_deployment: a driver pre-started by PrestartJobOperator: restore into it and start it
         (its version is the one it was launched with)
-    :param rewind_sink: a file sink that committed batches after the snapshot is rewound to it (its later
-        output moved into the sink's quarantine and written again) instead of failing the task
+    :param rewind_sink: a sink that committed batches after the snapshot is rewound to it (a file sink's later
+        output moved into its quarantine, a Delta table RESTOREd to the snapshot's version; those batches are
+        written again) instead of failing the task
     :param accept_source_gap: restore even if Kafka no longer holds every record after the snapshot (the gap
         is recorded in the deployment and the snapshot's history) instead of failing the task
     """

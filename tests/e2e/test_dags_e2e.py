@@ -1,12 +1,13 @@
-"""End to end through Airflow: every DAG runs with `dag.test()` (real tasks and deferrable triggers) against
-the moto server and the session's Kafka broker, with real spark-submit drivers. The store is reached through
-the Airflow AWS connection. The scenario (devtools/scenario.py, also the demo) runs the Kafka job: deploys v1,
-takes a savepoint (with its Kafka offsets), runs retention, upgrades to v2 (the health gate waits for the lag
-to fall), is blocked upgrading to v3, upgrades to a version that commits batches to its file sink and then
-fails (the health gate fails; the rollback rewinds the sink and puts v2 back from the same savepoint), kills
-the driver mid-batch and redeploys from the latest state, stops with a savepoint, and compares the live
-output with every record produced: each exactly once. Then retention deletes the records, and a deploy from
-the first savepoint is refused before anything starts. (The file-source job's lifecycle: test_lifecycle_e2e.)"""
+"""End to end through Airflow: every DAG runs with `dag.test()` (real tasks and deferrable triggers) against the
+moto server and the session's Kafka broker, with real spark-submit drivers. The store is reached through the
+Airflow AWS connection; the job's checkpoints and its sink, a Delta table, are on the same S3 (S3A). The
+scenario (devtools/scenario.py, also the demo) runs the Kafka job: deploys v1, takes a savepoint (with its
+Kafka offsets), runs retention, upgrades to v2 (the health gate waits for the lag to fall), is blocked
+upgrading to v3, upgrades to a version that commits batches to its sink and then fails (the health gate fails;
+the rollback rewinds the sink and puts v2 back from the same savepoint), kills the driver mid-batch and
+redeploys from the latest state, stops with a savepoint, and compares the live output with every record
+produced: each exactly once. Then retention deletes the records, and a deploy from the first savepoint is
+refused before anything starts. (The file-source job's lifecycle: test_lifecycle_e2e.)"""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_the_lifecycle_through_airflow_loses_no_record_and_rolls_back_a_failed_u
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", s3_server.airflow_connection())
     monkeypatch.setenv(JOBS_ENV, "")  # restored after the test; the scenario points it at its own jobs file
     store = s3_server.create_bucket(f"e2e-{int(time.time() * 1000)}") + "/store"
-    lifecycle = Lifecycle(tmp_path, store, kafka)
+    lake = s3_server.create_bucket(f"lake-{int(time.time() * 1000)}").replace("s3://", "s3a://", 1)
+    lifecycle = Lifecycle(tmp_path, store, kafka, lake=lake)
     try:
         lifecycle.run(rollback=True, crash=True)
     finally:

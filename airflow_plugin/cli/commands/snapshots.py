@@ -24,8 +24,9 @@ ACCEPT_GAP_HELP = (
     "partition is gone); the gap is recorded in the snapshot's history"
 )
 REWIND_SINK_HELP = (
-    "a recorded file sink that committed batches after the snapshot is rewound to it (its later output is moved "
-    "into the sink's _savepoints_quarantine/ and written again) instead of refusing; no query may write it meanwhile"
+    "a recorded sink that committed batches after the snapshot is rewound to it instead of refusing (a file sink's "
+    "later output is moved into its _savepoints_quarantine/, a Delta table is RESTOREd to the snapshot's version and "
+    "the restored query gets a new id; those batches are written again); no query may write it meanwhile"
 )
 
 

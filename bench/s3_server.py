@@ -67,8 +67,8 @@ class CountingApp:
 
 
 def install_counter(server: EmbeddedS3) -> CountingApp | None:
-    """Wrap the running werkzeug server's app (moto keeps it at ThreadedMotoServer._server.app)."""
-    wsgi_server = getattr(getattr(server, "_server", None), "_server", None)
+    """Wrap the running werkzeug server's app (EmbeddedS3 keeps the server at `_server`)."""
+    wsgi_server = getattr(server, "_server", None)
     if wsgi_server is None or not hasattr(wsgi_server, "app"):
         return None
     counting = CountingApp(wsgi_server.app)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from types import TracebackType
 from typing import Any
 
@@ -25,15 +26,26 @@ class EmbeddedS3:
     def __init__(self, port: int = 0) -> None:
         self.port = port
         self._server: Any = None
+        self._thread: threading.Thread | None = None
 
     def start(self) -> EmbeddedS3:
-        from moto.server import ThreadedMotoServer
+        """moto's server app on werkzeug, as moto's ThreadedMotoServer runs it, with one change: werkzeug
+        answers `Expect: 100-continue` itself, and http.server under it answered it a second time. The AWS
+        SDK v2's async client (S3A's uploads: RocksDB state snapshots, rescale) took that second `100` for the
+        final answer and failed with "S3Exception: Status Code: 100" (moto pull request 9975)."""
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from werkzeug.serving import make_server
+
+        class OneContinue(MotoRequestHandler):  # type: ignore[misc]
+            def handle_expect_100(self) -> bool:
+                return True  # werkzeug sends the one `100 Continue` when the app reads the body
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
-
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self._server.start()
-        self.port = self._server._server.server_port  # port=0 picks a free one; moto keeps the socket here
+        app = DomainDispatcherApplication(create_backend_app)
+        self._server = make_server("127.0.0.1", self.port, app, threaded=True, request_handler=OneContinue)
+        self.port = self._server.server_port  # port=0 picks a free one
+        self._thread = threading.Thread(target=self._server.serve_forever, name="embedded-s3", daemon=True)
+        self._thread.start()
         return self
 
     @property
@@ -88,8 +100,12 @@ class EmbeddedS3:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.stop()
+            self._server.shutdown()
+            self._server.server_close()
             self._server = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
     def __enter__(self) -> EmbeddedS3:
         return self.start()

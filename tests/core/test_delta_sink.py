@@ -13,7 +13,11 @@ import pytest
 
 from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.sinks import DELTA, SinkRef, delta, from_description
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
+from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import LocalStorage
+from tests.support.synthetic import QUERY_ID, write_checkpoint
 
 Q1, Q2 = "query-one", "query-two"
 
@@ -115,3 +119,35 @@ def test_a_rewind_plan_says_how_to_undo_it_and_gives_a_new_query_id(table: Path)
     assert described["undo"].endswith("TO VERSION AS OF 4")
     assert plan.query_id not in (Q1, Q2) and len(plan.query_id) == 36
     assert "batches 3..4" in plan.summary()
+
+
+def test_a_snapshot_records_the_table_and_a_restore_behind_it_is_refused_or_gets_a_new_query_id(
+    tmp_path: Path,
+) -> None:
+    """Through the engine: the snapshot of batch 2 records version 2; after batches 3..4 the restore is
+    refused, nothing written; with the rewind the plan RESTOREs to version 2 (run by Spark: left out here)
+    and the restored checkpoint carries the new query id."""
+    checkpoint = write_checkpoint(tmp_path / "ckpt", batches=3)  # batches 0..2 of QUERY_ID
+    table = tmp_path / "table"
+    for batch in range(3):
+        write(table, batch, QUERY_ID, batch)
+    store = SnapshotStore(LocalStorage(tmp_path / "store"))
+    sinks = (SinkRef(DELTA, f"file:{table}"),)
+    manifest = create_snapshot(store, LocalStorage(checkpoint), SnapshotRequest(job="orders", sinks=sinks))
+    assert manifest.sinks == [{"kind": DELTA, "location": f"file:{table}", "last_batch_id": 2, "version": 2}]
+    for batch in (3, 4):  # the query went on
+        write(table, batch, QUERY_ID, batch)
+
+    target = tmp_path / "restored"
+    with pytest.raises(Refused, match=rf"Delta table file:{table} holds batches 3..4 of query {QUERY_ID}"):
+        plan_restore(store, "orders", manifest.id, LocalStorage(target))
+    assert not target.exists()
+
+    plan = plan_restore(store, "orders", manifest.id, LocalStorage(target), rewind_sink=True)
+    [(_, rewind)] = plan.rewinds
+    assert isinstance(rewind, delta.Rewind) and rewind.version == 2 and plan.query_id == rewind.query_id
+    assert plan.describe()["new_query_id"] == rewind.query_id
+    plan.rewinds = []  # Delta's RESTORE needs Spark (tests/e2e/test_s3a_checkpoints.py runs it)
+    execute_restore(store, plan)
+    assert json.loads((target / "metadata").read_text()) == {"id": rewind.query_id}
+    assert (target / "commits" / "2").exists() and not (target / "commits" / "3").exists()

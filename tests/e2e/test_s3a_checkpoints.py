@@ -3,15 +3,12 @@ table on S3, on the embedded S3 server: its drivers reach S3 through Hadoop's S3
 engine derives from the store's S3 (no key in any Spark conf), and the engine snapshots and restores those
 checkpoints through boto3. Deploy v1, a live savepoint while it runs, stop-with-savepoint, the pre-flight
 of v2 (passes) and v3 (blocked: its state is incompatible) on throwaway copies on S3, v2 restored from the
-savepoint into a new s3a:// location; v2 commits batches to the table, then the rollback to the savepoint:
+savepoint into a new s3a:// location and rescaled there from 3 to 4 state partitions (Spark's offline
+repartition through S3A); v2 commits batches to the table, then the rollback to the savepoint:
 a restore behind the table is refused, the rollback rewinds the table with Delta's RESTORE and gives the
 restored query a new id, and at the end every event is counted exactly once, by v1 alone (v2's batches
 were undone and written again). Deep verify compares the live savepoint's state with the running original
-on s3a:// through Spark. Not here: rescale. Spark's repartition commits a RocksDB
-snapshot, whose files S3A uploads with copyFromLocalFile (the AWS SDK's transfer manager), and that fails
-against moto's server ("S3Exception: Status Code: 100", its answer to `Expect: 100-continue`; a plain
-create, rename and read through S3A work). The job's own RocksDB snapshot uploads (state maintenance, after
-10 batches by default) would meet the same; this test's few batches only write changelogs."""
+on s3a:// through Spark."""
 
 from __future__ import annotations
 
@@ -99,13 +96,16 @@ def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_eve
         assert sink["kind"] == DELTA and sink["location"] == output, stopped.sinks
         assert sink["version"] == max(delta_sink.commit_keys(table)), "the table as the stop left it"
 
-        v2 = deploy(job, DeployRequest("v2", restore=stopped.id))
+        v2 = deploy(job, DeployRequest("v2", restore=stopped.id, partitions=4))
         assert v2.checkpoint.startswith(f"{root}/windowed/") and v2.restored_from == stopped.id
         assert batches(v2.checkpoint, "commits")[-1] >= stopped.batch_id  # the restore wrote to S3
         feeder.round()
         wait_for(lambda: processed(v2.checkpoint, feeder.rounds), "v2 to process a round on s3a")
-        first_own = min(b for b in batches(v2.checkpoint, "commits") if b > stopped.batch_id)
-        assert first_own == stopped.batch_id + 1
+        first_own = min(b for b in batches(v2.checkpoint, "offsets") if b > stopped.batch_id + 1)
+        assert first_own == stopped.batch_id + 2, "N+1 is the repartition's own batch"
+        latest = batches(v2.checkpoint, "commits")[-1]
+        pinned = json.loads(open_storage(v2.checkpoint).read(f"offsets/{latest}").decode().splitlines()[1])["conf"]
+        assert pinned["spark.sql.shuffle.partitions"] == "4", "v2 runs with the rescaled state"
         assert delta_sink.last_batch(table, stopped.query_id or "") > stopped.batch_id, "v2 wrote the table"
 
         # the table is ahead of the savepoint: a restore would let Delta skip v2's batches

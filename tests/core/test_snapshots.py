@@ -4,6 +4,7 @@ restore, verify, delete, local and S3 (moto server) stores."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from airflow_plugin.core.snapshots.manifest import Kind, SnapshotStatus
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
-from airflow_plugin.core.storage import LocalStorage, open_storage
+from airflow_plugin.core.storage import LocalStorage, S3Storage, open_storage
 from tests.support.synthetic import add_batch, tree, write_checkpoint
 
 
@@ -190,6 +191,46 @@ def test_file_deleted_mid_copy_retries_at_a_newer_batch(tmp_path: Path) -> None:
     assert manifest.status is SnapshotStatus.COMPLETED and manifest.attempts == 2 and manifest.batch_id == 6
     paths = {f.path for f in manifest.files}
     # partition 1 now rebuilds version 7 from its snapshot 6 plus delta 7
+    assert {"state/0/1/6.snapshot", "state/0/1/7.delta"} <= paths and "state/0/1/1.delta" not in paths
+    assert verify_snapshot(store, "orders", manifest.id).ok
+
+
+class CleanupDuringCopyOnS3(S3Storage):
+    """The same on a checkpoint on S3 (the live-copy protocol over S3 listings): Spark's maintenance deletes
+    an old delta object after the listing and before its read, and commits two more batches meanwhile."""
+
+    cleaned = False
+
+    def read(self, key: str) -> bytes:
+        if not self.cleaned and key == "state/0/1/1.delta":
+            self.cleaned = True
+            for batch in (5, 6):
+                for path, data in _batch_files(batch).items():
+                    self.write(path, data)
+            self.delete([key])
+            self.write("state/0/1/6.snapshot", b"snapshot of version 6")
+        return super().read(key)
+
+
+def _batch_files(batch: int) -> dict[str, bytes]:
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        for directory in ("offsets", "commits", "state/0/0", "state/0/1"):
+            (root / directory).mkdir(parents=True)
+        add_batch(root, batch)
+        return tree(root)
+
+
+def test_an_s3_checkpoint_cleaned_up_mid_copy_is_snapshotted_at_a_newer_batch(tmp_path: Path, s3_store: str) -> None:
+    bucket = s3_store.removeprefix("s3://").split("/")[0]
+    checkpoint = CleanupDuringCopyOnS3(bucket, "checkpoints/cleaned")
+    for path, data in tree(write_checkpoint(tmp_path / "ckpt", batches=5)).items():
+        checkpoint.write(path, data)
+    store = SnapshotStore(open_storage(s3_store))
+    manifest = create_snapshot(store, checkpoint, SnapshotRequest(job="orders"), concurrency=1)
+    assert checkpoint.cleaned, "the cleanup ran in the middle of the first attempt"
+    assert manifest.status is SnapshotStatus.COMPLETED and manifest.attempts == 2 and manifest.batch_id == 6
+    paths = {f.path for f in manifest.files}
     assert {"state/0/1/6.snapshot", "state/0/1/7.delta"} <= paths and "state/0/1/1.delta" not in paths
     assert verify_snapshot(store, "orders", manifest.id).ok
 

@@ -54,7 +54,7 @@ def write_jobs_file(
         conf={
             "spark.sql.shuffle.partitions": str(shuffle_partitions),
             "spark.jars": ",".join(str(jvm.link(group) / "*.jar") for group in groups),
-            **(delta_sink.SESSION_CONF if lake is not None else {}),
+            **({**delta_sink.SESSION_CONF, **windowed.SMALL_DELTA_TABLE} if lake is not None else {}),
         },
         table=f'kafka = {{ bootstrap_servers = "{bootstrap}" }}',
         **on_lake,

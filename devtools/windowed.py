@@ -19,6 +19,11 @@ VERSIONS = ("v1", "v2", "v3", "regrouped", "poisoned")
 SPARK_UI = {"spark.ui.enabled": "true", "spark.ui.port": "0"}  # each driver's UI on a free port
 
 
+# Delta replays its log in 50 tasks by default (spark.databricks.delta.snapshotPartitions), meant for a
+# cluster: the example tables are small and the machine has 2 cores
+SMALL_DELTA_TABLE = {"spark.databricks.delta.snapshotPartitions": "2"}
+
+
 def write_jobs_file(
     directory: Path,
     store: str,

@@ -30,6 +30,7 @@ from .jobs.spec import JOBS_ENV, JobSpec, jobs_file, load_jobs
 from .lease import DEFAULT_TTL, Lease, acquire, default_holder
 from .parallel import DEFAULT_CONCURRENCY
 from .progress import NullProgress, Progress
+from .sinks.delta import CONF_PREFIX as DELTA_CONF
 from .snapshots.store import SnapshotStore
 from .sources.kafka import KafkaSettings
 from .spark_app import SparkAccess
@@ -204,12 +205,13 @@ class JobContext:
 
     def spark_conf(self) -> dict[str, str]:
         """What every Spark process of this job (its drivers, pre-flight, rescale, a sink's rewind) needs
-        besides its own conf: the job's jars and S3A settings, under them the S3A settings of the store's S3
-        (storage/s3.py) when its checkpoints or the store are on S3 (its sink may be too). Never a key."""
+        besides its own conf: the job's jars, S3A and Delta settings, under them the S3A settings of the
+        store's S3 (storage/s3.py) when its checkpoints or the store are on S3 (its sink may be too). Never a
+        key."""
         own = {
             key: value
             for key, value in self.spec.conf.items()
-            if key in ("spark.jars", "spark.jars.packages") or key.startswith(S3A)
+            if key in ("spark.jars", "spark.jars.packages") or key.startswith((S3A, DELTA_CONF))
         }
         if not self.spec.checkpoint_root.startswith("s3a://") and self.settings.s3 is None:
             return own

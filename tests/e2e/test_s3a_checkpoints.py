@@ -36,7 +36,7 @@ from airflow_plugin.core.snapshots.restore import plan_restore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
 from devtools import jvm
-from devtools.windowed import Feeder, batches, processed, wait_for, write_jobs_file
+from devtools.windowed import SMALL_DELTA_TABLE, Feeder, batches, processed, wait_for, write_jobs_file
 from spark_jobs.jobs.windowed.output import read_table, summarize
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -55,7 +55,7 @@ def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_eve
         s3_store,
         checkpoint_root=root,
         sink_args=("--sink", "delta", "--output", output),
-        conf={"spark.jars": jars, **delta_sink.SESSION_CONF},
+        conf={"spark.jars": jars, **delta_sink.SESSION_CONF, **SMALL_DELTA_TABLE},
     )
     job = Settings(jobs_file=str(jobs_file)).resolve().job("windowed")
     table = open_storage(f"s3://{bucket}/output")

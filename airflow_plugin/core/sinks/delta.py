@@ -36,6 +36,7 @@ from ..storage import Storage, spark_uri
 
 LOG_DIR = "_delta_log/"
 _COMMIT = re.compile(r"^(\d{20})\.json$")
+CONF_PREFIX = "spark.databricks.delta."  # the job's Delta settings: its drivers' and the rewind's
 # Delta commands (RESTORE) need Delta's session extension and catalog; the jars come from the job's spark.jars
 SESSION_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",

@@ -220,9 +220,9 @@ class Lifecycle:
         query under a new id, or the file sink's later output moved into its quarantine."""
         if self.lake:
             table = self.job.open(table_of(self.lake))
-            [sink] = self.store.get(JOB, savepoint).sinks
+            taken = self.store.get(JOB, savepoint)
+            [sink], query = taken.sinks, taken.query_id
             restores = delta_sink.restored_versions(table)
-            query = self.store.get(JOB, savepoint).query_id
             restored = Deployments(self.store.storage).get(JOB, redeployed) if redeployed else None
             new_id = json.loads(self.job.open(restored.checkpoint).read("metadata"))["id"] if restored else None
             self.check(

@@ -151,3 +151,28 @@ def test_a_snapshot_records_the_table_and_a_restore_behind_it_is_refused_or_gets
     execute_restore(store, plan)
     assert json.loads((target / "metadata").read_text()) == {"id": rewind.query_id}
     assert (target / "commits" / "2").exists() and not (target / "commits" / "3").exists()
+
+
+def test_a_restore_to_version_0_is_read_as_such_and_a_new_query_on_an_old_table_is_at_its_newest(
+    table: Path,
+) -> None:
+    restore(table, 5, to=0, removed=[1, 2, 3, 4])
+    storage = LocalStorage(table)
+    assert delta.restored_versions(storage) == [0]
+    assert delta.writes_after(storage, 0) == []
+    write(table, 6, Q2, 0)  # a fresh deployment: a new query id writes batch 0 on top
+    assert delta.version_at(storage, Q2, 0) == 6 and delta.version_at(storage, "fresh", 3) == 6
+    assert delta.last_batch(storage, Q1) is None, "only the commits since another query wrote are read"
+
+
+def test_a_table_created_after_the_snapshot_is_refused_with_nothing_written(tmp_path: Path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "ckpt", batches=3)
+    table, store = tmp_path / "table", SnapshotStore(LocalStorage(tmp_path / "store"))
+    sinks = (SinkRef(DELTA, f"file:{table}"),)
+    manifest = create_snapshot(store, LocalStorage(checkpoint), SnapshotRequest(job="orders", sinks=sinks))
+    assert manifest.sinks[0]["version"] is None  # no table yet
+    write(table, 0, QUERY_ID, 3)
+    target = tmp_path / "restored"
+    with pytest.raises(Refused, match=r"did not exist at snapshot .*move the table aside"):
+        plan_restore(store, "orders", manifest.id, LocalStorage(target), rewind_sink=True)
+    assert not target.exists() and delta.commit_keys(LocalStorage(table)) == {0: "_delta_log/" + "0" * 20 + ".json"}

@@ -82,8 +82,9 @@ def read_commit(table: Storage, version: int, key: str) -> Commit:
         if "txn" in action:
             txns[str(action["txn"]["appId"])] = int(action["txn"]["version"])
         info = action.get("commitInfo") or {}
-        if info.get("operation") == "RESTORE":
-            restored_to = int((info.get("operationParameters") or {}).get("version") or -1)
+        if info.get("operation") == "RESTORE":  # to a version; by timestamp: unknown, taken as before all
+            version_param = (info.get("operationParameters") or {}).get("version")
+            restored_to = -1 if version_param is None else int(version_param)
     return Commit(version, txns, restored_to)
 
 
@@ -108,6 +109,16 @@ def _newest_first(table: Storage) -> Iterator[Commit]:
         yield read_commit(table, version, key)
 
 
+def _since_query(table: Storage, query_id: str) -> Iterator[Commit]:
+    """Commits newest first, down to (not including) the newest streaming write of another query: an earlier
+    deployment's (the job is the table's one streaming writer). So a snapshot reads the commits of its own
+    query, not the table's whole log."""
+    for commit in _newest_first(table):
+        if commit.txns and query_id not in commit.txns:
+            return
+        yield commit
+
+
 def is_table(table: Storage) -> bool:
     return bool(commit_keys(table))
 
@@ -119,8 +130,9 @@ def restored_versions(table: Storage) -> list[int]:
 
 
 def last_batch(table: Storage, query_id: str) -> int | None:
-    """The newest batch the query committed to the table (what Delta's sink compares against), or None."""
-    for commit in _newest_first(table):
+    """The newest batch the query committed to the table (what Delta's sink compares against) since another
+    query wrote to it, or None."""
+    for commit in _since_query(table, query_id):
         if query_id in commit.txns:
             return commit.txns[query_id]
     return None
@@ -131,16 +143,14 @@ def version_at(table: Storage, query_id: str, batch_id: int) -> int | None:
     its first commit of a later batch, else the newest. Read from the newest down, stopping at the query's
     commit of a batch up to `batch_id`, or at another query's (an earlier deployment's: the job is the
     table's one streaming writer). None: the table has no commit yet."""
-    newest: int | None = None
     answer: int | None = None
     for commit in _newest_first(table):
-        if newest is None:
-            newest = answer = commit.version
+        answer = commit.version if answer is None else answer  # the newest, unless the query wrote beyond
         batch = commit.txns.get(query_id)
-        if batch is not None and batch > batch_id:
-            answer = commit.version - 1
-        elif batch is not None or commit.txns:
+        if (commit.txns and batch is None) or (batch is not None and batch <= batch_id):
             break
+        if batch is not None:
+            answer = commit.version - 1
     return answer if answer is None or answer >= 0 else None
 
 

@@ -131,17 +131,17 @@ def plan_restore(
     else:
         _plan_incremental(plan, _completed(store, job, onto))
     plan.spark_conf = {**manifest.spark_conf, **manifest.restore_conf}
-    plan.warnings.append(
-        f"the restored query keeps query id {manifest.query_id}: stop the original query before starting it, "
-        "and never let both write the same sink"
-    )
+    if check_sinks:  # first: a Delta rewind gives the restored query a new id
+        _guard_sinks(store, plan, rewind_sink, open_location, spark)
+    if plan.query_id is None:
+        plan.warnings.insert(
+            0,
+            f"the restored query keeps query id {manifest.query_id}: stop the original query before starting "
+            "it, and never let both write the same sink",
+        )
     if check_sources:
         plan.sources = source_guard.guard(store, manifest, kafka, accept_gap=accept_source_gap)
         plan.warnings += plan.sources.warnings()
-    if check_sinks:
-        _guard_sinks(store, plan, rewind_sink, open_location, spark)
-    if plan.query_id is not None:
-        plan.warnings = [w for w in plan.warnings if not w.startswith("the restored query keeps query id")]
     return plan
 
 

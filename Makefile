@@ -3,6 +3,8 @@
 
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 export PYTHONUNBUFFERED := 1
+# The locked pyspark brings its own Spark: a SPARK_HOME of the user's shell (another Spark) is not for these.
+unexport SPARK_HOME
 
 .PHONY: setup browser demo airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3
 

@@ -9,8 +9,13 @@ if TYPE_CHECKING:
 
 
 def local_spark(app_name: str, shuffle_partitions: int = 3, **conf: str) -> SparkSession:
-    """local[2], UI off, bound to 127.0.0.1, quiet; `conf` adds or overrides settings."""
+    """local[2], UI off, bound to 127.0.0.1, quiet; `conf` adds or overrides settings. Refuses (before any JVM
+    starts) when pyspark's Python files and the JVM it would start are of two Spark versions."""
     from pyspark.sql import SparkSession
+
+    from airflow_plugin.core.spark_app import check_session_spark
+
+    check_session_spark()
 
     builder = SparkSession.builder.master("local[2]").appName(app_name)
     settings = {

@@ -1,12 +1,14 @@
 """Starts the Spark applications the engine needs (deep verify, pre-flight) as their own processes:
 the engine never imports pyspark. The scripts live in spark_jobs/tools/. Also what every launch checks and
-sets: spark-submit and Java are there, pyspark's files are one version, and local Spark stays on loopback."""
+sets: spark-submit and Java are there, pyspark's files are one version, and local Spark stays on loopback.
+And what a SparkSession started from this Python needs: the JVM it starts (`$SPARK_HOME`'s) of pyspark's version."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,6 +72,42 @@ def _installed(distribution: str) -> str | None:
 def check_pyspark_files() -> None:
     """Refuse to launch Spark from an environment whose pyspark files are of two versions."""
     problem = pyspark_conflict(_installed("pyspark"), _installed("pyspark-client"))
+    if problem:
+        raise LaunchFailed(problem)
+
+
+_SPARK_CORE_JAR = re.compile(r"spark-core_[0-9.]+-(?P<version>.+)\.jar")
+
+
+def jars_version(spark_home: Path) -> str | None:
+    """The Spark version of a Spark home's jars (`jars/spark-core_<scala>-<version>.jar`), None if it has none."""
+    for jar in sorted((spark_home / "jars").glob("spark-core_*.jar")):
+        if match := _SPARK_CORE_JAR.fullmatch(jar.name):
+            return match["version"]
+    return None
+
+
+def spark_home_conflict(pyspark: str | None, spark_home: str | None) -> str | None:
+    """Why `SPARK_HOME` cannot serve this environment's pyspark, or None. A SparkSession started from Python
+    runs the JVM of `$SPARK_HOME` under the installed pyspark's Python files: of another version, Python calls
+    constructors the jars do not have (a transformWithState query fails with a Py4JError)."""
+    if pyspark is None or not spark_home:
+        return None
+    jvm = jars_version(Path(spark_home))
+    if jvm is None or jvm == pyspark:
+        return None
+    return (
+        f"SPARK_HOME={spark_home} holds Spark {jvm}, but this environment's pyspark is {pyspark}: a Spark session "
+        f"started here would run Spark {jvm}'s JVM under pyspark {pyspark}'s Python. Unset SPARK_HOME (pyspark "
+        f"brings its own Spark), or point it at a Spark {pyspark}"
+    )
+
+
+def check_session_spark() -> None:
+    """Refuse to start a SparkSession in this Python (the tests, the demo, the benchmarks) whose Python and JVM
+    sides would be of two Spark versions."""
+    check_pyspark_files()
+    problem = spark_home_conflict(_installed("pyspark"), os.environ.get("SPARK_HOME"))
     if problem:
         raise LaunchFailed(problem)
 

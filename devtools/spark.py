@@ -1,8 +1,10 @@
-"""One way to build a local SparkSession for the demo, the tests and the benchmarks."""
+"""One way to build a local SparkSession for the tests and the benchmarks."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from airflow_plugin.core.spark_app import check_session_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -12,8 +14,6 @@ def local_spark(app_name: str, shuffle_partitions: int = 3, **conf: str) -> Spar
     """local[2], UI off, bound to 127.0.0.1, quiet; `conf` adds or overrides settings. Refuses (before any JVM
     starts) when pyspark's Python files and the JVM it would start are of two Spark versions."""
     from pyspark.sql import SparkSession
-
-    from airflow_plugin.core.spark_app import check_session_spark
 
     check_session_spark()
 

@@ -1,7 +1,7 @@
 """Starts the Spark applications the engine needs (deep verify, pre-flight) as their own processes:
 the engine never imports pyspark. The scripts live in spark_jobs/tools/. Also what every launch checks and
-sets: spark-submit and Java are there, pyspark's files are one version, and local Spark stays on loopback.
-And what a SparkSession started from this Python needs: the JVM it starts (`$SPARK_HOME`'s) of pyspark's version."""
+sets: spark-submit and Java are there, pyspark's files are one version, and local Spark stays on loopback; and
+for a SparkSession started inside this Python, that `$SPARK_HOME`'s Spark is pyspark's version."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def spark_home_conflict(pyspark: str | None, spark_home: str | None) -> str | No
 
 
 def check_session_spark() -> None:
-    """Refuse to start a SparkSession in this Python (the tests, the demo, the benchmarks) whose Python and JVM
+    """Refuse to start a SparkSession inside this Python (the tests', the benchmarks') whose Python and JVM
     sides would be of two Spark versions."""
     check_pyspark_files()
     problem = spark_home_conflict(_installed("pyspark"), os.environ.get("SPARK_HOME"))

@@ -10,8 +10,9 @@ checkpoints on S3 through S3A and a Delta table on S3 as the sink.
     v2 keeps running) -> [upgrade to `poisoned`: it commits batches to the sink, then fails; the health gate
     fails and the rollback rewinds the sink and puts v2 back from the same savepoint] -> [SIGKILL of the
     driver mid-batch, redeployed from the latest state] -> stop-with-savepoint -> exactly-once check of every
-    record produced -> retention deletes the records the first savepoint would read next: a deploy from it
-    is refused before anything starts, and the retention plan marks it with the records lost
+    record produced -> a fresh deploy (restore none) onto the sink the job wrote is refused (it would write
+    every record again, or lose them) -> retention deletes the records the first savepoint would read next:
+    a deploy from it is refused before anything starts, and the retention plan marks it with the records lost
 
 Events are produced continuously while the DAGs run (the health gate waits for new batches), with a few
 producer retries (records sent twice), then flushed, so the final output can be compared with every
@@ -34,6 +35,7 @@ from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.sinks import delta as delta_sink
+from airflow_plugin.core.sinks import file as file_sink
 from airflow_plugin.core.sinks.file import QUARANTINE
 from airflow_plugin.core.snapshots import source_guard
 from airflow_plugin.core.snapshots.manifest import Manifest
@@ -292,6 +294,29 @@ class Lifecycle:
         )
         return self.store.get(JOB, result.value("savepoint")["id"])
 
+    def refuse_fresh_start(self) -> None:
+        """A fresh start onto the sink the stopped job wrote would re-read the topic from its start: a Delta
+        table takes every record again (duplicates), a file sink skips every batch it holds (all lost). The
+        deploy DAG is refused before anything is launched, and says why."""
+        last, deploys, before = self.deployments()[-1], len(self.deployments()), self._sink_position()
+        conf = {"job": JOB, "version": last.version, "restore": "none", "min_batches": 2}
+        result = self._run("savepoints_deploy", conf)
+        error = result.pushed.get("deploy", {}).get("error", "")
+        self.check(
+            result.tasks.get("deploy") == "failed"
+            and "a fresh start" in error
+            and len(self.deployments()) == deploys
+            and self._sink_position() == before,
+            f"deploy DAG of {last.version} with restore none onto the sink it wrote: refused, nothing started",
+        )
+        self.say(f"   the refusal: {one_line(error, 300)}")
+
+    def _sink_position(self) -> int | None:
+        """The newest Delta table version, or the file sink's last batch."""
+        if self.lake:
+            return max(delta_sink.commit_keys(self.job.open(table_of(self.lake))), default=None)
+        return file_sink.position(self.job.open(str(self.work / "output")))
+
     def expire(self, final: Manifest) -> None:
         """Kafka retention deletes every record produced: the first savepoint can no longer be restored, the
         final one (every record read) still can."""
@@ -334,5 +359,7 @@ class Lifecycle:
                 self.crash()
         self.say("stop producing; stop with a savepoint (savepoint DAG); exactly-once check")
         final = self.finish()
+        self.say("a fresh start onto the sink the job wrote (deploy DAG, restore none)")
+        self.refuse_fresh_start()
         self.say("Kafka retention deletes the records: the first savepoint can no longer be restored")
         self.expire(final)

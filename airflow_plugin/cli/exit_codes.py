@@ -30,8 +30,8 @@ EXIT_CODES: list[tuple[type[SavepointsError], int, str]] = [
         Refused,
         4,
         "refused to avoid losing or overwriting data (a non-empty restore target, a FAILED or IN_PROGRESS snapshot, "
-        "a pinned snapshot, a file sink ahead of the snapshot, Kafka offsets whose records are gone, an upgrade "
-        "blocked by its pre-flight): nothing changed",
+        "a pinned snapshot, a sink that already holds the batches a restore or a fresh start would run, Kafka "
+        "offsets whose records are gone, an upgrade blocked by its pre-flight): nothing changed",
     ),
     (CheckpointError, 5, "not a usable checkpoint: no metadata, no committed batch, files vanishing mid-copy"),
     (IntegrityError, 6, "integrity: checksum mismatch, `verify` failed, corrupt or unsafe manifest"),

@@ -68,11 +68,14 @@ class SavepointsMixin:
 
 
 @contextmanager
-def task_errors() -> Iterator[None]:
-    """Engine errors no retry can fix (bad input, unknown names, refusals) fail the task at once."""
+def task_errors(context: Context | None = None) -> Iterator[None]:
+    """Engine errors no retry can fix (bad input, unknown names, refusals) fail the task at once; with the
+    task's `context` the message is also its XCom `error`, for whoever reads the run (the page, a test)."""
     try:
         yield
     except (InvalidInput, NotFound, Refused) as exc:
+        if context is not None:
+            context["ti"].xcom_push(key="error", value=str(exc))
         raise AirflowFailException(str(exc)) from exc
 
 
@@ -121,7 +124,7 @@ class SavepointsBaseOperator(SavepointsMixin, BaseOperator):
         self.lease_ttl = lease_ttl
 
     def execute(self, context: Context) -> Any:
-        with task_errors():
+        with task_errors(context):
             return self.run(self.job_context(context), context)
 
     @abstractmethod

@@ -1,7 +1,8 @@
 """Delivery guarantees (eKuiper's qos levels) mapped to concrete Spark settings; docs/delivery.md has the
-table. The runtime cannot look inside a DataStreamWriter (its sink format is private JVM state), so a
-job DECLARES what it reads from and writes to, and the runtime judges the declaration before it starts
-anything: exactly-once refuses a sink it knows is not idempotent, and one it knows nothing about.
+table. A guarantee is a promise about the whole pipeline, so a job DECLARES what it reads from and writes
+to, and the runtime judges the declaration before it starts anything: exactly-once refuses a sink it knows
+is not idempotent, and one it knows nothing about. (Which output the writer goes to is read from Spark's
+JVM writer for the sink guard, sink.py; that says where, not what the job promises.)
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
     STARTING --first trigger done--> RUNNING --stop request--> STOPPING --> STOPPED   (exit 0)
     with --standby: STARTING --session ready--> STANDBY --start request--> STARTING --> ...
                                                         --stop request / no start in time--> STOPPED
-    a failure / the job's arguments rejected / a guarantee it cannot give    FAILED    (exit 1 / 2 / 3)
+    a failure / the job's arguments rejected / a guarantee it cannot give or
+    a sink that already holds the query's batches (sink.py)                FAILED    (exit 1 / 2 / 3)
 
 `run(build)` is what an application file calls. `Runner` does the work and takes the session from a
 factory, so that STARTING is in the store before the (slow) session exists; the benchmark hands it an
@@ -26,6 +27,7 @@ from .args import RuntimeArgs, Trigger, parse_args
 from .control import ControlChannel, boundary_wait, stop_at_batch_boundary
 from .delivery import DeliveryPlan, DeliveryRefused, StreamingJob, plan
 from .failure import Failure, describe
+from .sink import SinkAhead, check_start, sink_of
 from .status import Heartbeat, ProgressListener, StatusBoard
 
 if TYPE_CHECKING:
@@ -82,9 +84,9 @@ class Runner:
                 self.board.finish(State.STOPPED)
                 return EXIT_STOPPED
             return self._run()
-        except DeliveryRefused as exc:
+        except (DeliveryRefused, SinkAhead) as exc:  # refused before any query started
             log.error("%s", exc)
-            self.board.finish(State.FAILED, error_class=DeliveryRefused.error_class, error_message=str(exc))
+            self.board.finish(State.FAILED, error_class=exc.error_class, error_message=str(exc))
             return EXIT_REFUSED
         except SystemExit as exc:  # the job's own argument parser rejected its arguments (argparse exits)
             message = f"the job rejected its arguments {self.job_args} (exit {exc.code}): see the driver log"
@@ -109,6 +111,7 @@ class Runner:
             log.warning("%s", warning)
         request = self.control.next_stop()  # a stop that came while the session started
         if request is None:
+            self._guard_sink(job, delivery)
             query = self._start(job, delivery, self.args.trigger)
             request = self._supervise(query)
         else:
@@ -166,6 +169,16 @@ class Runner:
     def _build(self) -> StreamingJob:
         built = self.build(self.spark, list(self.job_args))
         return built if isinstance(built, StreamingJob) else StreamingJob(built)
+
+    def _guard_sink(self, job: StreamingJob, delivery: DeliveryPlan) -> None:
+        """Before the first start: record the sink the query will write, and refuse (SinkAhead) when it
+        already holds batches the query would run (sink.py). A drain's second start continues the same
+        checkpoint, whose batches are the sink's own."""
+        sink = sink_of(job.writer, self.spark)
+        if sink is None:
+            return
+        self.board.update(sink=sink.description)
+        check_start(sink, delivery.checkpoint)
 
     def _start(self, job: StreamingJob, delivery: DeliveryPlan, trigger: Trigger) -> StreamingQuery:
         writer = (

@@ -46,6 +46,64 @@ def kafka_lag(sources: list[dict[str, Any]]) -> int | None:
     return max(lags) if lags else None
 
 
+def _offsets(value: Any) -> Any:
+    """A source's start or end offset as JSON data (Spark's progress JSON nests it; pyspark gives a string)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _kafka_records(start: Any, end: Any) -> int:
+    """Records between two Kafka offsets ({topic: {partition: offset}}). A transactional producer's commit
+    marker takes one offset and carries no record, so a partition that moved by one is not counted."""
+    records = 0
+    for topic, partitions in (end or {}).items():
+        for partition, offset in partitions.items():
+            moved = int(offset) - int(((start or {}).get(topic) or {}).get(partition, offset))
+            records += moved if moved > 1 else 0
+    return records
+
+
+def records_read(sources: list[dict[str, Any]]) -> int | None:
+    """How much a batch read by its sources' offsets: Kafka records, or 1 for another source whose offset
+    changed (a file source's new files, a rate source's seconds); None when it cannot be told (a run's first
+    batch has no start offset)."""
+    total = 0
+    for source in sources:
+        start, end = _offsets(source.get("startOffset")), _offsets(source.get("endOffset"))
+        if start is None:
+            return None
+        if str(source.get("description", "")).startswith("KafkaV2") and isinstance(end, dict):
+            total += _kafka_records(start, end)
+        elif start != end:
+            total += 1
+    return total
+
+
+def tally_unprocessed(seen: dict[str, int] | None, batch: int, rows: int, read: int | None) -> dict[str, int] | None:
+    """The run's count of batches that read input by their offsets but processed no row (DeploymentStatus
+    .unprocessed), after batch `batch` processed `rows` input rows having read `read` by its offsets. A batch
+    that processed rows ends the streak; one that read nothing (a no-data batch moving the watermark) leaves it."""
+    if rows > 0 and seen:
+        return {**seen, "streak": 0}
+    if rows > 0 or not read:
+        return seen
+    if not seen:
+        return {"first": batch, "last": batch, "batches": 1, "streak": 1, "records": read}
+    first = seen["first"] if seen.get("streak") else batch
+    records = (seen.get("records", 0) if seen.get("streak") else 0) + read
+    return {
+        "first": first,
+        "last": batch,
+        "batches": seen["batches"] + 1,
+        "streak": seen.get("streak", 0) + 1,
+        "records": records,
+    }
+
+
 def _finite(value: Any) -> float | None:
     """Spark reports NaN/Infinity rates for empty batches; JSON readers other than Python's reject them."""
     if value is None:
@@ -158,8 +216,16 @@ class ProgressListener(StreamingQueryListener):
         self.batch_done.set()
         sources = progress.get("sources") or []
         lag = kafka_lag(sources)
-        first = self._board.current.kafka_lag_first
+        current = self._board.current
+        first = current.kafka_lag_first
+        unprocessed = tally_unprocessed(
+            current.unprocessed,
+            progress.get("batchId", -1),
+            int(progress.get("numInputRows") or 0),
+            records_read(sources),
+        )
         self._board.update(
+            unprocessed=unprocessed,
             last_batch_id=progress.get("batchId"),
             sources=[str(source.get("description")) for source in sources],
             kafka_lag=lag,

@@ -27,7 +27,19 @@ from airflow_plugin.triggers.health import DeploymentHealthTrigger
 from tests.support.jobs import write_jobs
 from tests.support.synthetic import tree
 
-CONTEXT: Any = {"ti": SimpleNamespace(dag_id="test_dag", task_id="test_task")}
+
+class TaskInstance(SimpleNamespace):
+    """What the operators use of Airflow's task instance: ids, and XComs pushed besides the return value."""
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def task_context() -> Any:
+    return {"ti": TaskInstance(dag_id="test_dag", task_id="test_task", pushed={})}
+
+
+CONTEXT: Any = task_context()
 
 
 # ---------------------------------------------------------------- hook
@@ -231,9 +243,11 @@ def test_bad_input_fails_the_task_with_a_message_and_changes_nothing(tmp_path: P
     before = tree(tmp_path)
     operator = make(jobs)
     operator.aws_conn_id = operator.spark_conn_id = None
-    with pytest.raises(AirflowFailException, match=message):
-        operator.execute(CONTEXT)
+    context = task_context()
+    with pytest.raises(AirflowFailException, match=message) as failure:
+        operator.execute(context)
     assert tree(tmp_path) == before
+    assert context["ti"].pushed == {"error": str(failure.value)}  # the run's readers (the page, tests) see why
 
 
 def test_an_unreachable_store_fails_with_a_message_that_names_it(

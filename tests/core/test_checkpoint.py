@@ -92,3 +92,19 @@ def test_what_is_not_a_usable_checkpoint(tmp_path: Path) -> None:
     (root / "commits/0").write_text("garbage")
     with pytest.raises(CheckpointError, match="not a Spark log file"):
         read_restart_point(LocalStorage(root))
+
+
+def test_state_that_was_never_written_is_refused_with_its_cause(tmp_path: Path) -> None:
+    """Batches committed while the sink skipped them never ran, so no state store ever wrote a version: a
+    snapshot of that could never be restored (docs/spark-checkpoints.md section 12)."""
+    root = write_checkpoint(tmp_path / "ck", batches=4, partitions=3)
+    for partition in (1, 2):  # only their schema (written when the query was planned) is there
+        for delta in (root / f"state/0/{partition}").glob("*.delta"):
+            delta.unlink()
+    with pytest.raises(CheckpointError) as caught:
+        read_restart_point(LocalStorage(root))
+    message = str(caught.value)
+    assert "has committed batch 3, but its state has no files at all for operator 0 store default partitions 1..2" in (
+        message
+    )
+    assert "A sink that skipped batches as already written leaves exactly this" in message

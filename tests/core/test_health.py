@@ -3,15 +3,19 @@ no error) as a pure verdict, and `check_health` reading it from a store."""
 
 from __future__ import annotations
 
+import io
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from airflow_plugin.cli.render import status_table
 from airflow_plugin.core.context import JobContext
 from airflow_plugin.core.errors import NotFound
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, describe
 from airflow_plugin.core.jobs.health import Verdict, assess, check_health, target_batch
 from airflow_plugin.core.jobs.spec import JobSpec
 from airflow_plugin.core.snapshots.store import SnapshotStore
@@ -93,3 +97,31 @@ def test_the_kafka_lag_must_fall_when_asked(lag: int, first: int, verdict: Verdi
     assert assess(deployment, no_kafka, min_batches=3, heartbeat_timeout=30, lag_must_fall=True, now=NOW).verdict is (
         Verdict.HEALTHY
     )
+
+
+def test_a_deployment_whose_sink_skips_its_batches_is_unhealthy_and_shown_so() -> None:
+    """Batches committed, Kafka lag 0, heartbeat fresh: what a fresh deployment onto an earlier deployment's
+    file sink looks like, except that its batches read records and processed none."""
+    skipping = {"first": 1, "last": 35, "batches": 35, "streak": 35, "records": 3500}
+    status = DeploymentStatus(
+        State.RUNNING,
+        NOW - 1,
+        last_batch_id=44,
+        kafka_lag=0,
+        kafka_lag_first=0,
+        sink="FileSink[file:/out]",
+        sources=["KafkaV2[Subscribe[events]]"],
+        unprocessed=skipping,
+    )
+    deployment = _deployment(restored_batch_id=41)
+    health = assess(deployment, status, min_batches=3, heartbeat_timeout=30, lag_must_fall=True, now=NOW)
+    assert health.verdict is Verdict.UNHEALTHY
+    assert "commits batches it does not run: batches 1..35 advanced their sources (3500 Kafka records" in health.reason
+    row = describe(deployment, status, State.RUNNING)
+    assert row["state"] == "RUNNING" and "skipped them as already written" in row["unhealthy"]
+    console = Console(width=240, record=True, file=io.StringIO())
+    console.print(status_table([row]))
+    assert "RUNNING UNHEALTHY" in console.export_text()
+    healthy = replace(status, unprocessed={**skipping, "streak": 0})
+    assert assess(deployment, healthy, min_batches=3, heartbeat_timeout=30, now=NOW).verdict is Verdict.HEALTHY
+    assert describe(deployment, healthy, State.RUNNING)["unhealthy"] is None

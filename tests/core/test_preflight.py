@@ -21,12 +21,14 @@ from airflow_plugin.core.jobs.preflight import (
     PreflightReport,
     UpgradeBlocked,
     compare_schemas,
+    incomplete_state,
     preflight,
     schema_field_names,
 )
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import stop
 from airflow_plugin.core.jobs.upgrade import rollback
+from airflow_plugin.core.snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from devtools.windowed import REPO, Feeder, batches, processed, wait_for, write_jobs_file
 
@@ -36,6 +38,18 @@ TOTALS_APPS = REPO / "spark_jobs/jobs/user_totals"
 def _utf(text: str) -> bytes:
     data = text.encode()
     return len(data).to_bytes(2, "big") + data
+
+
+def test_missing_state_files_are_explained_as_an_incomplete_snapshot() -> None:
+    manifest = Manifest(
+        "sp-1", "orders", Kind.SAVEPOINT, Trigger.MANUAL, SnapshotStatus.COMPLETED, "/ck", "now", batch_id=35
+    )
+    spark = "[CANNOT_LOAD_STATE_STORE.CANNOT_READ_STREAMING_STATE_FILE] Error reading streaming state file of ..."
+    detail = f"{spark} state/1/1/1.changelog does not exist."
+    reason = incomplete_state(manifest, "CANNOT_LOAD_STATE_STORE", detail, spark)
+    assert reason is not None and reason.startswith("the state of snapshot sp-1 is incomplete: its commits reach")
+    assert "A sink that skipped batches as already written leaves exactly this" in reason and spark in reason
+    assert incomplete_state(manifest, "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "key schema", "key") is None
 
 
 def test_schema_field_names_reads_key_and_value_schemas_through_the_binary_framing() -> None:

@@ -178,8 +178,12 @@ def test_deploy_refuses_an_expired_savepoint_and_records_an_accepted_gap_in_the_
     kafka.produce(topic, [f"r{i}" for i in range(8)])
     _, (snapshot,) = _kafka_snapshots(tmp_path, topic, [{0: 3}])
     kafka.delete_records(topic, {0: 5})
-    app = tmp_path / "job.py"  # stands in for the job: shows the arguments it was given, then fails
-    app.write_text("import sys\nprint('job args:', *sys.argv[1:], file=sys.stderr)\nsys.exit(3)\n")
+    # stands in for the job: keeps the arguments it was given, then fails. In a file, not printed: spark-submit
+    # copies a Python driver's output in a thread it does not wait for, so the last lines can miss its log
+    app, seen = tmp_path / "job.py", tmp_path / "job-args.txt"
+    app.write_text(
+        f"import sys, pathlib\npathlib.Path({str(seen)!r}).write_text(' '.join(sys.argv[1:]))\nsys.exit(3)\n"
+    )
     table = f'kafka = {{ bootstrap_servers = "{kafka.bootstrap}" }}'
     jobs = str(write_jobs(tmp_path, application=str(app), extra=table))
 
@@ -188,7 +192,8 @@ def test_deploy_refuses_an_expired_savepoint_and_records_an_accepted_gap_in_the_
     assert cli(capsys, "status", "orders", "--jobs", jobs, "--json")[1].strip() == "[]"  # nothing deployed
 
     code, _, err = cli(capsys, "deploy", "orders", "--jobs", jobs, "--restore", snapshot, "--accept-source-gap")
-    assert code == 9 and f"--kafka-bootstrap-servers {kafka.bootstrap}" in err  # restored, launched, failed
+    assert code == 9 and "spark-submit exited with code 3" in err  # restored, launched, failed
+    assert f"--kafka-bootstrap-servers {kafka.bootstrap}" in seen.read_text()
     [row] = json.loads(cli(capsys, "status", "orders", "--jobs", jobs, "--json")[1])
     assert row["restored_from"] == snapshot and row["source_gap"] == f"2 records gone from Kafka ({topic}-0)"
     [event] = SnapshotStore(open_storage(str(tmp_path / "store"))).get("orders", snapshot).history

@@ -1,10 +1,14 @@
 """The job lifecycle end to end, through real spark-submit processes and the moto server as store:
 deploy v1, feed rounds, stop-with-savepoint, deploy v2 from it, SIGKILL the v2 driver in the middle of
 a batch, deploy again from the latest state, feed more, stop. Every event is counted exactly once, batch
-ids keep increasing across deployments, and v3 (state-incompatible) fails with Spark's error class."""
+ids keep increasing across deployments, and v3 (state-incompatible) fails with Spark's error class. Then
+fresh starts onto that output: refused (exit 4, nothing written) before launching, or by the driver of a
+version that never ran; with --rewind-sink every event once again; and a deployment whose sink skips its
+batches reads UNHEALTHY with the reason."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -12,15 +16,20 @@ from pathlib import Path
 
 import pytest
 
+from airflow_plugin.cli import main
 from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import LaunchFailed
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.health import Verdict, check_health
 from airflow_plugin.core.jobs.launcher import alive
 from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.sinks.file import LOG_DIR, QUARANTINE
+from airflow_plugin.core.sinks.guard import SINK_AHEAD
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from devtools.windowed import Feeder, batches, processed, wait_for, wait_output_complete, write_jobs_file
 from spark_jobs.jobs.windowed.output import read_output, summarize
+from tests.support.synthetic import tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -30,7 +39,14 @@ def status_state(store: SnapshotStore, deployment: Deployment) -> State | None:
     return status.state if status else None
 
 
-def test_upgrade_crash_and_restore_count_every_event_exactly_once(tmp_path: Path, s3_store: str) -> None:
+def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main([*argv, "--json"]) == 0
+    return capsys.readouterr().out
+
+
+def test_upgrade_crash_and_restore_count_every_event_exactly_once(
+    tmp_path: Path, s3_store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     job = Settings(jobs_file=str(write_jobs_file(tmp_path, s3_store))).resolve().job("windowed")
     store = job.store
     feed = Feeder(tmp_path / "input")
@@ -85,6 +101,8 @@ def test_upgrade_crash_and_restore_count_every_event_exactly_once(tmp_path: Path
     ]
     assert maxima == sorted(maxima) and firsts[0] > maxima[0] and firsts[1] > savepoint.batch_id
 
+    counted = feed.events  # every event fed up to the flush marker; what follows it is late, and dropped
+
     # v3 groups by country too: Spark refuses the old state on its first batch with new data
     feed.round()
     try:
@@ -95,3 +113,44 @@ def test_upgrade_crash_and_restore_count_every_event_exactly_once(tmp_path: Path
     wait_for(lambda: status_state(store, v3) is State.FAILED, "v3 to fail")
     status = Deployments(store.storage).status(job.name, v3.id)
     assert status.error_class == "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", status
+
+    # A fresh start onto the output those deployments wrote would skip every batch it holds (every record lost):
+    # refused before anything is launched for the build that wrote it, by the driver for one that never ran
+    output, jobs = tmp_path / "output", str(tmp_path / "jobs.toml")
+    records, before = Deployments(store.storage), tree(tmp_path / "output")
+    deployed = len(records.list(job.name))
+    assert main(["deploy", "windowed", "--version", "v2", "--jobs", jobs]) == 4
+    assert "has committed batches up to" in capsys.readouterr().err
+    assert len(records.list(job.name)) == deployed and tree(output) == before
+    assert main(["deploy", "windowed", "--version", "regrouped", "--jobs", jobs]) == 4
+    assert "refused by its sink guard" in capsys.readouterr().err and tree(output) == before
+    refused = records.list(job.name)[-1]
+    assert records.status(job.name, refused.id).error_class == SINK_AHEAD
+    assert not job.open(refused.checkpoint).exists(), "its query never started: nothing written"
+
+    # with --rewind-sink the output moves aside whole and the fresh deployment writes every event once again
+    assert main(["deploy", "windowed", "--version", "v2", "--rewind-sink", "--jobs", jobs]) == 0
+    again = records.list(job.name)[-1]
+    wait_output_complete(output, counted)
+    summary = summarize(read_output(output))
+    assert summary.events == counted and summary.duplicates == [] and set(summary.versions) == {"v2"}
+    assert len(list((output / QUARANTINE).glob("*-fresh-*/rewind.json"))) == 1
+
+    # a deployment whose sink skips its batches (someone wrote them meanwhile) is unhealthy, with the reason
+    last = batches(again.checkpoint, "commits")[-1]
+    for batch in range(last + 1, last + 8):
+        (output / LOG_DIR / str(batch)).write_text("v1\n")
+    for _ in range(3):
+        feed.round()
+    wait_for(
+        lambda: (records.status(job.name, again.id) or DeploymentStatus(State.STARTING, 0)).skipping() is not None,
+        "the skipped batches to show",
+        timeout=60,
+    )
+    health = check_health(job, again.id, min_batches=1)
+    assert health.verdict is Verdict.UNHEALTHY and "commits batches it does not run" in health.reason
+    [row] = [
+        r for r in json.loads(cli_json(capsys, "status", "windowed", "--jobs", jobs)) if r["deployment"] == again.id
+    ]
+    assert "skipped them as already written" in row["unhealthy"]
+    stop(job)

@@ -39,7 +39,7 @@ from spark_jobs.runtime import Delivery, DeliveryRefused, Runner, SinkKind, Sour
 from spark_jobs.runtime.control import ControlChannel
 from spark_jobs.runtime.delivery import check, plan
 from spark_jobs.runtime.failure import describe
-from spark_jobs.runtime.status import ProgressListener, StatusBoard, kafka_lag
+from spark_jobs.runtime.status import ProgressListener, StatusBoard, kafka_lag, records_read
 
 ROOT = Path(__file__).resolve().parents[2]
 WINDOWED = ROOT / "spark_jobs" / "jobs" / "windowed"
@@ -165,6 +165,54 @@ def test_the_listener_reports_sources_and_kafka_lag_from_sparks_progress(tmp_pat
     assert status.sources == ["KafkaV2[Subscribe[events]]", "FileStreamSource[file:/in]"]
     assert (status.kafka_lag, status.kafka_lag_first) == (300, 1200)
     assert kafka_lag(progress(9, None)["sources"]) is None and kafka_lag([]) is None
+
+
+def test_the_listener_counts_batches_that_read_input_but_processed_none(tmp_path: Path) -> None:
+    """A sink that skips batches it already holds leaves exactly this in Spark's progress: the sources' offsets
+    advance, numInputRows is 0 (the batch's plan never ran). Spark's progress fields as a fresh deployment onto
+    an earlier deployment's file sink reported them (pyspark 4.2)."""
+    deployments = Deployments(open_storage(str(tmp_path)))
+    board = StatusBoard(deployments, "j", "d", DeploymentStatus(State.STARTING, time.time()))
+    listener = ProgressListener(board)
+
+    def batch(number: int, start: dict[str, Any] | None, end: dict[str, Any], rows: int) -> dict[str, Any]:
+        kafka = {"description": "KafkaV2[Subscribe[events]]", "startOffset": start, "endOffset": end, "metrics": {}}
+        sink = {"description": "FileSink[file:/out]", "numOutputRows": -1}
+        return {"id": "q", "batchId": number, "numInputRows": rows, "sources": [kafka], "sink": sink}
+
+    def offsets(*values: int) -> dict[str, Any]:
+        return {"events": {str(p): v for p, v in enumerate(values)}}
+
+    listener.progress(batch(0, None, offsets(40, 40), 0))  # a first batch has no start: not judged
+    assert deployments.status("j", "d").unprocessed is None
+    listener.progress(batch(1, offsets(40, 40), offsets(41, 41), 0))  # a commit marker per partition: not counted
+    listener.progress(batch(2, offsets(41, 41), offsets(60, 41), 0))
+    status = deployments.status("j", "d")
+    assert status.unprocessed == {"first": 2, "last": 2, "batches": 1, "streak": 1, "records": 19}
+    assert status.skipping() is None  # one batch can be an empty input
+    listener.progress(batch(3, offsets(60, 41), offsets(70, 51), 0))
+    status = deployments.status("j", "d")
+    assert status.unprocessed == {"first": 2, "last": 3, "batches": 2, "streak": 2, "records": 39}
+    reason = status.skipping()
+    assert reason is not None and "batches 2..3 advanced their sources (39 Kafka records by their offsets)" in reason
+    assert "the sink FileSink[file:/out] skipped them as already written" in reason
+    listener.progress(batch(4, offsets(70, 51), offsets(70, 51), 0))  # no new data (the watermark moves): kept
+    assert deployments.status("j", "d").skipping() is not None
+    listener.progress(batch(5, offsets(70, 51), offsets(80, 51), 10))  # processed rows: the run is not skipping now
+    status = deployments.status("j", "d")
+    assert status.skipping() is None and status.unprocessed["batches"] == 2 and status.unprocessed["streak"] == 0
+    assert (
+        records_read(
+            [
+                {
+                    "description": "FileStreamSource[file:/in]",
+                    "startOffset": '{"logOffset": 0}',
+                    "endOffset": '{"logOffset": 1}',
+                }
+            ]
+        )
+        == 1
+    )
 
 
 def test_control_channel_hands_out_each_request_once(tmp_path: Path) -> None:

@@ -121,6 +121,9 @@ def run_status(args: argparse.Namespace, ctx: Context) -> Output:
 
     def human() -> None:
         out.print(status_table(rows) if rows else "no deployments")
+        for row in rows:
+            if row.get("unhealthy"):
+                say(f"UNHEALTHY: deployment {row['deployment']} of {row['job']}: {row['unhealthy']}")
         for lease in leases:
             say(f"lease: job {lease.job} is held by {lease.describe()}")
 

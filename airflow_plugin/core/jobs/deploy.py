@@ -27,10 +27,12 @@ from dataclasses import dataclass
 
 from ..context import JobContext
 from ..errors import CheckpointError, InvalidInput, NotFound, Refused
+from ..sinks.guard import execute_rewind
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, Manifest, Trigger, utc_now
 from ..snapshots.restore import RestorePlan, execute_restore, plan_restore
 from .deployments import ControlRequest, Deployment, DeploymentStatus, State, new_deployment_id, new_request_id
+from .fresh_start import build_of, fresh_start
 from .launcher import SubmitSpec, alive, on_this_host
 from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, repartition
 from .snapshot import snapshot_deployment
@@ -145,6 +147,8 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec) -> De
     deployment_id = new_deployment_id()
     checkpoint = _claimable_location(ctx, deployment_id)
     plan = _plan(ctx, source, checkpoint, request.rewind_sink, request.accept_source_gap)
+    build = build_of(ctx, version)
+    fresh_rewinds = fresh_start(ctx, build, deployment_id, request.rewind_sink) if source is None else []
     rescale_to = None
     if source and request.partitions and request.partitions != current_partitions(source):
         check_rescalable(source, request.partitions)  # before anything is written
@@ -160,10 +164,14 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec) -> De
         spark_conf={**ctx.spec.conf, **version.conf, **(plan.spark_conf if plan else {})},
         request_id=ctx.settings.request_id,
         source_gap=plan.source_gap if plan else None,
+        build=build,
     )
     if request.partitions:
         deployment.spark_conf[PARTITIONS_CONF] = str(request.partitions)
     ctx.deployments.put(deployment)  # claims the location before anything is written there
+    for storage, rewind in fresh_rewinds:
+        ctx.progress.stage(f"rewinding sink {storage.uri} for a fresh start")
+        execute_rewind(storage, rewind)
     if plan is not None:
         execute_restore(ctx.store, plan, progress=ctx.progress)
         if rescale_to is not None:
@@ -248,6 +256,7 @@ def _prestart(ctx: JobContext, version: VersionSpec, wait_seconds: float, preres
         version=version.name,
         checkpoint=checkpoint,
         spark_conf={**ctx.spec.conf, **version.conf},
+        build=build_of(ctx, version),
     )
     ctx.deployments.put(deployment)
     launch_deployment(
@@ -297,6 +306,9 @@ def _activate(
             "start with no state; activate it with a snapshot, or stop it and deploy anew"
         )
     plan = _plan(ctx, source, deployment.checkpoint, rewind_sink, accept_source_gap, deployment.prerestored_from)
+    if source is None:
+        for storage, rewind in fresh_start(ctx, deployment.build, deployment.id, rewind_sink):
+            execute_rewind(storage, rewind)
     if plan is not None and source is not None:
         execute_restore(ctx.store, plan, progress=ctx.progress)
         deployment.restored_from, deployment.restored_batch_id = source.id, source.batch_id

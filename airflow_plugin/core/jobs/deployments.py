@@ -21,6 +21,9 @@ from ..snapshots.manifest import utc_now
 from ..storage import Storage
 
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # seconds without a status update before a live state reads as LOST
+# consecutive batches that advanced their sources but processed no row before a deployment reads as skipping
+# (one alone can be an empty input file; an exactly-once sink that skips batches it already holds makes a run)
+SKIP_STREAK = 2
 
 
 class State(StrEnum):
@@ -59,6 +62,8 @@ class Deployment:
     launcher: dict[str, Any] = field(default_factory=dict)  # mode, pid, log, driver id, app id, command
     retired_at: str | None = None
     source_gap: dict[str, Any] | None = None  # records its restore accepted to lose (snapshots/source_guard.py)
+    # the application and the arguments it was built with: deployments of the same build write the same sink
+    build: list[str] = field(default_factory=list)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()
@@ -87,6 +92,27 @@ class DeploymentStatus:
     error_class: str | None = None
     error_message: str | None = None
     handled_requests: list[str] = field(default_factory=list)
+    # batches of this run whose sources advanced but which processed no row (the runtime counts them from
+    # Spark's progress): {"first", "last" (of the streak), "batches" (in all), "streak" (consecutive, up to the
+    # newest), "records" (read by the streak's offsets: Kafka records, 1 per other source)}; None while every
+    # batch that read something processed it
+    unprocessed: dict[str, int] | None = None
+
+    def skipping(self) -> str | None:
+        """Why a deployment that commits batches is not healthy: its last batches read input by their
+        offsets and processed none of it, which is what an exactly-once sink that already holds those batch
+        ids does (it skips them, so their records are lost). None when that is not so."""
+        seen = self.unprocessed
+        if not seen or seen.get("streak", 0) < SKIP_STREAK:
+            return None
+        kafka = bool(self.sources) and all(source.startswith("KafkaV2") for source in self.sources)
+        records = f" ({seen['records']} Kafka records by their offsets)" if kafka and seen.get("records") else ""
+        sink = f" {self.sink}" if self.sink else ""
+        return (
+            f"batches {seen['first']}..{seen['last']} advanced their sources{records} but processed no row: the "
+            f"sink{sink} skipped them as already written, so every record they read is lost. Stop it and see "
+            "the runbook (docs/operations.md, 'A sink that skips batches')"
+        )
 
     def effective_state(self, timeout: float = DEFAULT_HEARTBEAT_TIMEOUT, now: float | None = None) -> State:
         age = (now or time.time()) - self.updated_at
@@ -218,6 +244,7 @@ def describe(deployment: Deployment, status: DeploymentStatus | None, state: Sta
         "spark_ui": status.ui_url if status else None,
         "app_id": status.app_id if status else None,
         "error": f"{status.error_class}: {status.error_message}" if status and status.error_class else None,
+        "unhealthy": status.skipping() if status else None,
         "log": deployment.launcher.get("log"),
         "created_at": deployment.created_at,
         "retired_at": deployment.retired_at,

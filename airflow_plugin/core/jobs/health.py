@@ -76,6 +76,8 @@ def assess(
         return verdict(Verdict.UNHEALTHY, f"deployment {deployment.id} is LOST (no heartbeat, or its process is gone)")
     if state in (State.STOPPING, State.STOPPED):
         return verdict(Verdict.UNHEALTHY, f"deployment {deployment.id} is {state}, not running")
+    if status is not None and (skipping := status.skipping()):
+        return verdict(Verdict.UNHEALTHY, f"deployment {deployment.id} commits batches it does not run: {skipping}")
     if state is State.RUNNING and last is not None and last >= target:
         committed = f"batch {last} committed (needed {target})"
         if lag_must_fall and lag is not None:

@@ -48,6 +48,12 @@ _SCHEMA_V3_FILE = re.compile(r"^(state/\d+/_stateSchema/[^/]+)/(\d+)_[^/]+$")
 _OPERATOR_METADATA_V2 = re.compile(r"^(state/\d+/_metadata/v2)/(\d+)$")
 _SCHEMA_PATHS = re.compile(r'"stateSchemaFilePaths":\[[^\]]*\]')
 _STRUCT = '{"type":"struct"'
+# Spark's errors for a state file a committed batch needs that is not there
+_MISSING_STATE = re.compile(
+    r"CANNOT_READ_STREAMING_STATE_FILE|CANNOT_READ_DELTA_FILE_NOT_EXISTS|CANNOT_READ_SNAPSHOT_FILE_NOT_EXISTS|"
+    r"CANNOT_LOAD_STATE_STORE.*does not exist",
+    re.DOTALL,
+)
 
 
 class UpgradeBlocked(Refused):
@@ -254,7 +260,8 @@ def preflight(
             first_line = detail.strip().splitlines()[0].rstrip(".")
             if not first_line.startswith(f"[{report.error_class}]"):
                 first_line = f"[{report.error_class}] {first_line}"
-            report.reason = f"Spark refused the state: {first_line}"
+            report.reason = incomplete_state(manifest, report.error_class, detail, first_line)
+            report.reason = report.reason or f"Spark refused the state: {first_line}"
             return report
         compare_schemas(report, stored, _stored_schemas(probe, _state_keys(probe)))
         if guarded.check is not None and ctx.kafka is not None and status is not None:
@@ -285,6 +292,20 @@ def preflight(
         for location in (spark_check, probe):
             location.delete([info.key for info in location.list("")])
         ctx.deployments.remove(job.name, run_id)
+
+
+def incomplete_state(manifest: Manifest, error_class: str, detail: str, first_line: str) -> str | None:
+    """Spark's error when state files the snapshot's commits promise are missing, as what it means: the
+    snapshot's state is incomplete (a sink that skipped batches leaves such checkpoints). None otherwise."""
+    if not _MISSING_STATE.search(f"{error_class} {detail}"):
+        return None
+    return (
+        f"the state of snapshot {manifest.id} is incomplete: its commits reach batch {manifest.batch_id}, but "
+        f"state files Spark needs to load it do not exist ({first_line}). A sink that skipped batches as already "
+        "written leaves exactly this: the query committed those batches without running them, so their state "
+        "was never written. Restore a snapshot taken before the skipping began, or deploy fresh with "
+        "--rewind-sink (docs/operations.md, 'A sink that skips batches')"
+    )
 
 
 def compare_schemas(report: PreflightReport, stored: dict[str, bytes], new: dict[str, bytes]) -> None:

@@ -1,7 +1,9 @@
 """Launching a deployment's driver and waiting for it to start: nothing blocks on spark-submit, so the
 engine watches the driver's heartbeat in the store and reports each stage of the start-up (launched,
 creating the Spark session, waiting for the first batch) through the context's progress, until the driver
-reports the state it waits for or fails with its own error (or spark-submit exits first: its log tail)."""
+reports the state it waits for or fails with its own error (or spark-submit exits first: its log tail). A
+driver whose sink guard refused to start the query (the sink already holds its batches) is a refusal (exit 4),
+not a failed launch."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import time
 from pathlib import Path
 
 from ..context import JobContext
-from ..errors import LaunchFailed
+from ..errors import LaunchFailed, Refused
+from ..sinks.guard import SINK_AHEAD
 from .deployments import Deployment, DeploymentStatus, State
 from .launcher import SubmitSpec, exit_code, launch, log_tail
 
@@ -56,10 +59,10 @@ def wait_for_state(
             if status is not None and status.state in states:
                 return
             if status is not None and status.state is State.FAILED:
-                raise LaunchFailed(
-                    f"deployment {deployment.id} of job {deployment.job} FAILED: {status.error_class or ''} "
-                    f"{status.error_message or ''}".strip()
-                )
+                failed = f"deployment {deployment.id} of job {deployment.job} FAILED"
+                if status.error_class == SINK_AHEAD:  # the runtime refused to start the query: nothing ran
+                    raise Refused(f"{failed}, refused by its sink guard: {status.error_message}")
+                raise LaunchFailed(f"{failed}: {status.error_class or ''} {status.error_message or ''}".strip())
             code = exit_code(deployment.launcher)
             if code is not None:
                 status = deployments.status(deployment.job, deployment.id)

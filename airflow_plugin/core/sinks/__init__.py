@@ -17,16 +17,20 @@ FILE = "file"
 DELTA = "delta"
 UNGUARDED = "unguarded"  # a sink the engine does not understand: recorded by Spark's description, not checked
 GUARDED = (FILE, DELTA)  # sinks whose position a snapshot records and a restore checks
-_DESCRIPTIONS = {
-    FILE: re.compile(r"^FileSink\[(?P<location>.+)\]$"),
-    DELTA: re.compile(r"^DeltaSink\[(?P<location>.+)\]$"),
-}
+_SPARK_NAMES = {FILE: "FileSink", DELTA: "DeltaSink"}  # how Spark's progress names them: FileSink[<path>]
+_DESCRIPTIONS = {kind: re.compile(rf"^{name}\[(?P<location>.+)\]$") for kind, name in _SPARK_NAMES.items()}
 
 
 @dataclass(frozen=True)
 class SinkRef:
     kind: str
     location: str
+
+    @property
+    def description(self) -> str:
+        """As Spark's progress describes the sink (what `from_description` reads back)."""
+        name = _SPARK_NAMES.get(self.kind)
+        return f"{name}[{self.location}]" if name else self.location
 
 
 def from_description(description: str | None) -> SinkRef | None:

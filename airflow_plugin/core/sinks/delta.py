@@ -154,6 +154,29 @@ def version_at(table: Storage, query_id: str, batch_id: int) -> int | None:
     return answer if answer is None or answer >= 0 else None
 
 
+def newest_streaming_write(table: Storage) -> Write | None:
+    """The table's newest streaming write (any query's), read from the newest commit down: whether a fresh
+    query would write on top of an earlier deployment's output. None: no streaming write in its JSON log."""
+    for commit in _newest_first(table):
+        if commit.txns:
+            query_id, batch_id = next(iter(commit.txns.items()))
+            return Write(commit.version, query_id, batch_id)
+    return None
+
+
+def version_before_streaming(table: Storage) -> int | None:
+    """The newest table version before its first streaming write (a table created, and perhaps filled, by
+    other means first): what a fresh start's rewind RESTOREs it to. None when its first version is already
+    a streaming write, or its log no longer starts at version 0 (Delta's log retention removed it)."""
+    keys = commit_keys(table)
+    if not keys or min(keys) != 0:
+        return None
+    for version, key in keys.items():
+        if read_commit(table, version, key).txns:
+            return version - 1 if version > 0 else None
+    return max(keys)
+
+
 def writes_after(table: Storage, version: int) -> list[Write]:
     """The streaming writes the table holds now that version `version` did not. A RESTORE brings back what
     the version it names held: to `version` or before, none of them."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CheckpointError, NotFound
+from ..sinks.guard import start_bound
 from ..sources import offsets_by_source
 from ..storage import ObjectInfo, Storage
 from .state_files import files_for_version
@@ -145,6 +146,45 @@ def _operator_info(storage: Storage, metadata: list[ObjectInfo]) -> list[dict[st
     return sorted(operators, key=lambda e: e["id"])
 
 
+@dataclass(frozen=True)
+class Position:
+    """Where a query resumes on a checkpoint, read cheaply (its commits, offsets and id; no state file): what
+    the job runtime checks its sink against before it starts the query."""
+
+    query_id: str
+    last_committed: int | None  # None: nothing committed yet
+    pending: int | None  # offsets logged without a commit: replayed with the same offsets
+    stateful: bool
+
+    @property
+    def next_batch(self) -> int:
+        if self.pending is not None:
+            return self.pending
+        return 0 if self.last_committed is None else self.last_committed + 1
+
+    @property
+    def sink_bound(self) -> int:
+        return start_bound(self.last_committed, self.pending, self.stateful)
+
+
+def read_position(storage: Storage) -> Position | None:
+    """The position of the checkpoint at `storage`; None where Spark would start fresh (no `metadata`)."""
+    if storage.stat("metadata") is None:
+        return None
+    try:
+        query_id = str(json.loads(storage.read("metadata")).get("id", ""))
+    except (ValueError, AttributeError):
+        raise CheckpointError(f"{storage.uri}/metadata is not Spark checkpoint metadata JSON") from None
+    commits = _batches(storage.list("commits/"), "commits")
+    offsets = _batches(storage.list("offsets/"), "offsets")
+    committed = [b for b in commits if b in offsets]
+    last = max(committed) if committed else None
+    after = -1 if last is None else last
+    pending = after + 1 if (after + 1) in offsets and (after + 1) not in commits else None
+    stateful = next(iter(storage.list("state/")), None) is not None
+    return Position(query_id, last, pending, stateful)
+
+
 def read_restart_point(storage: Storage) -> RestartPoint:
     """Decide N and the exact files that restart the query at N. Raises CheckpointError for anything that
     is not a usable checkpoint, and CheckpointChanged when a needed file is already gone."""
@@ -189,6 +229,8 @@ def read_restart_point(storage: Storage) -> RestartPoint:
     state = [i for i in storage.list("state/") if not is_transient(i.key.rsplit("/", 1)[-1])]
     state_files, uses_changelog = _state_files(storage, state, n + 1, commit.get("stateUniqueIds") or {})
     metadata = [info for info in state if _is_state_metadata(info.key)]
+    operators = _operator_info(storage, metadata)
+    _check_state_complete(where, n, operators, state)
     selected += state_files + _operator_metadata(metadata, pending if pending is not None else n)
     selected = _with_companion_checksums(selected, [*state, *offset_files, *commit_files])
 
@@ -209,8 +251,33 @@ def read_restart_point(storage: Storage) -> RestartPoint:
         offsets_version=offsets_version,
         spark_conf={str(k): str(v) for k, v in (offset_meta.get("conf") or {}).items()},
         restore_conf=restore_conf,
-        operators=_operator_info(storage, metadata),
+        operators=operators,
     )
+
+
+def _check_state_complete(where: str, batch_id: int, operators: list[dict[str, Any]], state: list[ObjectInfo]) -> None:
+    """Every state store the operators' metadata declares (per partition) has files: each commit writes a
+    version in every one. A store with none at all after a committed batch was never run: the query
+    committed batches its sink skipped as already written (docs/spark-checkpoints.md section 6), and a copy
+    of it could never be restored."""
+    present = {(s.operator, s.partition, s.name) for info in state if (s := _store_of(info.key)) is not None}
+    missing = []
+    for operator in operators:
+        for store in operator.get("stores") or []:
+            name, partitions = store.get("name"), store.get("partitions")
+            if not isinstance(name, str) or not isinstance(partitions, int):
+                continue
+            absent = [p for p in range(partitions) if (operator["id"], p, name) not in present]
+            if absent:
+                shown = f"{absent[0]}..{absent[-1]}" if len(absent) > 1 else str(absent[0])
+                missing.append(f"operator {operator['id']} store {name} partitions {shown}")
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {where} has committed batch {batch_id}, but its state has no files at all for "
+            f"{'; '.join(missing)}: the state is incomplete. A sink that skipped batches as already written "
+            "leaves exactly this (the query committed them without running them, so no state was written), and "
+            "a snapshot of it could not be restored. See docs/operations.md, 'A sink that skips batches'"
+        )
 
 
 def _source_logs(storage: Storage, last_kept: dict[str, str]) -> list[ObjectInfo]:

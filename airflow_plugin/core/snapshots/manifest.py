@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import CheckpointError, IntegrityError, InvalidInput
 from ..layout import blob_key, check_name, is_stored_content
+from ..sinks.guard import start_bound
 from ..sources import SourcePosition, positions
 from ..storage import check_key
 
@@ -217,9 +218,9 @@ class Manifest:
         query must re-run every batch after N: a batch the sink skips never writes its state version, and
         the next batch fails to load it. A stateless one may find its pending batch N+1 committed (it is
         replayed with the same offsets, so skipping it loses nothing)."""
-        if self.operators or self.pending_batch_id is None:
-            return self.batch_id
-        return self.pending_batch_id
+        if self.batch_id is None:
+            return None
+        return start_bound(self.batch_id, self.pending_batch_id, bool(self.operators))
 
     def source_positions(self) -> list[SourcePosition]:
         """Where each source stood at batch N: the next offsets to read (Kafka: per topic and partition)."""

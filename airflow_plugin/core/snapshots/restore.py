@@ -31,9 +31,10 @@ from ..errors import IntegrityError, Refused, SavepointsError, StoreUnavailable
 from ..layout import blob_key
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
-from ..sinks import DELTA, FILE, GUARDED
+from ..sinks import DELTA, FILE, GUARDED, SinkRef
 from ..sinks import delta as delta_sink
 from ..sinks import file as file_sink
+from ..sinks import guard as sink_guard
 from ..sources.kafka import KafkaSettings
 from ..spark_app import SparkAccess
 from ..storage import S3Storage, Storage, open_storage, sha256_file, spark_uri
@@ -57,7 +58,7 @@ class RestorePlan:
     dropped: list[str] = field(default_factory=list)  # stale checksums of rewritten files
     spark_conf: dict[str, str] = field(default_factory=dict)  # the restored query must set these
     warnings: list[str] = field(default_factory=list)
-    rewinds: list[tuple[Storage, file_sink.Rewind | delta_sink.Rewind]] = field(default_factory=list)  # first
+    rewinds: list[tuple[Storage, sink_guard.Rewind]] = field(default_factory=list)  # carried out first
     query_id: str | None = None  # the restored query's new id (a rewound Delta sink); None: the snapshot's
     onto: Manifest | None = None  # incremental: the snapshot the target already holds a restore of
     removals: list[str] = field(default_factory=list)  # incremental: files of `onto` this snapshot lacks
@@ -222,14 +223,14 @@ def _guard_sinks(
             _guard_delta(plan, sink, open_location(location), bound, rewind, spark)
             continue
         output = open_location(location)
-        position = file_sink.position(output)
-        if position is None or position <= bound:
+        found = sink_guard.ahead(SinkRef(FILE, location), output, bound)
+        if found is None:
             continue
-        skipped = f"{bound + 1}..{position}" if position > bound + 1 else str(position)
+        skipped = found.skipped
         if not rewind:
             raise _sink_ahead(
                 manifest,
-                f"file sink {location} has committed batch {position}",
+                found.holds,
                 skipped,
                 f"its output after batch {bound} is moved aside into {location.rstrip('/')}/{file_sink.QUARANTINE} "
                 "and written again",
@@ -323,10 +324,7 @@ def execute_restore(
     writer = _Writer(plan, spark_uri(target))
     started = time.monotonic()
     for output, rewind in plan.rewinds:  # first: the sink is back at batch N before anything can run on N
-        if isinstance(rewind, delta_sink.Rewind):
-            delta_sink.execute(output, rewind)
-        else:
-            file_sink.execute(output, rewind)
+        sink_guard.execute_rewind(output, rewind)
     # commits/ last: until the commit exists, Spark does not take the location for a restorable batch
     first = [f for f in plan.files if not f.path.startswith("commits/")]
     last = [f for f in plan.files if f.path.startswith("commits/")]

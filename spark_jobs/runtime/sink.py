@@ -1,0 +1,84 @@
+"""The sink guard at the start of a query: before the runtime starts a query, it reads which sink the query
+will write and refuses to start it when that sink already holds batches the query would run (the engine's
+rule: airflow_plugin/core/sinks/guard.py). This is the one check every start passes through (a fresh deploy,
+a restore, an upgrade's cutover and rollback), and it sees the sink the version's code really writes, not
+the one an earlier deployment reported.
+
+Which sink: PySpark's DataStreamWriter keeps its format and options in the JVM object it wraps, in private
+fields of Spark Classic's `org.apache.spark.sql.classic.DataStreamWriter` (`source`, `extraOptions`); they are
+read by reflection, which Spark 4.2 (the version this project pins) allows. Anything else (a foreachBatch, a
+Kafka or console sink, a writer whose fields cannot be read) is not guarded here, and says so in the log."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from airflow_plugin.core.sinks import DELTA, FILE, SinkRef
+from airflow_plugin.core.sinks.guard import FRESH_START, SINK_AHEAD, ahead, rewind_of_fresh_start
+from airflow_plugin.core.snapshots.checkpoint import read_position
+from airflow_plugin.core.storage import open_storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
+
+log = logging.getLogger(__name__)
+
+# Spark's file-based formats: a query writing one of them to a path uses the file sink (FileStreamSink)
+FILE_FORMATS = frozenset({"json", "parquet", "csv", "orc", "text", "avro"})
+
+
+class SinkAhead(Exception):
+    """The sink already holds batches the query would run: it was not started."""
+
+    error_class = SINK_AHEAD
+
+
+def _field(writer: Any, name: str) -> Any:
+    declared = writer.getClass().getDeclaredField(name)
+    declared.setAccessible(True)
+    return declared.get(writer)
+
+
+def sink_of(writer: DataStreamWriter, spark: SparkSession) -> SinkRef | None:
+    """The file sink or Delta table a writer will write, its path qualified as Spark qualifies it (a relative
+    path against the driver's working directory: `file:/...`); None for any other sink."""
+    try:
+        jwriter = writer._jwrite  # type: ignore[attr-defined]
+        source = str(_field(jwriter, "source") or "").lower()
+        path_option = _field(jwriter, "extraOptions").get("path")
+        path = str(path_option.get()) if path_option.isDefined() else None
+    except Exception as exc:  # another Spark, or Spark Connect: no JVM writer to read
+        log.warning("the sink guard cannot read this writer's sink (%s): the query starts unchecked", exc)
+        return None
+    kind = FILE if source in FILE_FORMATS else DELTA if source == "delta" else None
+    if kind is None or not path:
+        return None
+    return SinkRef(kind, _qualified(path, spark))
+
+
+def _qualified(path: str, spark: SparkSession) -> str:
+    """`s3a://...` as given; a path without a scheme as Hadoop qualifies it (`file:/abs/path`)."""
+    if "://" in path:
+        return path
+    jvm: Any = spark._jvm  # type: ignore[attr-defined]
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    conf = spark._jsparkSession.sessionState().newHadoopConf()  # type: ignore[attr-defined]
+    return str(hadoop_path.getFileSystem(conf).makeQualified(hadoop_path).toString())
+
+
+def check_start(sink: SinkRef, checkpoint: str) -> None:
+    """Raise SinkAhead when `sink` holds batches that a query starting on `checkpoint` would run."""
+    position = read_position(open_storage(checkpoint))
+    storage = open_storage(sink.location)
+    bound = position.sink_bound if position else -1
+    found = ahead(sink, storage, bound, position.query_id if position else None)
+    if found is None:
+        return
+    if position is None:
+        start, rewind = FRESH_START, rewind_of_fresh_start(sink, storage)
+    else:
+        start = f"at batch {position.next_batch}"
+        rewind = "rewinding belongs to the restore that made this checkpoint: restore again with --rewind-sink"
+    raise SinkAhead(found.refusal(start, position.stateful if position else False, rewind))

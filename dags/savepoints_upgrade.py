@@ -1,14 +1,23 @@
-"""Upgrade a running job to another version without losing a record, or roll back:
+"""Upgrade a running job to another version without losing or repeating a record, or roll back. The upgrade is
+a record in the store (core/upgrades) that these tasks advance, step by step, as `savepoints upgrade` does:
 
-    savepoint (live) -> pre-flight of the new version on a throwaway copy -> [approval] ->
-    pre-start the new version's driver (STANDBY) with the live savepoint restored into its location ->
-    stop-with-savepoint of the old version -> restore what changed since into the pre-started driver
-    and start it -> health gate (new batches and, for a job that reads Kafka, a falling lag)
-    -> on failure: rollback, the old version redeployed from the same savepoint
+    begin      a live savepoint; the pre-flight of the new version on a throwaway copy, which also decides
+               the mode (the form's `mode`, or with `auto` its choice: blue_green where both versions can write through
+               the gate, else stop_restore)
+    [approve]  a person approves (optional)
+    launch     blue_green: the new version (green) starts beside the old one from the savepoint, staging its
+               output; stop_restore: its driver is pre-started with the savepoint restored
+    catch_up   blue_green: green catches up (new batches, a falling Kafka lag)
+    cutover    blue_green: a window boundary T; the old version writes the windows up to T, green publishes
+               what it staged after T and writes from there: no gap, every window once.
+               stop_restore: the old version stops with a savepoint, the new one starts from it
+    retire     blue_green: the old version writes its last windows up to T, then stops with a savepoint
+    confirm    the health gate after the cutover
+    recover    on any failure: before the cutover an abort (the old version never stopped: the new one and
+               what it staged removed), after it a rollback (the old version back from a savepoint, the sink
+               rewound)
 
-A blocked pre-flight fails the run before anything is stopped: the old version keeps running. It blocks a
-state the new version cannot take, and Kafka offsets whose records are gone or a subscription Spark would
-fail on. So does a new version whose driver cannot even start (pre-start fails before the cutover)."""
+A blocked pre-flight fails the run before anything is started: the old version keeps running."""
 
 from __future__ import annotations
 
@@ -18,30 +27,39 @@ from airflow.sdk import DAG, Param, TriggerRule, task
 from airflow_plugin.compat import AirflowFailException
 from airflow_plugin.dag_params import dag_jobs_file, declared_jobs, job_param, version_param
 from airflow_plugin.operators import (
-    DeployJobOperator,
-    PreflightCheckOperator,
-    PrestartJobOperator,
-    ReleaseLeaseOperator,
-    RollbackOperator,
-    SavepointOperator,
-    StopJobOperator,
+    BeginUpgradeOperator,
+    RecoverUpgradeOperator,
+    UpgradeStepOperator,
+    UpgradeWaitSensor,
 )
-from airflow_plugin.sensors import DeploymentHealthSensor
 
 JOBS_FILE = dag_jobs_file(__file__)
 JOBS = declared_jobs(JOBS_FILE)
-CUTOVER_LEASE_SECONDS = 1800.0  # covers stop, restore, start and the health gate; release_lease ends it sooner
-STOP_SAVEPOINT = "{{ (ti.xcom_pull(task_ids='stop_old') or {}).get('snapshot', {}).get('id', '') }}"
+UPGRADE = "{{ (ti.xcom_pull(task_ids='begin') or ti.xcom_pull(task_ids='begin', key='upgrade') or {}).get('id', '') }}"
 
 with DAG(
     dag_id="savepoints_upgrade",
-    description="Restore-and-redeploy: upgrade a running job to another version, with pre-flight and rollback",
+    description="Upgrade a running job to another version (blue/green or stop/restore), with pre-flight and rollback",
     schedule=None,
     catchup=False,
     tags=["savepoints"],
     params={
         "job": job_param(JOBS, JOBS_FILE),
         "version": version_param(JOBS, "New version", default=False),
+        "mode": Param(
+            "auto",
+            type="string",
+            enum=["auto", "blue_green", "stop_restore"],
+            title="Mode",
+            description="blue_green: the new version beside the old one, an exactly-once cutover without a gap; "
+            "stop_restore: stop with a savepoint, start from it; auto: the pre-flight's choice (blue_green where "
+            "it applies)",
+            values_display={
+                "auto": "the pre-flight's choice",
+                "blue_green": "blue/green",
+                "stop_restore": "stop/restore",
+            },
+        ),
         "allow_renames": Param(
             False, type="boolean", title="Allow state field renames (Spark does not check names: be sure)"
         ),
@@ -63,18 +81,13 @@ with DAG(
     },
     doc_md=__doc__,
 ):
-    savepoint = SavepointOperator(
-        task_id="savepoint",
-        job="{{ params.job }}",
-        trigger="UPGRADE",
-        labels={"upgrade_to": "{{ params.version }}"},
-        jobs_file=JOBS_FILE,
-    )
-    preflight = PreflightCheckOperator(
-        task_id="preflight",
+    begin = BeginUpgradeOperator(
+        task_id="begin",
         job="{{ params.job }}",
         version="{{ params.version }}",
-        snapshot_id="{{ ti.xcom_pull(task_ids='savepoint')['id'] }}",
+        mode="{{ params.mode }}",
+        min_batches="{{ params.min_batches }}",
+        lag_must_fall="{{ params.kafka_lag_must_fall }}",
         allow_renames="{{ params.allow_renames }}",
         accept_source_gap="{{ params.accept_source_gap }}",
         jobs_file=JOBS_FILE,
@@ -82,71 +95,32 @@ with DAG(
 
     @task.branch
     def approval_needed(params: dict) -> str:
-        return "approve" if params["require_approval"] else "prestart_new"
+        return "approve" if params["require_approval"] else "launch"
 
     approve = ApprovalOperator(
         task_id="approve",
         subject="Upgrade {{ params.job }} to {{ params.version }}?",
-        body="Pre-flight passed: {{ (ti.xcom_pull(task_ids='preflight') or {}).get('reason', '') }}",
+        body="Pre-flight passed, mode {{ (ti.xcom_pull(task_ids='begin') or {}).get('mode', '') }}: "
+        "{{ ((ti.xcom_pull(task_ids='begin') or {}).get('preflight') or {}).get('reason', '') }}",
     )
-    # The cutover holds the job's lease from the pre-start to the end of the run (release_lease): another
-    # run, DAG or person acting on the job meanwhile is refused, naming this run.
-    cutover = {"keep_lease": True, "lease_ttl": CUTOVER_LEASE_SECONDS, "jobs_file": JOBS_FILE}
-    prestart_new = PrestartJobOperator(
-        task_id="prestart_new",
-        job="{{ params.job }}",
-        version="{{ params.version }}",
-        prerestore="{{ ti.xcom_pull(task_ids='savepoint')['id'] }}",  # the bulk moves before the stop
-        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
-        **cutover,
+    step = {"job": "{{ params.job }}", "upgrade_id": UPGRADE, "jobs_file": JOBS_FILE}
+    wait = {**step, "poke_interval": 2, "timeout": 3600, "mode": "poke"}
+    launch = UpgradeStepOperator(
+        task_id="launch", phases=["LAUNCHING"], trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **step
     )
-    stop_old = StopJobOperator(
-        task_id="stop_old",
-        job="{{ params.job }}",
-        savepoint=True,
-        labels={"upgrade_to": "{{ params.version }}"},
-        **cutover,
-    )
-    deploy_new = DeployJobOperator(
-        task_id="deploy_new",
-        job="{{ params.job }}",
-        standby_deployment="{{ ti.xcom_pull(task_ids='prestart_new')['deployment'] }}",
-        restore=STOP_SAVEPOINT,
-        rewind_sink=True,  # a batch the stop interrupted after its sink commit is replayed, not skipped
-        accept_source_gap="{{ params.accept_source_gap }}",
-        wait_seconds=0,  # start only: the health gate decides, and a failure there rolls back
-        **cutover,
-    )
-    health_gate = DeploymentHealthSensor(
-        task_id="health_gate",
-        job="{{ params.job }}",
-        deployment_id="{{ ti.xcom_pull(task_ids='deploy_new')['deployment'] }}",
-        min_batches="{{ params.min_batches }}",
-        lag_must_fall="{{ params.kafka_lag_must_fall }}",
-        jobs_file=JOBS_FILE,
-        deferrable=True,
-        poke_interval=2,
-        timeout=300,
-    )
-    rollback = RollbackOperator(
-        task_id="rollback",
-        job="{{ params.job }}",
-        snapshot_id=STOP_SAVEPOINT,
-        jobs_file=JOBS_FILE,
-        trigger_rule=TriggerRule.ONE_FAILED,
-    )
-
-    release_lease = ReleaseLeaseOperator(
-        task_id="release_lease", job="{{ params.job }}", jobs_file=JOBS_FILE, trigger_rule=TriggerRule.ALL_DONE
-    )
+    catch_up = UpgradeWaitSensor(task_id="catch_up", phases=["CATCHING_UP"], **wait)
+    cutover = UpgradeStepOperator(task_id="cutover", phases=["CUTTING_OVER"], **step)
+    retire = UpgradeWaitSensor(task_id="retire", phases=["RETIRING"], **wait)
+    confirm = UpgradeWaitSensor(task_id="confirm", phases=["CONFIRMING"], **wait)
+    recover = RecoverUpgradeOperator(task_id="recover", trigger_rule=TriggerRule.ONE_FAILED, **step)
 
     @task(trigger_rule=TriggerRule.ONE_FAILED)
     def upgrade_failed() -> None:
-        """Fails the run whenever a step failed, even when the rollback that followed succeeded."""
-        raise AirflowFailException("the upgrade did not go through: see the failed task (and the rollback)")
+        """Fails the run whenever a step failed, even when the abort or rollback that followed succeeded."""
+        raise AirflowFailException("the upgrade did not go through: see the failed task and the recovery")
 
     branch = approval_needed()
-    savepoint >> preflight >> branch >> [approve, prestart_new]
-    approve >> prestart_new >> stop_old >> deploy_new >> health_gate
-    [prestart_new, stop_old, deploy_new, health_gate] >> rollback >> release_lease
-    [savepoint, preflight, prestart_new, stop_old, deploy_new, health_gate, rollback] >> upgrade_failed()
+    begin >> branch >> [approve, launch]
+    approve >> launch >> catch_up >> cutover >> retire >> confirm
+    [launch, catch_up, cutover, retire, confirm] >> recover
+    [begin, launch, catch_up, cutover, retire, confirm, recover] >> upgrade_failed()

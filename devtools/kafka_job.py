@@ -37,8 +37,9 @@ def write_jobs_file(
     """The windowed job's jobs file (devtools/windowed.py) for job `kafka_counts` reading `topic` on `bootstrap`:
     its `kafka` table, and the Kafka connector's jars as the repository's jobs.toml names them (a glob of
     devtools/jvm.py's links, which spark-submit expands). With a `lake` (`s3a://bucket`), the production stack:
-    checkpoints under `<lake>/checkpoints` and the output a Delta table, `table_of(lake)`."""
-    groups = ["spark-kafka", *(("s3a", "delta") if lake else ())]
+    checkpoints under `<lake>/checkpoints` and the output a Delta table, `table_of(lake)` (a local directory as
+    the lake: the same on local disk)."""
+    groups = ["spark-kafka", *(("s3a",) if lake and lake.startswith("s3a://") else ()), *(("delta",) if lake else ())]
     on_lake: dict[str, Any] = {}  # else the file sink and the checkpoints beside the jobs file
     if lake:
         on_lake = {

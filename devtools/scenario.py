@@ -27,7 +27,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,8 @@ from airflow_plugin.core.sinks.file import QUARANTINE
 from airflow_plugin.core.snapshots import source_guard
 from airflow_plugin.core.snapshots.manifest import Manifest
 from airflow_plugin.core.snapshots.verify import verify_snapshot
+from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
+from airflow_plugin.core.upgrades.steps import iso_millis
 from devtools.dag_runs import DagRunResult, run_dag
 from devtools.feeding import BackgroundFeeder
 from devtools.kafka import EmbeddedKafka
@@ -59,7 +63,29 @@ class Outcome(StrEnum):
 
     UPGRADED = "upgraded"
     BLOCKED = "blocked by the pre-flight"
+    ABORTED = "aborted before the cutover"
     ROLLED_BACK = "rolled back"
+
+
+def _committed(lifecycle: Lifecycle, upgrade: Upgrade) -> int:
+    """Batches the upgrade's new deployment committed after the one it was restored at."""
+    if not upgrade.new_deployment:
+        return 0
+    records = Deployments(lifecycle.store.storage)
+    new = records.get(JOB, upgrade.new_deployment)
+    status = records.status(JOB, new.id)
+    if status is None or status.last_batch_id is None or new.restored_batch_id is None:
+        return 0
+    return status.last_batch_id - new.restored_batch_id
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _longest_gap(times: list[float]) -> float:
+    ordered = sorted(times)
+    return max((b - a for a, b in pairwise(ordered)), default=0.0)
 
 
 @dataclass
@@ -166,56 +192,118 @@ class Lifecycle:
         )
         return result
 
-    def upgrade(self, version: str, expect: Outcome, feeding: BackgroundFeeder | None = None) -> DagRunResult:
-        before = self.running()
-        if expect is Outcome.ROLLED_BACK and feeding is not None:  # poisoned after 2 batches of its own
-            with feeding.poisoning(lambda: self._committed_since_restore(version) >= 2) as poisoned:
-                result = self._run("savepoints_upgrade", {"job": JOB, "version": version, "min_batches": 10})
-            self.check(poisoned.is_set(), f"{version} committed 2 batches to the sink, then read a poison event")
+    def upgrade(
+        self,
+        version: str,
+        expect: Outcome,
+        feeding: BackgroundFeeder | None = None,
+        *,
+        mode: str = "auto",
+        poison: Callable[[Upgrade], bool] | None = None,
+    ) -> Upgrade:
+        """One run of the upgrade DAG (`mode`: the form's; auto, the pre-flight's choice), checked against what
+        `expect` says. With `poison`, a poison event is produced once it holds for the upgrade's record: the
+        `poisoned` version fails on it (before its cutover: an abort; after it: a rollback)."""
+        before, upgrades = self.running(), len(self.upgrades())
+        conf = {"job": JOB, "version": version, "mode": mode, "min_batches": 3, "kafka_lag_must_fall": True}
+        if poison is not None and feeding is not None:
+            conf["min_batches"] = 10  # it must not pass its health gate before the poison reaches it
+            with feeding.poisoning(lambda: bool(self.upgrades()[upgrades:]) and poison(self.upgrades()[-1])) as hit:
+                result = self._run("savepoints_upgrade", conf)
+            self.check(hit.is_set(), f"{version} read a poison event")
         else:
-            conf = {"job": JOB, "version": version, "min_batches": 3, "kafka_lag_must_fall": True}
             result = self._run("savepoints_upgrade", conf)
-        after = self.running()
-        old = before[0].version if before else "-"
+        after, record = self.running(), self.upgrades()[-1]
+        old = before[0] if before else None
+        self.say(f"   upgrade {record.id}: mode {record.mode or '-'}, {record.phase}")
         if expect is Outcome.BLOCKED:
-            report = result.pushed.get("preflight", {}).get("report") or {}
+            reason = ((record.preflight or {}).get("reason")) or record.error or "none recorded"
             self.check(
-                not result.succeeded and result.tasks.get("preflight") == "failed" and bool(report),
-                f"upgrade DAG to {version}: blocked by the pre-flight on {report.get('id', '?')}",
+                not result.succeeded and result.tasks.get("begin") == "failed" and record.phase is Phase.BLOCKED,
+                f"upgrade DAG to {version}: blocked by the pre-flight on {record.savepoint}",
             )
-            self.say(f"   the pre-flight's reason: {one_line(report.get('reason', 'none recorded'))}")
-            self.check(result.tasks.get("stop_old") not in ("success", "failed", "running"), "nothing was stopped")
-            self.check([d.id for d in after] == [d.id for d in before], f"the running version {old} keeps running")
-            return result
-        stop_savepoint = result.value("stop_old")["snapshot"]["id"]
+            self.say(f"   the pre-flight's reason: {one_line(reason)}")
+            self.check(record.new_deployment is None, "nothing was started")
+            self.check(
+                [d.id for d in after] == [d.id for d in before],
+                f"the running version {old.version if old else '-'} keeps running",
+            )
+            return record
+        if expect is Outcome.ABORTED:
+            green = Deployments(self.store.storage).get(JOB, str(record.new_deployment))
+            self.check(
+                not result.succeeded and record.phase is Phase.ABORTED and not record.cut_over,
+                f"upgrade DAG to {version} ({record.mode}): {green.id} failed before the cutover, the upgrade aborted",
+            )
+            self.check(
+                [d.id for d in after] == [d.id for d in before],
+                f"the old deployment {old.id if old else '-'} never stopped",
+            )
+            written = summarize(self.output()).versions.get(version, 0)
+            self.check(
+                written == 0 and not self.job.open(str(record.staging)).exists(),
+                f"the table holds nothing of {version} ({written} rows); its staging table is gone",
+            )
+            return record
         if expect is Outcome.ROLLED_BACK:
             self.check(
-                not result.succeeded and result.tasks.get("health_gate") == "failed",
-                f"upgrade DAG to {version}: pre-flight passed, the health gate failed",
+                not result.succeeded and record.phase is Phase.ROLLED_BACK and record.cut_over,
+                f"upgrade DAG to {version} ({record.mode}): it failed after the cutover, the upgrade rolled back",
             )
-            rolled = result.value("rollback") if result.tasks.get("rollback") == "success" else {}
+            redeployed = after[-1] if after else None
             self.check(
-                rolled.get("version") == old and rolled.get("restored_from") == stop_savepoint,
-                f"rollback: {old} redeployed from the same savepoint {stop_savepoint}",
+                redeployed is not None
+                and old is not None
+                and redeployed.version == old.version
+                and redeployed.restored_from == record.rollback_savepoint,
+                f"rollback: {old.version if old else '-'} redeployed from savepoint {record.rollback_savepoint}",
             )
-            self.check([d.version for d in after] == [old], "the old version runs again")
-            self._check_rewound(version, old, stop_savepoint, rolled.get("deployment"))
-            return result
-        self.check(result.succeeded, f"upgrade DAG to {version}: savepoint, pre-flight, cutover, healthy")
+            self._check_rewound(
+                version,
+                old.version if old else "-",
+                str(record.rollback_savepoint),
+                redeployed.id if redeployed else None,
+            )
+            return record
+        self.check(result.succeeded and record.phase is Phase.DONE, f"upgrade DAG to {version}: {record.mode}, healthy")
+        new = Deployments(self.store.storage).get(JOB, str(record.new_deployment))
+        self.check([d.id for d in after] == [new.id], f"{version} runs ({new.id}), the old version stopped")
+        sources = (record.preflight or {}).get("sources") or {}
         self.check(
-            [d.version for d in after] == [version] and result.value("deploy_new")["restored_from"] == stop_savepoint,
-            f"{version} runs, restored from the stop-with-savepoint {stop_savepoint}",
+            sources.get("restorable") is True, f"the pre-flight checked the Kafka offsets: {sources.get('summary')}"
         )
-        sources = result.value("preflight")["sources"] or {}
-        checked = f"the pre-flight checked the Kafka offsets: {sources.get('summary')}"
-        self.check(sources.get("restorable") is True, checked)
-        health = result.value("health_gate")
+        if record.mode == "blue_green":
+            gap, usual = self.commit_gaps(record)
+            self.check(
+                new.restored_from == record.savepoint and record.cutover_ms is not None,
+                f"{version} started beside {old.version if old else '-'} from the live savepoint {record.savepoint}, "
+                f"took over at {iso_millis(record.cutover_ms)}",
+            )
+            self.say(
+                f"   the output never stopped: the longest time without a commit to the table during the "
+                f"upgrade was {gap:.1f} s (before it: {usual:.1f} s)"
+            )
+        status = Deployments(self.store.storage).status(JOB, new.id)
         self.check(
-            health.get("kafka_lag") is not None,
-            f"the health gate saw the Kafka lag fall: {health.get('kafka_lag')} at batch {health.get('last_batch_id')} "
-            f"(first batch {health.get('kafka_lag_first')})",
+            status is not None and status.kafka_lag is not None,
+            f"its health gate saw the Kafka lag fall: {status.kafka_lag if status else '-'} at batch "
+            f"{status.last_batch_id if status else '-'} (first batch {status.kafka_lag_first if status else '-'})",
         )
-        return result
+        return record
+
+    def upgrades(self) -> list[Upgrade]:
+        return Upgrades(self.store.storage).list(JOB)
+
+    def commit_gaps(self, upgrade: Upgrade) -> tuple[float, float]:
+        """The longest time between two commits to the Delta table during the upgrade, and before it (since the
+        job's first commit, at most 5 minutes back): what a blue/green upgrade must not stretch."""
+        if not self.lake:
+            return 0.0, 0.0
+        stamps = delta_sink.commit_times(self.job.open(table_of(self.lake)))
+        start, end = _seconds(upgrade.created_at), _seconds(upgrade.updated_at)
+        during = [t for t in stamps if start <= t <= end]
+        earlier = [t for t in stamps if start - 300 <= t < start]
+        return _longest_gap([*earlier[-1:], *during]), _longest_gap(earlier)
 
     def _check_rewound(self, version: str, old: str, savepoint: str, redeployed: str | None) -> None:
         """The rollback rewound the sink: the Delta table RESTOREd to the savepoint's version and the restored
@@ -239,17 +327,6 @@ class Lifecycle:
             f"the sink was rewound: {len(rewinds[0]['data']) if rewinds else 0} data files of {version} moved "
             f"into {QUARANTINE} and written again by {old}",
         )
-
-    def _committed_since_restore(self, version: str) -> int:
-        """Batches the newest deployment of `version` committed after the one it was restored at."""
-        deployments = [d for d in self.deployments() if d.version == version]
-        if not deployments:
-            return 0
-        newest = deployments[-1]
-        status = Deployments(self.store.storage).status(JOB, newest.id)
-        if status is None or status.last_batch_id is None or newest.restored_batch_id is None:
-            return 0
-        return status.last_batch_id - newest.restored_batch_id
 
     def crash(self) -> Deployment:
         """SIGKILL the running driver in the middle of a batch (offsets logged, no commit), then deploy the same
@@ -347,13 +424,15 @@ class Lifecycle:
             self.savepoint()
             self.say("retention (retention DAG)")
             self.retention()
-            self.say("upgrade to v2 (restore-and-redeploy DAG)")
+            self.say("upgrade to v2 (upgrade DAG; the pre-flight picks the mode)")
             self.upgrade("v2", Outcome.UPGRADED)
             self.say("upgrade to v3: state-incompatible")
             self.upgrade("v3", Outcome.BLOCKED)
             if rollback:
-                self.say("upgrade to poisoned: it commits batches to the sink, then fails")
-                self.upgrade("poisoned", Outcome.ROLLED_BACK, feeding)
+                self.say("upgrade to poisoned, which fails before its cutover: the upgrade aborts")
+                self.upgrade("poisoned", Outcome.ABORTED, feeding, poison=lambda u: _committed(self, u) >= 2)
+                self.say("upgrade to poisoned, which fails after its cutover: the upgrade rolls back")
+                self.upgrade("poisoned", Outcome.ROLLED_BACK, feeding, poison=lambda u: u.cut_over)
             if crash:
                 self.say("SIGKILL the driver mid-batch; deploy DAG from the latest state")
                 self.crash()

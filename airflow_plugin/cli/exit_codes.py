@@ -15,6 +15,7 @@ from ..core.errors import (
     SparkToolFailed,
     StoreUnavailable,
     TimedOut,
+    UpgradeFailed,
 )
 
 OK = 0
@@ -40,6 +41,12 @@ EXIT_CODES: list[tuple[type[SavepointsError], int, str]] = [
     (SparkToolFailed, 8, "a Spark tool failed (deep verify, rescale, a Delta sink's rewind)"),
     (LaunchFailed, 9, "a job could not be launched, or failed while starting (its Spark error is shown)"),
     (TimedOut, 10, "timed out: a job did not stop in time; the request is withdrawn, the job keeps running"),
+    (
+        UpgradeFailed,
+        11,
+        "an upgrade did not go through: aborted before its cutover (the old version runs on) or rolled back "
+        "after it (`savepoints upgrade JOB --show`)",
+    ),
 ]
 
 

@@ -64,3 +64,8 @@ class LaunchFailed(SavepointsError):
 
 class TimedOut(SavepointsError):
     """Something did not happen in time (a job that does not stop); nothing was changed because of it."""
+
+
+class UpgradeFailed(SavepointsError):
+    """An upgrade did not go through: aborted before its cutover (the old version runs on) or rolled back after
+    it (the old version back from a savepoint); its record says why (`savepoints upgrade JOB --show`)."""

@@ -6,6 +6,7 @@ engine, the Airflow layer and the job runtime ask this module.
     jobs/<job>/deployments/<deployment_id>/status.json           its heartbeat (written by the job runtime)
     jobs/<job>/deployments/<deployment_id>/control/<request>.json  requests to the running job (stop, start)
     jobs/<job>/lease.json                                        the job lease: one operation at a time
+    jobs/<job>/upgrades/<upgrade_id>.json                        an upgrade: its mode, state and steps' results
     format.json                                                  the store's format version and packing settings
     blobs/<sha256[:2]>/<sha256>                                  a file's content as one object (large files; stores
                                                                  of format 1: every file)
@@ -94,6 +95,15 @@ def control_prefix(job: str, deployment_id: str) -> str:
 
 def control_key(job: str, deployment_id: str, request_id: str) -> str:
     return control_prefix(job, deployment_id) + f"{check_name(request_id, 'request id')}.json"
+
+
+def upgrades_prefix(job: str) -> str:
+    return f"{job_prefix(job)}upgrades/"
+
+
+def upgrade_key(job: str, upgrade_id: str) -> str:
+    """An upgrade's record: its mode, state and what each step produced (core/upgrades/)."""
+    return f"{upgrades_prefix(job)}{check_name(upgrade_id, 'upgrade id')}.json"
 
 
 def lease_key(job: str) -> str:

@@ -8,17 +8,28 @@ from .deployments import DeployJobOperator, PrestartJobOperator, StopJobOperator
 from .leases import ReleaseLeaseOperator
 from .retention import RetentionOperator
 from .snapshots import SavepointOperator, VerifySnapshotOperator
-from .upgrade import PreflightCheckOperator, RollbackOperator
+from .upgrade import (
+    BeginUpgradeOperator,
+    PreflightCheckOperator,
+    RecoverUpgradeOperator,
+    RollbackOperator,
+    UpgradeStepOperator,
+    UpgradeWaitSensor,
+)
 
 __all__ = [
+    "BeginUpgradeOperator",
     "DeployJobOperator",
     "PreflightCheckOperator",
     "PrestartJobOperator",
+    "RecoverUpgradeOperator",
     "ReleaseLeaseOperator",
     "RetentionOperator",
     "RollbackOperator",
     "SavepointOperator",
     "SavepointsBaseOperator",
     "StopJobOperator",
+    "UpgradeStepOperator",
+    "UpgradeWaitSensor",
     "VerifySnapshotOperator",
 ]

@@ -6,6 +6,7 @@ it does not know goes to the job's own `build` function, unchanged and in order.
              --delivery at-most-once | at-least-once | exactly-once
              [--heartbeat-interval SECONDS] [--poll-interval SECONDS]
              [--preflight SCHEMA_PROBE_LOCATION] [--standby]
+             [--gate-staging LOCATION] [--gate-after MS] [--gate-until MS]
              <job-specific args>
 """
 
@@ -76,6 +77,11 @@ class RuntimeArgs:
     # A pre-started driver (core/jobs/deploy.py prestart): create the session, report STANDBY, and start the
     # query only when a start request arrives (its checkpoint restored meanwhile); stop requests end it.
     standby: bool = False
+    # The gate of a job whose Delta writes the runtime gates (gate.py), as the engine hands it over: green of a
+    # blue/green upgrade stages into `gate_staging`; a restore of a gated deployment keeps its interval.
+    gate_staging: str | None = None
+    gate_after: int | None = None
+    gate_until: int | None = None
 
 
 def _positive(text: str) -> float:
@@ -98,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--poll-interval", type=_positive, default=1.0)
     parser.add_argument("--preflight", dest="preflight_probe", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--standby", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--gate-staging", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--gate-after", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--gate-until", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -117,5 +126,8 @@ def parse_args(argv: list[str]) -> tuple[RuntimeArgs, list[str]]:
         poll_interval=known.poll_interval,
         preflight_probe=known.preflight_probe,
         standby=known.standby,
+        gate_staging=known.gate_staging,
+        gate_after=known.gate_after,
+        gate_until=known.gate_until,
     )
     return runtime, rest

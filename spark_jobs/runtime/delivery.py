@@ -71,6 +71,9 @@ class StreamingJob:
     sink: SinkKind = SinkKind.UNKNOWN
     source: SourceKind = SourceKind.UNKNOWN
     name: str | None = None  # the query name; defaults to the job name
+    # the output column holding each row's window end (a timestamp): a job that appends to a Delta table and
+    # names it can be upgraded blue/green, the runtime writing its batches through the gate (gate.py)
+    gate_column: str | None = None
 
 
 class DeliveryRefused(Exception):

@@ -18,16 +18,20 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
 
 from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State
+from airflow_plugin.core.sinks import DELTA, SinkRef
 from airflow_plugin.core.storage import open_storage
 
 from .args import RuntimeArgs, Trigger, parse_args
 from .control import ControlChannel, boundary_wait, stop_at_batch_boundary
 from .delivery import DeliveryPlan, DeliveryRefused, StreamingJob, plan
 from .failure import Failure, describe
-from .sink import SinkAhead, check_start, sink_of
+from .gate import ACTIONS as GATE_ACTIONS
+from .gate import SOLE, STAGING, GatedWriter, GateState
+from .sink import SinkAhead, check_start, gated_query, sink_of
 from .status import Heartbeat, ProgressListener, StatusBoard
 
 if TYPE_CHECKING:
@@ -69,6 +73,7 @@ class Runner:
         )
         self.control = ControlChannel(self.deployments, args.job, args.deployment, handled)
         self.listener = ProgressListener(self.board)
+        self.gated: GatedWriter | None = None
 
     def run(self, session: Callable[[], SparkSession]) -> int:
         self.board.update()  # STARTING, before the session: creating one takes seconds
@@ -112,13 +117,14 @@ class Runner:
         request = self.control.next_stop()  # a stop that came while the session started
         if request is None:
             self._guard_sink(job, delivery)
-            query = self._start(job, delivery, self.args.trigger)
+            query = self._start(self._writer(job, delivery), job, delivery, self.args.trigger)
             request = self._supervise(query)
         else:
             self.board.acknowledge(request.id, State.STOPPING)
         if request is not None and request.drain:
             log.info("draining: processing what is available, then stopping (request %s)", request.id)
-            self._supervise(self._start(self._build(), delivery, DRAIN))
+            job = self._build()
+            self._supervise(self._start(self._writer(job, delivery), job, delivery, DRAIN))
         self.board.finish(State.STOPPED)
         log.info("stopped%s", f" on request {request.id}" if request else " (the query ended by itself)")
         return EXIT_STOPPED
@@ -139,6 +145,9 @@ class Runner:
             if request is not None:
                 for key, value in request.conf.items():
                     self.spark.conf.set(key, value)
+                if request.gate:  # the restored snapshot's deployment wrote only this interval (gate.py)
+                    after, until = request.gate.get("after"), request.gate.get("until")
+                    self.args = replace(self.args, gate_after=after, gate_until=until)
                 self.board.acknowledge(request.id, State.STARTING)
                 log.info("start request %s: starting the query", request.id)
                 return True
@@ -155,8 +164,14 @@ class Runner:
 
     def _preflight(self, probe: str) -> int:
         """Make Spark plan and run the pending batch of each copy once (its commit was removed), writing
-        to the noop sink: Spark's own state compatibility checks run on that first planned batch."""
+        to the noop sink: Spark's own state compatibility checks run on that first planned batch. The status
+        says what the version writes and whether its writes can be gated (an upgrade's mode depends on it)."""
         self.board.promote(State.STARTING, State.RUNNING)
+        job = self._build()
+        sink, gated = sink_of(job.writer, self.spark), gated_query(job, self.spark)
+        declared = {"not_gated": gated} if isinstance(gated, str) else GateState(str(job.gate_column)).to_dict()
+        self.listener.sink = sink.description if sink else None  # what it writes, not the noop it runs with
+        self.board.update(sink=self.listener.sink, gate=declared)
         for location in (self.args.checkpoint, probe):
             writer = self._build().writer.format("noop").option("checkpointLocation", location)
             query = writer.trigger(once=True).start()
@@ -180,9 +195,37 @@ class Runner:
         self.board.update(sink=sink.description)
         check_start(sink, delivery.checkpoint)
 
-    def _start(self, job: StreamingJob, delivery: DeliveryPlan, trigger: Trigger) -> StreamingQuery:
+    def _writer(self, job: StreamingJob, delivery: DeliveryPlan) -> DataStreamWriter:
+        """The job's own writer; or, for a job whose Delta writes can be gated (it names its gate column), the
+        same query written batch by batch through the gate (gate.py), which a blue/green upgrade steers."""
+        gated = gated_query(job, self.spark)
+        if isinstance(gated, str):
+            if job.gate_column:
+                log.warning("the job names gate column %s, but %s: its writes are not gated", job.gate_column, gated)
+            return job.writer
+        query, target = gated
+        args = self.args
+        state = self.gated.gate if self.gated else GateState(str(job.gate_column))  # a drain keeps the gate
+        if self.gated is None:
+            state.role = STAGING if args.gate_staging else SOLE
+            state.staging, state.after, state.until = args.gate_staging, args.gate_after, args.gate_until
+        self.gated = GatedWriter(self.spark, target, state, delivery.checkpoint, self._report_gate, self._answer)
+        self.listener.sink = SinkRef(DELTA, target.path).description  # Spark reports ForeachBatchSink
+        self.board.update(gate=state.to_dict(), sink=self.listener.sink)
+        log.info("writing %s through the gate (%s)", target.path, state.to_dict())
+        return query.writeStream.outputMode("append").foreachBatch(self.gated)
+
+    def _report_gate(self, gate: GateState) -> None:
+        self.board.update(gate=gate.to_dict())
+
+    def _answer(self, request: ControlRequest, answer: str) -> None:
+        self.board.answer(request.id, answer)
+
+    def _start(
+        self, writer: DataStreamWriter, job: StreamingJob, delivery: DeliveryPlan, trigger: Trigger
+    ) -> StreamingQuery:
         writer = (
-            job.writer.queryName(job.name or self.args.job)
+            writer.queryName(job.name or self.args.job)
             .option("checkpointLocation", delivery.checkpoint)
             .trigger(**trigger.spark_kwargs())
         )
@@ -197,7 +240,13 @@ class Runner:
         which is honoured at a batch boundary. Returns the honoured request."""
         while not query.awaitTermination(self.args.poll_interval):
             self._note_running(query)
-            request = self.control.next_stop()
+            request = self.control.next_request("stop", *GATE_ACTIONS)
+            if request is not None and request.action in GATE_ACTIONS:  # decided at the next batch boundary
+                if self.gated is not None:
+                    self.gated.submit(request)
+                else:
+                    self._answer(request, "declined: this deployment's writes are not gated")
+                continue
             if request is not None:
                 self.board.acknowledge(request.id, State.STOPPING)
                 where = stop_at_batch_boundary(query, self._boundary_wait(), self.listener.batch_done)

@@ -7,7 +7,10 @@ the one an earlier deployment reported.
 Which sink: PySpark's DataStreamWriter keeps its format and options in the JVM object it wraps, in private
 fields of Spark Classic's `org.apache.spark.sql.classic.DataStreamWriter` (`source`, `extraOptions`); they are
 read by reflection, which Spark 4.2 (the version this project pins) allows. Anything else (a foreachBatch, a
-Kafka or console sink, a writer whose fields cannot be read) is not guarded here, and says so in the log."""
+Kafka or console sink, a writer whose fields cannot be read) is not guarded here, and says so in the log.
+
+The same fields give the query itself (`ds`), its output mode and its Delta options: `gated_query` hands them
+to the gate (gate.py), which writes a blue/green-capable job's batches itself."""
 
 from __future__ import annotations
 
@@ -19,9 +22,13 @@ from airflow_plugin.core.sinks.guard import FRESH_START, SINK_AHEAD, ahead, rewi
 from airflow_plugin.core.snapshots.checkpoint import read_position
 from airflow_plugin.core.storage import open_storage
 
+from .gate import DeltaTarget
+
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import DataStreamWriter
+
+    from .delivery import StreamingJob
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +63,37 @@ def sink_of(writer: DataStreamWriter, spark: SparkSession) -> SinkRef | None:
     if kind is None or not path:
         return None
     return SinkRef(kind, _qualified(path, spark))
+
+
+def gated_query(job: StreamingJob, spark: SparkSession) -> tuple[DataFrame, DeltaTarget] | str:
+    """The query and its Delta table, for the runtime to write through the gate (gate.py); or why the job's
+    writes cannot be gated: it names no gate column, or it does not append to a Delta table."""
+    if not job.gate_column:
+        return "the job names no gate column (StreamingJob(..., gate_column=...))"
+    sink = sink_of(job.writer, spark)
+    if sink is None or sink.kind != DELTA:
+        return f"its sink is {sink.description if sink else 'not a file sink or Delta table'}, not a Delta table"
+    jwriter = job.writer._jwrite  # type: ignore[attr-defined]
+    mode = str(_field(jwriter, "outputMode").toString()).lower()
+    if mode != "append":
+        return f"its output mode is {mode}: a window is written once only in append mode"
+    options = {str(k): str(v) for k, v in _scala_map(_field(jwriter, "extraOptions")).items()}
+    options = {k: v for k, v in options.items() if k.lower() not in ("path", "checkpointlocation")}
+    from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+    query = ClassicDataFrame(_field(jwriter, "ds"), spark)
+    if job.gate_column not in query.columns:
+        return f"its output has no column {job.gate_column!r} (columns: {', '.join(query.columns)})"
+    return query, DeltaTarget(sink.location, options)
+
+
+def _scala_map(scala_map: Any) -> dict[Any, Any]:
+    """A Scala Map's entries (py4j hands over the JVM object)."""
+    entries, iterator = {}, scala_map.iterator()
+    while iterator.hasNext():
+        entry = iterator.next()
+        entries[entry._1()] = entry._2()
+    return entries
 
 
 def _qualified(path: str, spark: SparkSession) -> str:

@@ -150,6 +150,16 @@ class StatusBoard:
             self._write()
             return True
 
+    def answer(self, request_id: str, answer: str) -> None:
+        """Record a request that may be declined (a gate's) as handled, with its answer."""
+        with self._lock:
+            if self._status.state in TERMINAL:
+                return
+            handled = [*self._status.handled_requests, request_id]
+            answers = {**self._status.answers, request_id: answer}
+            self._status = replace(self._status, handled_requests=handled, answers=answers, updated_at=time.time())
+            self._write()
+
     def acknowledge(self, request_id: str, state: State) -> None:
         """Record a control request as honoured (the engine matches on its id) and enter `state`."""
         with self._lock:
@@ -201,6 +211,7 @@ class ProgressListener(StreamingQueryListener):
         self._board = board
         self._query_id: str | None = None
         self._jvm_listener: Any = None
+        self.sink: str | None = None  # the sink as the runtime knows it, where Spark names only ForeachBatchSink
         self.batch_done = threading.Event()  # set on every committed batch: the stop logic waits for it
 
     def follow(self, query_id: str) -> None:
@@ -234,7 +245,7 @@ class ProgressListener(StreamingQueryListener):
             processed_rows_per_second=_finite(progress.get("processedRowsPerSecond")),
             batch_duration_ms=progress.get("batchDuration"),
             watermark=(progress.get("eventTime") or {}).get("watermark"),
-            sink=(progress.get("sink") or {}).get("description"),
+            sink=self.sink or (progress.get("sink") or {}).get("description"),
         )
         self._board.promote(State.STARTING, State.RUNNING)
 

@@ -185,21 +185,20 @@ def test_an_upgrade_that_requires_approval_waits_for_a_human(airflow_db: Path, a
     result = run_dag(
         "savepoints_upgrade",
         {"job": "windowed_counts", "version": "v2", "require_approval": True},
-        mark_success="^(savepoint|preflight|prestart_new|stop_old|deploy_new|health_gate)$",
+        mark_success="^(begin|launch|catch_up|cutover|retire|confirm)$",
     )
     human.join()
     assert answered == [200]
     assert result.tasks["approval_needed"] == "success" and result.tasks["approve"] == "success", result.tasks
-    assert result.tasks["prestart_new"] == cutover and result.tasks["stop_old"] == cutover, result.tasks
+    assert result.tasks["launch"] == cutover and result.tasks["cutover"] == cutover, result.tasks
 
 
 def test_an_upgrade_of_a_job_another_run_is_upgrading_fails_at_once_and_changes_nothing(
     airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two upgrade runs of one job: the other run's cutover holds the job's lease between its tasks (as its
-    stop_old leaves it); this run's first changing step is refused, its rollback too, nothing is launched
-    or stopped, and the other run's lease is left alone. The steps before the cutover (live savepoint,
-    pre-flight) are marked successful: no Spark needed."""
+    """Two upgrade runs of one job: the other one holds the job's lease between its steps; this run's begin is
+    refused at once (no upgrade recorded, no savepoint taken), its recovery has nothing to do, nothing is
+    launched or stopped, and the other run's lease is left alone. No Spark is needed."""
     from airflow_plugin.core.jobs.spec import JOBS_ENV
     from airflow_plugin.core.lease import acquire, read_lease
     from airflow_plugin.core.storage import open_storage
@@ -210,13 +209,14 @@ def test_an_upgrade_of_a_job_another_run_is_upgrading_fails_at_once_and_changes_
     jobs = write_jobs(tmp_path)
     monkeypatch.setenv(JOBS_ENV, str(jobs))
     store = open_storage(str(tmp_path / "store"))
-    other = acquire(store, "orders", "airflow:savepoints_upgrade/manual__the-other-run", "upgrade", ttl=600)
+    other = acquire(store, "orders", "upgrade:up-20261124T000000000Z-0001", "upgrade", ttl=600)
     other.keep()
     before = tree(tmp_path)
-    result = run_dag("savepoints_upgrade", {"job": "orders", "version": "v2"}, mark_success="^(savepoint|preflight)$")
-    assert result.state == "failed" and result.tasks["prestart_new"] == "failed", result.tasks
-    assert result.tasks["stop_old"] == "upstream_failed" and result.tasks["rollback"] == "failed", result.tasks
-    assert result.returned["release_lease"]["released"] is False  # not its lease
+    result = run_dag("savepoints_upgrade", {"job": "orders", "version": "v2"})
+    assert result.state == "failed" and result.tasks["begin"] == "failed", result.tasks
+    assert "job orders is busy: upgrade:up-20261124T000000000Z-0001 for upgrade" in result.pushed["begin"]["error"]
+    assert result.tasks["launch"] == "upstream_failed" and result.tasks["recover"] == "success", result.tasks
+    assert result.returned["recover"]["phase"] == "none"  # no upgrade was begun
     held = read_lease(store, "orders")
     assert held is not None and held.holder == other.record.holder
     assert tree(tmp_path) == before  # nothing launched, stopped or written

@@ -179,9 +179,67 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec) -> De
             batch = repartition(plan.target, {**ctx.spark_conf(), **plan.spark_conf}, rescale_to, env=ctx.child_env())
             log.info("rescaled the state of %s to %d partitions (batch %d)", deployment.id, rescale_to, batch)
 
-    launch_deployment(ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf))
+    spec = submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, gate_args(source))
+    launch_deployment(ctx, deployment, spec)
     wait_until_started(ctx, deployment, request.wait_seconds)
     return deployment
+
+
+def gate_args(source: Manifest | None, staging: str | None = None) -> tuple[str, ...]:
+    """The runtime's gate options (spark_jobs/runtime/gate.py): the interval a gated snapshot's deployment
+    wrote, kept by its restore; and for a blue/green upgrade's new version, the table it stages into."""
+    interval = (source.gate if source else None) or {}
+    args: list[str] = []
+    for name in ("after", "until"):
+        if interval.get(name) is not None:
+            args += [f"--gate-{name}", str(int(interval[name]))]
+    return (*args, *(("--gate-staging", staging) if staging else ()))
+
+
+def launch_beside(
+    ctx: JobContext, version_name: str, snapshot_id: str, staging: str, *, wait_seconds: float = 180.0
+) -> Deployment:
+    """A deployment of a version beside the running one (a blue/green upgrade's green): restored from the
+    running one's live savepoint under a query id of its own (sinks tell the two apart by it), its Kafka
+    positions checked like any restore's, writing into `staging` until it publishes (its runtime checks its
+    sink before its query starts). Under the job's lease: the upgrade holds it."""
+    version = ctx.spec.launchable(version_name)
+    with ctx.operation("deploy"):
+        earlier = _earlier_attempt(ctx)
+        if earlier is not None:
+            wait_until_started(ctx, earlier, wait_seconds)
+            return earlier
+        source = ctx.store.get(ctx.name, snapshot_id)
+        deployment_id = new_deployment_id()
+        checkpoint = _claimable_location(ctx, deployment_id)
+        plan = plan_restore(
+            ctx.store,
+            ctx.name,
+            source.id,
+            ctx.open(checkpoint),
+            check_sinks=False,  # it writes its staging table; the live table is the old version's until the cutover
+            open_location=ctx.open,
+            kafka=ctx.kafka,
+            new_query_id=True,
+        )
+        deployment = Deployment(
+            id=deployment_id,
+            job=ctx.name,
+            version=version.name,
+            checkpoint=checkpoint,
+            restored_from=source.id,
+            restored_batch_id=source.batch_id,
+            spark_conf={**ctx.spec.conf, **version.conf, **plan.spark_conf},
+            request_id=ctx.settings.request_id,
+            source_gap=plan.source_gap,
+            build=build_of(ctx, version),
+        )
+        ctx.deployments.put(deployment)
+        execute_restore(ctx.store, plan, progress=ctx.progress)
+        spec = submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, gate_args(source, staging))
+        launch_deployment(ctx, deployment, spec)
+        wait_until_started(ctx, deployment, wait_seconds)
+        return deployment
 
 
 def _earlier_attempt(ctx: JobContext) -> Deployment | None:
@@ -316,7 +374,9 @@ def _activate(
         deployment.spark_conf = {**deployment.spark_conf, **plan.spark_conf}
     ctx.deployments.put(deployment)
     conf = {k: v for k, v in (plan.spark_conf if plan else {}).items() if k.startswith("spark.sql.")}
-    ctx.deployments.request(ctx.name, deployment_id, ControlRequest(id=new_request_id(), action="start", conf=conf))
+    interval = {k: v for k, v in ((source.gate if source else None) or {}).items() if k in ("after", "until")}
+    start = ControlRequest(id=new_request_id(), action="start", conf=conf, gate=interval or None)
+    ctx.deployments.request(ctx.name, deployment_id, start)
     wait_until_started(ctx, deployment, wait_seconds)
     return deployment
 

@@ -97,6 +97,10 @@ class DeploymentStatus:
     # newest), "records" (read by the streak's offsets: Kafka records, 1 per other source)}; None while every
     # batch that read something processed it
     unprocessed: dict[str, int] | None = None
+    # a job whose Delta writes the runtime gates (runtime/gate.py): its gate column, role and interval
+    gate: dict[str, Any] | None = None
+    # requests that may be declined (gate, publish): request id -> "accepted", or the reason it was declined
+    answers: dict[str, str] = field(default_factory=dict)
 
     def skipping(self) -> str | None:
         """Why a deployment that commits batches is not healthy: its last batches read input by their
@@ -125,9 +129,10 @@ class DeploymentStatus:
 @dataclass
 class ControlRequest:
     id: str
-    action: str  # "stop", or "start" for a driver in STANDBY
+    action: str  # "stop"; "start" for a driver in STANDBY; "gate" and "publish" for a blue/green cutover
     drain: bool = False
     conf: dict[str, str] = field(default_factory=dict)  # start: SQL confs to set before the query starts
+    gate: dict[str, int] | None = None  # gate, publish: {"t": the cutover time, epoch ms} (runtime/gate.py)
     requested_at: float = field(default_factory=time.time)
     requested_by: str = ""
 

@@ -132,6 +132,10 @@ class PreflightReport:
     sources: dict[str, Any] | None = None  # the snapshot's Kafka positions against the broker (source_guard)
     topic_changes: list[dict[str, Any]] = field(default_factory=list)  # the new version's subscription vs them
     accepted_source_gap: bool = False
+    # what the new version writes, as its runtime read it from the query (its status): the sink as Spark names
+    # it, and its gate (the gate column) or why its writes cannot be gated (`not_gated`): an upgrade's mode
+    sink: str | None = None
+    gate: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "renames": [r.describe() for r in self.renames]}
@@ -254,6 +258,8 @@ def preflight(
         handle = launch(spec, log_path, ctx.command_builder)
         state = _wait_for_exit(ctx, run_id, handle, timeout)
         status = ctx.deployments.status(job.name, run_id)
+        if status is not None:
+            report.sink, report.gate = status.sink, status.gate
         if state is not State.STOPPED:
             report.error_class = (status.error_class if status else None) or "PREFLIGHT_FAILED"
             detail = (status.error_message if status else None) or log_tail(handle)

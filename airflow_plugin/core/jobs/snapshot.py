@@ -27,6 +27,8 @@ def snapshot_deployment(
         return earlier
     status = ctx.deployments.status(ctx.name, deployment.id)
     sink = from_description(status.sink if status else None)
+    gate = status.gate if status else None
+    interval = {k: gate.get(k) for k in ("column", "after", "until")} if gate and gate.get("column") else None
     request = SnapshotRequest(
         job=ctx.name,
         kind=kind,
@@ -38,6 +40,7 @@ def snapshot_deployment(
         job_version=deployment.version,
         sinks=(sink,) if sink else (),
         request_id=ctx.settings.request_id,
+        gate=interval if interval and (interval["after"] is not None or interval["until"] is not None) else None,
     )
     return create_snapshot(
         ctx.store,

@@ -154,6 +154,17 @@ def version_at(table: Storage, query_id: str, batch_id: int) -> int | None:
     return answer if answer is None or answer >= 0 else None
 
 
+def commit_times(table: Storage) -> list[float]:
+    """When each of the table's versions was committed (its commitInfo's timestamp, epoch seconds), oldest
+    first: how often the table gets output."""
+    times = []
+    for key in commit_keys(table).values():
+        for action in _actions(table, key):
+            if "commitInfo" in action and action["commitInfo"].get("timestamp") is not None:
+                times.append(int(action["commitInfo"]["timestamp"]) / 1000)
+    return times
+
+
 def newest_streaming_write(table: Storage) -> Write | None:
     """The table's newest streaming write (any query's), read from the newest commit down: whether a fresh
     query would write on top of an earlier deployment's output. None: no streaming write in its JSON log."""

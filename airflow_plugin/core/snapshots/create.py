@@ -65,6 +65,7 @@ class SnapshotRequest:
     sinks: tuple[SinkRef, ...] = ()  # sinks whose position (and file sink log) to record
     deployment: str | None = None
     job_version: str | None = None
+    gate: dict[str, Any] | None = None  # the deployment's gate interval, when its writes are gated
 
 
 @dataclass
@@ -260,6 +261,7 @@ def create_snapshot(
         request_id=request.request_id,
         deployment=request.deployment,
         job_version=request.job_version,
+        gate=request.gate,
         pinned=request.pinned,
         labels=labels,
     )

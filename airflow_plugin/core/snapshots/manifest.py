@@ -164,6 +164,9 @@ class Manifest:
     # kind, location; a file sink also last_batch_id (when snapshotted) and log (the prefix of its log files);
     # a Delta table also last_batch_id (of the query) and version (the table version at the sink bound)
     sinks: list[dict[str, Any]] = field(default_factory=list)
+    # a deployment whose writes the runtime gates (a blue/green upgrade's): its gate column and interval
+    # ({"column", "after", "until"}, epoch ms); a restore of it keeps writing only that interval
+    gate: dict[str, Any] | None = None
     files: list[FileEntry] = field(default_factory=list)
     total_bytes: int = 0
     uploaded_bytes: int = 0

@@ -22,6 +22,7 @@ import re
 import secrets
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,7 @@ def plan_restore(
     accept_source_gap: bool = False,
     check_sources: bool = True,
     spark: SparkAccess | None = None,
+    new_query_id: bool = False,
 ) -> RestorePlan:
     """Check everything and return what a restore would do; nothing is written. A sink that committed
     batches beyond the snapshot is refused (see sinks/) unless `rewind_sink`: then the plan also moves the
@@ -118,7 +120,8 @@ def plan_restore(
     the broker (`kafka`) no longer holds are refused (source_guard.py) unless `accept_source_gap`;
     `check_sources=False` for copies that never read a source (deep verify) or are checked again before
     they start (an upgrade's early restore). `spark`: the job's Spark conf and environment, for a rewind that
-    runs Spark (a Delta table's RESTORE)."""
+    runs Spark (a Delta table's RESTORE). `new_query_id`: the restored query gets an id of its own (a blue/green
+    upgrade's green runs beside the snapshot's query, and sinks tell queries apart by id)."""
     manifest = _completed(store, job, snapshot_id)
     plan = RestorePlan(manifest, target, [])
     plan.files, plan.dropped, plan.rewrites = _checkpoint_files(manifest)
@@ -134,6 +137,9 @@ def plan_restore(
     plan.spark_conf = {**manifest.spark_conf, **manifest.restore_conf}
     if check_sinks:  # first: a Delta rewind gives the restored query a new id
         _guard_sinks(store, plan, rewind_sink, open_location, spark)
+    if new_query_id and plan.query_id is None:
+        plan.query_id = str(uuid.uuid4())
+        _rewrite(plan, METADATA)
     if plan.query_id is None:
         plan.warnings.insert(
             0,

@@ -150,13 +150,15 @@ def output_columns(counts: DataFrame, keys: list[str], version: str, *extra: Col
 
 def sink(result: DataFrame, args: JobArgs) -> StreamingJob:
     """Append mode into the file sink or a Delta table: exactly-once, declared so (with the source) for the
-    runtime."""
+    runtime. Into Delta the job names its gate column, the window's end: the runtime then writes its batches
+    itself, and a blue/green upgrade can split the windows between two versions at a time T."""
     if args.sink is SinkKind.DELTA:  # a new version may add a column (v2's): the table's schema grows
         writer = result.writeStream.format("delta").option("mergeSchema", "true")
     else:
         writer = result.writeStream.format("json")
     writer = writer.outputMode("append").option("path", args.output)
-    return StreamingJob(writer, sink=args.sink, source=args.source)
+    gate = "window_end" if args.sink is SinkKind.DELTA else None
+    return StreamingJob(writer, sink=args.sink, source=args.source, gate_column=gate)
 
 
 def counts_job(

@@ -1,0 +1,127 @@
+"""`savepoints upgrade`: upgrade a running job to another version (blue/green or stop/restore), resume one
+whose process died, cancel one, and show what they did. The same steps as the upgrade DAG's (core/upgrades)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ...core.context import Context
+from ...core.errors import InvalidInput
+from ...core.upgrades.record import Mode, Upgrade, Upgrades
+from ...core.upgrades.run import AUTO, begin, cancel, current, outcome, run_upgrade
+from ...core.upgrades.steps import UpgradeSettings
+from ..render import Output, key_values, out, say
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    upgrade_cmd = commands.add_parser(
+        "upgrade",
+        parents=[common],
+        help="upgrade a running job to another version: blue/green (no gap) or stop/restore, with rollback",
+        description="Upgrade the running deployment of JOB to --version: a live savepoint, the pre-flight (which "
+        "also decides the mode), then blue/green (the new version beside the old one, an exactly-once cutover at a "
+        "window boundary) or stop/restore (stop with a savepoint, start the new version from it), a health gate, "
+        "and an abort or rollback on failure. Ends with exit 0 when the new version runs healthy.",
+    )
+    upgrade_cmd.add_argument("job")
+    action = upgrade_cmd.add_mutually_exclusive_group(required=True)
+    action.add_argument("--version", help="the new version, declared in the jobs file")
+    action.add_argument("--resume", action="store_true", help="continue the job's unfinished upgrade")
+    action.add_argument(
+        "--abort",
+        action="store_true",
+        help="cancel the unfinished upgrade (before its cutover: abort; after: roll back)",
+    )
+    action.add_argument(
+        "--show", metavar="ID", nargs="?", const="", help="show an upgrade's record (default: the newest)"
+    )
+    upgrade_cmd.add_argument(
+        "--mode",
+        choices=[AUTO, *(m.value for m in Mode)],
+        default=AUTO,
+        help="auto (default): the pre-flight's choice, blue_green where it applies, else stop_restore",
+    )
+    defaults = UpgradeSettings()
+    upgrade_cmd.add_argument("--min-batches", type=int, default=defaults.min_batches, help="healthy after N batches")
+    upgrade_cmd.add_argument(
+        "--no-lag-must-fall", action="store_true", help="do not wait for a Kafka job's lag to fall (only batches)"
+    )
+    upgrade_cmd.add_argument("--allow-renames", action="store_true", help="accept state field renames")
+    upgrade_cmd.add_argument("--accept-source-gap", action="store_true", help="accept Kafka records gone since")
+    upgrade_cmd.add_argument(
+        "--catch-up-timeout",
+        type=float,
+        default=defaults.catch_up_seconds,
+        help="blue/green: seconds for the new version to catch up before the upgrade aborts "
+        f"(default {defaults.catch_up_seconds:.0f})",
+    )
+    upgrade_cmd.set_defaults(run=run_upgrade_command)
+
+
+def run_upgrade_command(args: argparse.Namespace, ctx: Context) -> Output:
+    job = ctx.job(args.job)
+    if args.show is not None:
+        records = Upgrades(job.store.storage).list(job.name)
+        if not records:
+            raise InvalidInput(f"job {job.name} has no upgrades yet")
+        shown = next((u for u in records if u.id == args.show), None) if args.show else records[-1]
+        if shown is None:
+            raise InvalidInput(
+                f"job {job.name} has no upgrade {args.show}: its upgrades are {', '.join(u.id for u in records)}"
+            )
+        return Output(shown.to_dict(), lambda: _show(shown))
+    if args.version:
+        if args.min_batches < 1:
+            raise InvalidInput(f"--min-batches {args.min_batches}: give a positive number")
+        settings = UpgradeSettings(
+            min_batches=args.min_batches,
+            lag_must_fall=not args.no_lag_must_fall,
+            allow_renames=args.allow_renames,
+            accept_source_gap=args.accept_source_gap,
+            catch_up_seconds=args.catch_up_timeout,
+        )
+        upgrade = begin(job, args.version, mode=args.mode, settings=settings)
+    else:
+        upgrade = current(job)
+        if args.abort:
+            upgrade = cancel(job, upgrade)
+    say(f"upgrade {upgrade.id} of {job.name} to {upgrade.to_version}: {upgrade.phase}")
+    upgrade = run_upgrade(job, upgrade, on_step=_step)
+    return Output(upgrade.to_dict(), lambda: _show(upgrade), error=_error(upgrade))
+
+
+def _step(upgrade: Upgrade) -> None:
+    note = upgrade.history[-1]["note"] if upgrade.history else ""
+    say(f"  {upgrade.phase}: {note}")
+
+
+def _error(upgrade: Upgrade) -> Exception | None:
+    try:
+        outcome(upgrade)
+    except Exception as exc:  # the outcome's error class decides the exit code
+        return exc
+    return None
+
+
+def _show(upgrade: Upgrade) -> None:
+    out.print(
+        key_values(
+            {
+                "upgrade": upgrade.id,
+                "job": upgrade.job,
+                "from": f"{upgrade.old_version} ({upgrade.old_deployment})",
+                "to": f"{upgrade.to_version} ({upgrade.new_deployment or '-'})",
+                "mode": upgrade.mode or f"(asked: {upgrade.requested_mode or 'the pre-flight decides'})",
+                "phase": str(upgrade.phase),
+                "savepoint": upgrade.savepoint,
+                "cutover": upgrade.cutover_at,
+                "stop savepoint": upgrade.stop_savepoint,
+                "error": upgrade.error,
+            }
+        )
+    )
+    for mode, reason in upgrade.modes.items():
+        say(f"  {mode}: {reason}")
+    for entry in upgrade.history:
+        say(f"  {entry['at']} {entry['phase']}: {entry['note']}")

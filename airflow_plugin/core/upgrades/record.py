@@ -1,0 +1,155 @@
+"""An upgrade as data: a record in the store (`jobs/<job>/upgrades/<id>.json`) holding its mode, its state and
+what each step produced, so that whoever advances it next (an Airflow task, `savepoints upgrade --resume`
+after a crash) continues from there (the Flink operator's FlinkBlueGreenDeploymentState kept in the resource's
+status). Written whole on every change; the job's lease (held as `upgrade:<id>`) makes one process the writer.
+
+    stop_restore  SAVEPOINTING -> PREFLIGHT -> LAUNCHING (pre-start, STANDBY) -> CUTTING_OVER (stop the old
+                  version with a savepoint, start the new one from it) -> CONFIRMING -> DONE
+    blue_green    SAVEPOINTING -> PREFLIGHT -> LAUNCHING (green from the live savepoint, staging) -> CATCHING_UP
+                  (green's health) -> CUTTING_OVER (T chosen; blue gated at T; green publishes) -> RETIRING
+                  (blue writes its last windows up to T, then stops with a savepoint) -> CONFIRMING -> DONE
+    before the cutover: ABORTING -> ABORTED (the old version untouched, the new one and what it staged removed)
+    after the cutover:  ROLLING_BACK -> ROLLED_BACK (the old version back from a savepoint, the sink rewound)
+    BLOCKED: the pre-flight refused the new version (nothing changed). FAILED: a recovery itself failed."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from .. import layout
+from ..errors import IntegrityError, NotFound
+from ..snapshots.manifest import utc_now
+from ..storage import Storage
+
+
+class Mode(StrEnum):
+    BLUE_GREEN = "blue_green"  # the new version beside the old one, an exactly-once cutover: no gap
+    STOP_RESTORE = "stop_restore"  # stop the old version with a savepoint, start the new one from it
+
+
+class Phase(StrEnum):
+    SAVEPOINTING = "SAVEPOINTING"
+    PREFLIGHT = "PREFLIGHT"
+    LAUNCHING = "LAUNCHING"
+    CATCHING_UP = "CATCHING_UP"
+    CUTTING_OVER = "CUTTING_OVER"
+    RETIRING = "RETIRING"
+    CONFIRMING = "CONFIRMING"
+    DONE = "DONE"
+    BLOCKED = "BLOCKED"
+    ABORTING = "ABORTING"
+    ABORTED = "ABORTED"
+    ROLLING_BACK = "ROLLING_BACK"
+    ROLLED_BACK = "ROLLED_BACK"
+    FAILED = "FAILED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Phase.DONE, Phase.BLOCKED, Phase.ABORTED, Phase.ROLLED_BACK, Phase.FAILED)
+
+    @property
+    def succeeded(self) -> bool:
+        return self is Phase.DONE
+
+
+# before the cutover a failure aborts (the old version never stopped writing); from it on, it rolls back
+BEFORE_CUTOVER = frozenset({Phase.SAVEPOINTING, Phase.PREFLIGHT, Phase.LAUNCHING, Phase.CATCHING_UP})
+
+
+def new_upgrade_id(now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
+    return f"up-{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{secrets.token_hex(2)}"
+
+
+@dataclass
+class Upgrade:
+    id: str
+    job: str
+    to_version: str
+    requested_mode: str | None = None  # None: the pre-flight's choice
+    mode: str | None = None  # decided by the pre-flight
+    phase: Phase = Phase.SAVEPOINTING
+    created_at: str = field(default_factory=utc_now)
+    updated_at: str = field(default_factory=utc_now)
+    requested_by: str = ""
+    request_id: str | None = None  # the request that made it (an Airflow run): its retries find it
+    # what the steps found and made
+    old_deployment: str | None = None
+    old_version: str | None = None
+    savepoint: str | None = None  # the live savepoint the pre-flight ran on (and green started from)
+    preflight: dict[str, Any] | None = None
+    modes: dict[str, str] = field(default_factory=dict)  # mode -> why it applies, or why not
+    new_deployment: str | None = None
+    staging: str | None = None  # blue/green: green's staging table until it publishes
+    cutover_ms: int | None = None  # blue/green: T, epoch ms: windows ending at or before it are the old version's
+    cutover_at: str | None = None  # when the cutover happened (blue/green: green published; else the new started)
+    stop_savepoint: str | None = None  # the old version's stop-with-savepoint
+    rollback_savepoint: str | None = None  # what a rollback restores the old version from
+    settings: dict[str, Any] = field(default_factory=dict)  # min_batches, lag_must_fall, limits, allow_renames
+    deadline: float | None = None  # epoch seconds: a wait (green catching up) gives up after it
+    error: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)  # [{at, phase, note}]
+
+    def move(self, phase: Phase, note: str = "") -> Upgrade:
+        self.phase = phase
+        self.updated_at = utc_now()
+        self.history.append({"at": self.updated_at, "phase": str(phase), "note": note})
+        return self
+
+    @property
+    def cut_over(self) -> bool:
+        """Whether the old version gave up the output (a failure from now on rolls back): blue/green once green
+        published; stop/restore once the old version stopped."""
+        return self.cutover_at is not None or (self.mode == Mode.STOP_RESTORE and self.stop_savepoint is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "phase": str(self.phase)}
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> Upgrade:
+        try:
+            raw = json.loads(data)
+            known = {f.name for f in fields(cls)}
+            upgrade = cls(**{k: v for k, v in raw.items() if k in known})
+            upgrade.phase = Phase(upgrade.phase)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise IntegrityError(f"upgrade record {where} is corrupt ({exc})") from None
+        return upgrade
+
+
+class Upgrades:
+    """Upgrade records of one store."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def put(self, upgrade: Upgrade) -> None:
+        self.storage.write(layout.upgrade_key(upgrade.job, upgrade.id), upgrade.to_json())
+
+    def get(self, job: str, upgrade_id: str) -> Upgrade:
+        key = layout.upgrade_key(job, upgrade_id)
+        try:
+            return Upgrade.from_json(self.storage.read(key), f"{self.storage.uri}/{key}")
+        except FileNotFoundError:
+            raise NotFound(
+                f"upgrade {upgrade_id} of job {job} does not exist: see `savepoints upgrade {job} --list`"
+            ) from None
+
+    def list(self, job: str) -> list[Upgrade]:
+        """A job's upgrades, oldest first (ids sort by time)."""
+        prefix = layout.upgrades_prefix(job)
+        keys = sorted(info.key for info in self.storage.list(prefix) if info.key.endswith(".json"))
+        return [Upgrade.from_json(self.storage.read(key), key) for key in keys]
+
+    def in_progress(self, job: str) -> Upgrade | None:
+        """The job's upgrade that has not ended, if any (there is at most one: the lease sees to it)."""
+        unfinished = [u for u in self.list(job) if not u.phase.terminal]
+        return unfinished[-1] if unfinished else None

@@ -1,0 +1,115 @@
+"""Starting, driving, resuming and cancelling an upgrade: what the CLI's `savepoints upgrade`, the upgrade DAG's
+tasks and the Savepoints page share (the steps themselves: steps.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+
+from ..context import JobContext
+from ..errors import InvalidInput, NotFound, Refused, UpgradeFailed
+from ..lease import acquire
+from .record import Mode, Phase, Upgrade, Upgrades, new_upgrade_id
+from .steps import HOLDER, LEASE_SECONDS, UpgradeSettings, advance
+
+AUTO = "auto"  # the mode the pre-flight chooses: blue_green where it applies, else stop_restore
+WAITING = frozenset({Phase.CATCHING_UP, Phase.RETIRING, Phase.CONFIRMING})  # phases that wait for the world
+
+
+def begin(
+    ctx: JobContext, version: str, *, mode: str | None = None, settings: UpgradeSettings | None = None
+) -> Upgrade:
+    """Record a new upgrade of the job to `version` and take its lease. Refused while another upgrade of the job
+    has not ended (resume or abort it) and while another operation holds the job; a retry of the same request
+    (an Airflow task) gets the upgrade it began."""
+    ctx.spec.launchable(version)
+    mode = None if mode in (None, "", AUTO) else mode
+    if mode not in (None, *(m.value for m in Mode)):
+        modes = ", ".join(m.value for m in Mode)
+        raise InvalidInput(f"invalid upgrade mode {mode!r}: use {modes}, or {AUTO} (the pre-flight's choice)")
+    upgrades = Upgrades(ctx.store.storage)
+    request_id = ctx.settings.request_id
+    earlier = [u for u in upgrades.list(ctx.name) if request_id and u.request_id == request_id]
+    if earlier:
+        return earlier[-1]
+    current = upgrades.in_progress(ctx.name)
+    if current is not None:
+        raise Refused(
+            f"job {ctx.name} has upgrade {current.id} to {current.to_version} in progress ({current.phase}): resume "
+            f"it (`savepoints upgrade {ctx.name} --resume`) or cancel it (`savepoints upgrade {ctx.name} --abort`)"
+        )
+    upgrade = Upgrade(
+        id=new_upgrade_id(),
+        job=ctx.name,
+        to_version=version,
+        requested_mode=mode or None,
+        settings=asdict(settings or UpgradeSettings()),
+        requested_by=ctx.requested_by,
+        request_id=request_id,
+    )
+    upgrade.move(Phase.SAVEPOINTING, f"upgrade to {version} requested" + (f", mode {mode}" if mode else ""))
+    lease = acquire(ctx.store.storage, ctx.name, HOLDER + upgrade.id, "upgrade", LEASE_SECONDS)
+    lease.keep()  # the upgrade's steps take it back; nobody else may act on the job meanwhile
+    upgrades.put(upgrade)
+    return upgrade
+
+
+def current(ctx: JobContext, upgrade_id: str | None = None) -> Upgrade:
+    """The given upgrade, or the job's unfinished one."""
+    upgrades = Upgrades(ctx.store.storage)
+    if upgrade_id:
+        return upgrades.get(ctx.name, upgrade_id)
+    found = upgrades.in_progress(ctx.name)
+    if found is None:
+        raise NotFound(
+            f"job {ctx.name} has no upgrade in progress: start one with `savepoints upgrade {ctx.name} --version V`"
+        )
+    return found
+
+
+def run_upgrade(
+    ctx: JobContext,
+    upgrade: Upgrade,
+    *,
+    until: frozenset[Phase] | None = None,
+    on_step: Callable[[Upgrade], None] | None = None,
+    poll_seconds: float = 1.0,
+) -> Upgrade:
+    """Advance the upgrade step by step until it ends (or reaches a phase in `until`), waiting between looks
+    while a step waits for the world. `on_step` sees the record after every step that changed its phase."""
+    while not upgrade.phase.terminal and (until is None or upgrade.phase not in until):
+        before = upgrade.phase
+        upgrade = advance(ctx, upgrade)
+        if upgrade.phase is not before:
+            if on_step is not None:
+                on_step(upgrade)
+        elif upgrade.phase in WAITING:
+            time.sleep(poll_seconds)
+    return upgrade
+
+
+def cancel(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
+    """A person cancels: before the cutover the upgrade aborts (the old version runs on untouched), after it the
+    old version is rolled back."""
+    if upgrade.phase.terminal:
+        raise Refused(f"upgrade {upgrade.id} of job {ctx.name} has already ended ({upgrade.phase})")
+    if upgrade.phase not in (Phase.ABORTING, Phase.ROLLING_BACK):
+        upgrade.error = "cancelled"
+        upgrade.move(Phase.ROLLING_BACK if upgrade.cut_over else Phase.ABORTING, "cancelled")
+    return upgrade
+
+
+def outcome(upgrade: Upgrade) -> None:
+    """Raise unless the upgrade went through: BLOCKED is a refusal (exit 4), ABORTED, ROLLED_BACK and FAILED an
+    upgrade that did not go through (exit 11)."""
+    if upgrade.phase is Phase.DONE:
+        return
+    what = f"upgrade {upgrade.id} of job {upgrade.job} to {upgrade.to_version} {upgrade.phase}: {upgrade.error or '-'}"
+    if upgrade.phase is Phase.BLOCKED:
+        raise Refused(f"{what}. Nothing was changed")
+    if upgrade.phase is Phase.ABORTED:
+        raise UpgradeFailed(f"{what}. The old version runs on untouched")
+    if upgrade.phase is Phase.ROLLED_BACK:
+        raise UpgradeFailed(f"{what}. The old version was put back from savepoint {upgrade.rollback_savepoint}")
+    raise UpgradeFailed(f"{what}. See `savepoints status {upgrade.job}` and the runbook")

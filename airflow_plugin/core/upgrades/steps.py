@@ -27,7 +27,7 @@ from ..jobs.deployments import ControlRequest, Deployment, State
 from ..jobs.health import Health, Verdict, assess
 from ..jobs.preflight import preflight
 from ..jobs.snapshot import snapshot_deployment
-from ..jobs.stop import kill, running_deployment, stop
+from ..jobs.stop import kill, running_deployment, stop, stop_request_id
 from ..jobs.upgrade import rollback
 from ..lease import LeaseHeld, LeaseLost
 from ..sinks import DELTA, from_description
@@ -192,13 +192,14 @@ def retiring(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     old = _deployment(ctx, upgrade.old_deployment)
     if upgrade.stop_savepoint is None:
         state, status = ctx.state_of(old), ctx.deployments.status(ctx.name, old.id)
-        if state is not State.RUNNING:
+        stopping = state in (State.STOPPING, State.STOPPED) and _asked_to_stop(ctx, old)  # by an earlier try
+        if state is not State.RUNNING and not stopping:
             upgrade.error = f"the old deployment {old.id} is {state} before it wrote every window up to the cutover"
             return upgrade.move(Phase.ROLLING_BACK, upgrade.error)
         watermark = _millis(status.watermark if status else None)
-        if watermark is None or watermark < int(upgrade.cutover_ms or 0):
+        if not stopping and (watermark is None or watermark < int(upgrade.cutover_ms or 0)):
             return upgrade
-        result = stop(ctx, savepoint=True, deployment_id=old.id, labels=_labels(upgrade))
+        result = stop(ctx, savepoint=True, deployment_id=old.id, labels=_labels(upgrade))  # adopts an earlier try's
         upgrade.stop_savepoint = result.snapshot.id if result.snapshot else None
     upgrade.deadline = time.time() + settings.confirm_seconds
     note = f"the old deployment {old.id} wrote its last window and stopped with savepoint {upgrade.stop_savepoint}"
@@ -361,6 +362,15 @@ def _ask(ctx: JobContext, upgrade: Upgrade, deployment: Deployment, action: str,
         f"deployment {deployment.id} did not answer the {action} request {request_id} within {limit:.0f} s (it "
         "decides at its next batch: is input arriving?)"
     )
+
+
+def _asked_to_stop(ctx: JobContext, deployment: Deployment) -> bool:
+    """Whether this step's stop request (its id derives from the step's request id: jobs/stop.py) reached the
+    deployment: an earlier try of the step that died after asking."""
+    request_id = stop_request_id(ctx)
+    status = ctx.deployments.status(ctx.name, deployment.id)
+    handled = status is not None and request_id in status.handled_requests
+    return handled or any(r.id == request_id for r in ctx.deployments.requests(ctx.name, deployment.id))
 
 
 def _wrote_live(ctx: JobContext, deployment: Deployment) -> bool:

@@ -19,7 +19,7 @@ from airflow_plugin.core.lease import acquire, read_lease
 from airflow_plugin.core.upgrades.mode import Observed, decide, parse_size, room_for_two
 from airflow_plugin.core.upgrades.record import Mode, Phase, Upgrade, Upgrades
 from airflow_plugin.core.upgrades.run import begin, cancel, outcome
-from spark_jobs.runtime.gate import BLUE, GREEN, SOLE, STAGING, DeltaTarget, GatedWriter, GateState
+from spark_jobs.runtime.gate import BLUE, GREEN, LOST_RACE, SOLE, STAGING, DeltaTarget, GatedWriter, GateState
 from tests.support.jobs import write_jobs
 
 TABLE = "DeltaSink[s3a://lake/output]"
@@ -168,3 +168,16 @@ def test_an_upgrade_is_refused_while_another_operation_holds_the_job(
     assert "job orders has no upgrade in progress" in capsys.readouterr().err
     assert main(["upgrade", "orders", "--show", "--jobs", jobs]) == 2
     assert "job orders has no upgrades yet" in capsys.readouterr().err
+
+
+def test_a_delta_commit_that_lost_a_race_is_told_from_other_failures() -> None:
+    """Both versions append to one table during a blue/green upgrade, and the new one may add a column: a commit
+    that lost to the other's is refused by Delta's optimistic concurrency and is tried again (gate.py)."""
+    lost = [
+        "An error occurred while calling o1027.save.\n: io.delta.exceptions.MetadataChangedException: [DELTA_METADATA_"
+        "CHANGED] MetadataChangedException: The metadata of the Delta table has been changed by a concurrent update",
+        ": io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] Files were added ...",
+        ": io.delta.exceptions.ProtocolChangedException: [DELTA_PROTOCOL_CHANGED] ...",
+    ]
+    assert all(LOST_RACE.search(text) for text in lost)
+    assert not LOST_RACE.search(": org.apache.spark.sql.AnalysisException: [DELTA_FAILED_TO_MERGE_FIELDS] ...")

@@ -147,13 +147,25 @@ def catching_up(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     if (state := ctx.state_of(old)) is not State.RUNNING:
         return _abort(upgrade, f"the old deployment {old.id} is {state}")
     health = new_health(ctx, upgrade, settings)
-    if health.verdict is Verdict.HEALTHY:
-        return upgrade.move(Phase.CUTTING_OVER, f"green healthy: {health.reason}")
+    behind = _behind(ctx, old, _deployment(ctx, upgrade.new_deployment))
+    if health.verdict is Verdict.HEALTHY and behind is None:
+        return upgrade.move(Phase.CUTTING_OVER, f"green healthy: {health.reason}; its event time caught up")
     if health.verdict is Verdict.UNHEALTHY:
         return _abort(upgrade, f"green is unhealthy: {health.reason}")
     if upgrade.deadline is not None and time.time() > upgrade.deadline:
-        return _abort(upgrade, f"green did not catch up within {settings.catch_up_seconds:.0f} s: {health.reason}")
+        why = behind if health.verdict is Verdict.HEALTHY else health.reason
+        return _abort(upgrade, f"green did not catch up within {settings.catch_up_seconds:.0f} s: {why}")
     return upgrade
+
+
+def _behind(ctx: JobContext, old: Deployment, new: Deployment) -> str | None:
+    """Why green is not caught up yet in event time: its watermark behind the old version's (the windows after T
+    would then reach the table later than the old version would have written them). None when it is not."""
+    statuses = [ctx.deployments.status(ctx.name, d.id) for d in (old, new)]
+    blue, green = (_millis(status.watermark if status else None) for status in statuses)
+    if blue is None or green is None or green >= blue:
+        return None
+    return f"green's watermark {iso_millis(green)} is behind the old version's {iso_millis(blue)}"
 
 
 def cutting_over(ctx: JobContext, upgrade: Upgrade) -> Upgrade:

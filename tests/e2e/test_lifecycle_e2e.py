@@ -43,6 +43,7 @@ def status_state(store: SnapshotStore, deployment: Deployment) -> State | None:
 
 
 def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    capsys.readouterr()  # what earlier commands printed
     assert main([*argv, "--json"]) == 0
     return capsys.readouterr().out
 

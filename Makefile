@@ -13,7 +13,7 @@ setup:
 	@$(UV) sync --all-extras --frozen --quiet
 	@$(UV) run --frozen python -m devtools.java >/dev/null
 	@bash devtools/install_debian.sh mvn maven "make setup resolves the JVM jars with it (devtools/jvm.py)"
-	@$(UV) run --frozen python -m devtools.jvm  # the JVM jars (Kafka, S3A, Delta): Maven, once
+	@$(UV) run --frozen python -m devtools.jvm  # the JVM jars (Kafka, S3A, Delta, mini Hadoop): Maven, once
 
 demo: setup
 	$(UV) run --frozen python -m devtools.demo

@@ -14,7 +14,8 @@ mode is a child of this JVM, never of spark-submit. Containers are small (see _c
 4 GiB of memory in all: two applications of a driver and one executor fit at once. The log goes to
 <tmp>/hadoop.log; a cluster that does not come up raises with the log's tail. stop() (and leaving the `with`, also
 on Ctrl-C) closes the JVM's standard input, which stops YARN (and the containers it runs), then HDFS; SIGTERM, then
-SIGKILL after STOP_TIMEOUT_SECONDS if it does not end. A Python that dies closes that input too.
+SIGKILL after STOP_TIMEOUT_SECONDS if it does not end, and then any container process still running in the
+cluster's directory. A Python that dies closes that input too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -36,8 +38,8 @@ from xml.sax.saxutils import escape
 from devtools import java, jvm
 from devtools.jvm_service import end_process, free_ports, without_stack_frames
 
-START_TIMEOUT_SECONDS = 240.0  # four servers in one JVM on 2 busy cores (about 40 s when idle)
-STOP_TIMEOUT_SECONDS = 60.0  # YARN waits for its application masters a little before it stops
+START_TIMEOUT_SECONDS = 240.0  # four servers in one JVM on 2 busy cores (about 10 s when idle)
+STOP_TIMEOUT_SECONDS = 60.0  # a stop takes a few seconds (MiniHadoop.java bounds YARN's)
 PORT_ATTEMPTS = 3  # a free port picked here can be taken by another process before Hadoop binds it
 LAUNCHER = Path(__file__).resolve().parent / "jvm" / "MiniHadoop.java"
 NODE_MEMORY_MB = 4096  # what the NodeManager offers: two applications of a driver and an executor
@@ -182,6 +184,9 @@ class MiniHadoop:
             # a shared machine's disk may be fuller than YARN's 90 %: it would mark the node unhealthy
             "yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage": "100.0",
             "yarn.log-aggregation-enable": "false",
+            # a stop ends the containers at once (YARN waits for them 6 s, then 5 s for application masters)
+            "yarn.nodemanager.sleep-delay-before-sigkill.ms": 100,
+            "yarn.nodemanager.process-kill-wait.ms": 500,
         }
 
     def _wait_until_ready(self, ready: Path, deadline: float) -> bool:
@@ -210,7 +215,7 @@ class MiniHadoop:
         ports = self.ports
         files = {
             "core-site.xml": {"fs.defaultFS": self.hdfs_uri},
-            "hdfs-site.xml": {"dfs.namenode.http-address": f"{LOOPBACK}:{ports['namenode_http']}"},
+            "hdfs-site.xml": {"dfs.namenode.http-address": self.webhdfs_address},
             "yarn-site.xml": {
                 "yarn.resourcemanager.hostname": LOOPBACK,
                 "yarn.resourcemanager.address": f"{LOOPBACK}:{ports['rm']}",
@@ -228,6 +233,7 @@ class MiniHadoop:
 
     def stop(self) -> None:
         self._end_process()
+        self._end_leftover_containers()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -243,6 +249,20 @@ class MiniHadoop:
             self._log.close()
             self._log = None
 
+    def _end_leftover_containers(self) -> None:
+        """Containers outlive a NodeManager that was killed rather than stopped: SIGKILL every process whose
+        working directory is inside this cluster's directory (only this cluster's containers run there)."""
+        if self._dir is None:
+            return
+        for proc in Path("/proc").iterdir():
+            try:
+                inside = proc.name.isdigit() and self._dir in Path(os.readlink(proc / "cwd")).parents
+                if inside:
+                    _LOG.warning("ending process %s, a container the mini Hadoop cluster left behind", proc.name)
+                    os.kill(int(proc.name), signal.SIGKILL)
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+
     def __enter__(self) -> MiniHadoop:
         return self.start()
 
@@ -254,6 +274,11 @@ class MiniHadoop:
     @property
     def hdfs_uri(self) -> str:
         return f"hdfs://{LOOPBACK}:{self.ports['namenode']}"
+
+    @property
+    def webhdfs_address(self) -> str:
+        """The NameNode's web endpoint (`host:port`), where WebHDFS answers."""
+        return f"{LOOPBACK}:{self.ports['namenode_http']}"
 
     @property
     def rm_url(self) -> str:

@@ -31,6 +31,25 @@ public class MiniHadoop {
         }
     }
 
+    /**
+     * Stops YARN; after `millis` its stop is interrupted until it ends. The NodeManager kills its containers
+     * first (in well under a second with devtools/hadoop.py's settings); its log handler then waits 10 s for
+     * the deletion of logs it was told to keep for hours, of a cluster whose directory is deleted next.
+     */
+    private static void stopWithin(MiniYARNCluster yarn, long millis) {
+        Thread stopper = new Thread(yarn::stop, "stop-yarn");
+        stopper.start();
+        try {
+            stopper.join(millis);
+            while (stopper.isAlive()) {
+                stopper.interrupt();
+                stopper.join(200);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
     private static void run(String[] args) throws Exception {
         if (args.length != 2) {
             System.err.println("usage: MiniHadoop SETTINGS READY");
@@ -56,7 +75,7 @@ public class MiniHadoop {
         MiniYARNCluster yarn = new MiniYARNCluster("minihadoop", 1, 1, 1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             try {
-                yarn.stop();
+                stopWithin(yarn, 3_000);
             } finally {
                 dfs.shutdown();
             }

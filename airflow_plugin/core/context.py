@@ -202,7 +202,8 @@ class JobContext:
         if app_id is not None and (status is None or status.state.live):
             try:
                 report = yarn.application_report(app_id)
-            except ClusterUnavailable as exc:  # the heartbeat still tells: LOST once it is stale
+            except (ClusterUnavailable, InvalidInput) as exc:  # unreachable, or a Kerberized cluster: the heartbeat
+                # alone decides (LOST once it is stale)
                 log.warning("deployment %s: %s", deployment.id, exc)
                 report = None
             if report is not None and report.ended:

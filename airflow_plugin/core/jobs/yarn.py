@@ -25,7 +25,7 @@ ENDED = ("FINISHED", "FAILED", "KILLED")
 REQUEST_TIMEOUT = 10.0
 KILL_TIMEOUT = 60.0
 REPORT_TTL = 2.0  # seconds a report is reused: waits poll the store often, the ResourceManager at most this often
-_recent: dict[str, tuple[float, AppReport | None]] = {}
+_recent: dict[str, tuple[float, AppReport | ClusterUnavailable | None]] = {}
 
 
 @dataclass(frozen=True)
@@ -131,14 +131,19 @@ def _message(exc: urllib.error.HTTPError) -> str:
 
 def application_report(app_id: str) -> AppReport | None:
     """The ResourceManager's record of an application, asked at most every REPORT_TTL seconds per application;
-    None when YARN does not know it. ClusterUnavailable when no ResourceManager answers."""
+    None when YARN does not know it. ClusterUnavailable when no ResourceManager answers (also remembered for
+    REPORT_TTL: a wait that polls does not wait out a timeout on every round)."""
     now = time.monotonic()
     cached = _recent.get(app_id)
-    if cached is not None and now - cached[0] < REPORT_TTL:
-        return cached[1]
-    report = resource_manager().application(app_id)
-    _recent[app_id] = (now, report)
-    return report
+    if cached is None or now - cached[0] >= REPORT_TTL:
+        try:
+            answer: AppReport | ClusterUnavailable | None = resource_manager().application(app_id)
+        except ClusterUnavailable as exc:
+            answer = exc
+        cached = _recent[app_id] = (now, answer)
+    if isinstance(cached[1], ClusterUnavailable):
+        raise cached[1]
+    return cached[1]
 
 
 def resource_manager() -> ResourceManager:

@@ -6,7 +6,7 @@ export PYTHONUNBUFFERED := 1
 # The locked pyspark brings its own Spark: a SPARK_HOME of the user's shell (another Spark) is not for these.
 unexport SPARK_HOME
 
-.PHONY: setup browser demo airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3
+.PHONY: setup browser demo demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3
 
 setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -17,6 +17,9 @@ setup:
 
 demo: setup
 	$(UV) run --frozen python -m devtools.demo
+
+demo-yarn: setup  # the job on YARN in cluster mode, checkpoints on HDFS: Hadoop's mini cluster (devtools/yarn_demo.py)
+	$(UV) run --frozen python -m devtools.yarn_demo
 
 AIRFLOW_PORT ?= 8080
 AIRFLOW_DIR ?= .airflow

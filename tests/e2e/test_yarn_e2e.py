@@ -5,7 +5,7 @@ YARN in cluster mode with `checkpoint_root` on the mini HDFS and its Python envi
 - deploy v1: spark-submit returns once YARN accepted the application, the deployment records its id, and the
   driver runs in a YARN container (a process of the NodeManager, not of spark-submit) with the shipped Python;
   its heartbeat and control channel reach the store from there;
-- a live savepoint while the query commits batches;
+- a live savepoint while the query commits batches, and a retained checkpoint;
 - the driver's container killed: YARN's second attempt (spark.yarn.maxAppAttempts=2 in this job's conf; the
   engine's default is 1) restarts the query from the deployment's own checkpoint, under the same deployment;
 - the upgrade to v2 (`savepoints upgrade --mode stop_restore`: the pre-flight as a YARN application on a
@@ -30,7 +30,7 @@ from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import State
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.yarn import resource_manager
-from airflow_plugin.core.snapshots.manifest import SnapshotStatus
+from airflow_plugin.core.snapshots.manifest import Kind, SnapshotStatus
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.hadoop import MiniHadoop
 from devtools.windowed import Feeder, batches, feeding_version, processed, wait_for, wait_output_complete
@@ -90,6 +90,10 @@ def test_cluster_mode_on_yarn_with_checkpoints_on_hdfs(
     assert live.status is SnapshotStatus.COMPLETED and live.deployment == v1.id and live.source == v1.checkpoint
     wait_for(lambda: processed(v1.checkpoint, feed.rounds), "v1 to process 3 more rounds")
     assert batches(v1.checkpoint, "commits")[-1] > live.batch_id, "the query committed on past the savepoint"
+    assert main(["checkpoint", "--job", "windowed", "--jobs", str(jobs)]) == 0  # a retained checkpoint of it too
+    capsys.readouterr()
+    [retained] = [m for m in job.store.list("windowed") if m.kind is Kind.CHECKPOINT]
+    assert retained.status is SnapshotStatus.COMPLETED and retained.source == v1.checkpoint
 
     # the driver's container dies (SIGKILL of its process group, while a batch is in flight before its sink
     # commit): YARN's second attempt resumes the query from the deployment's checkpoint

@@ -1,111 +1,174 @@
-"""Upgrade downtime against a cold start, measured in the same run (`make bench-upgrade`).
+"""Upgrades on the production stack, against the job's own rhythm and a cold start, measured in the same run
+(`make bench-upgrade`): the example Kafka job (dedup and windowed counts, RocksDB state), checkpoints and its
+Delta table on the embedded S3 server through S3A, real spark-submit drivers in local mode, events produced
+throughout, at the example's 3 state partitions and at Spark's default 200 (UPGRADE_BENCH_PARTITIONS).
 
-    upgrade downtime   the old version's last committed batch -> the new version's first committed batch:
-      pre-started      (what the upgrade DAG does) a live savepoint; the new driver is launched and waits
-                       in STANDBY with that savepoint restored into its location; stop-with-savepoint ->
-                       restore of what changed since into it -> start
-      cold             stop-with-savepoint -> restore -> launch of the new driver (the CLI's way)
-    cold start         the deploy call of a fresh deployment -> its first committed batch
+    cold start    a fresh deployment's deploy call -> its first commit to the table
+    stop_restore  `savepoints upgrade --mode stop_restore`: the old version's last commit to the table -> the
+                  new version's first (the downtime)
+    blue_green    `savepoints upgrade --mode blue_green`: the longest time the table went without a commit
+                  during the upgrade, against the longest between commits before it (the job's own rhythm);
+                  the time from the upgrade's start to its cutover; both drivers' peak memory (the sum of
+                  each process group's VmHWM, sampled while both run)
 
-Both use the windowed example job, at the example jobs file's 3 state partitions and at Spark's default
-200 (UPGRADE_BENCH_PARTITIONS="3 200"), real spark-submit drivers in local mode, the store on the embedded
-S3 server, and events fed continuously. Times are commit files' mtimes (written by the drivers). The
-runs alternate (cold start, pre-started upgrade, cold upgrade, ...) so that machine load affects all
-alike. Targets: median upgrade downtime (pre-started, the DAG's way) <= 0.2x the median cold start at 3
-partitions, <= 0.5x at 200."""
+Times are the table's commit timestamps (Delta's commitInfo), so every figure is a sink commit. The runs of
+one size alternate (cold start, stop_restore, blue_green, ...) so that machine load affects all alike.
+Targets: blue_green's gap <= 1.5x the longest interval between commits before it, at both sizes;
+stop_restore's downtime <= 0.2x the cold start at 3 partitions and <= 0.35x at 200."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import statistics
+import threading
 import time
+import uuid
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from airflow_plugin.core.context import JobContext, Settings
-from airflow_plugin.core.jobs.deploy import DeployRequest, activate, deploy, prestart
-from airflow_plugin.core.jobs.deployments import Deployment
-from airflow_plugin.core.jobs.savepoint import take_savepoint
+from airflow_plugin.core.jobs.deploy import DeployRequest, deploy, live_deployments
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments
 from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.sinks import delta as delta_sink
+from airflow_plugin.core.upgrades.record import Phase, Upgrade
+from airflow_plugin.core.upgrades.run import begin, run_upgrade
+from airflow_plugin.core.upgrades.steps import UpgradeSettings
 from bench.report import Results, Target, log, report
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.feeding import BackgroundFeeder
 from devtools.java import require_java
-from devtools.windowed import Feeder, batches, wait_for, write_jobs_file
+from devtools.kafka import EmbeddedKafka
+from devtools.kafka_job import JOB, KafkaFeeder, commit_gaps, table_of, write_jobs_file
+from devtools.kafka_job import PARTITIONS as TOPIC_PARTITIONS
+from devtools.windowed import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".bench" / "upgrade-run"
 RESULTS = ROOT / ".bench" / "upgrade.json"
-PAIRS = int(os.environ.get("UPGRADE_BENCH_PAIRS", "3"))
+PAIRS = int(os.environ.get("UPGRADE_BENCH_PAIRS", "2"))
 PARTITIONS = [int(n) for n in os.environ.get("UPGRADE_BENCH_PARTITIONS", "3 200").split()]
-WARM_BATCHES = 3  # batches the old version commits before the upgrade
-RATIO_LIMITS = {3: 0.2, 200: 0.5}
+WARM_COMMITS = 8  # commits of the old version before an upgrade: its rhythm is measured on these
+STOP_RESTORE_LIMITS = {3: 0.2, 200: 0.35}
+GAP_LIMIT = 1.5
+BUCKET = "bench-upgrade"
 
 
-def commit_time(checkpoint: str, batch: int) -> float:
-    return (Path(checkpoint) / "commits" / str(batch)).stat().st_mtime
+class Run:
+    """One measurement's job: its own topic, store prefix and table, events produced from a thread."""
+
+    def __init__(self, kafka: EmbeddedKafka, name: str, partitions: int) -> None:
+        directory = WORK / name
+        directory.mkdir(parents=True)
+        topic = f"{name}-{uuid.uuid4().hex[:6]}"
+        kafka.create_topic(topic, TOPIC_PARTITIONS)
+        lake = f"s3a://{BUCKET}/{name}"
+        jobs_file = write_jobs_file(
+            directory, f"s3://{BUCKET}/{name}/store", kafka.bootstrap, topic, shuffle_partitions=partitions, lake=lake
+        )
+        self.job: JobContext = Settings(jobs_file=str(jobs_file)).resolve().job(JOB)
+        self.table = self.job.open(table_of(lake))
+        self.feeder = KafkaFeeder(kafka, topic, events_per_round=200)
+        self.records = Deployments(self.job.store.storage)
+
+    def commits(self, deployment: Deployment | None = None) -> list[float]:
+        """The table's commit times, of one deployment's query or of all."""
+        query = None
+        if deployment is not None:
+            status = self.records.status(JOB, deployment.id)
+            query = status.query_id if status else None
+            if query is None:
+                return []
+        return delta_sink.commit_times(self.table, query)
+
+    def warm(self, deployment: Deployment) -> None:
+        wait_for(lambda: len(self.commits(deployment)) >= WARM_COMMITS, f"{deployment.id} to warm up", 900)
 
 
-def first_commit(deployment: Deployment, timeout: float = 180) -> float:
-    """When the deployment committed its first own batch (a restored checkpoint holds the snapshot's)."""
-    after = deployment.restored_batch_id if deployment.restored_batch_id is not None else -1
-
-    def own() -> list[int]:
-        return [b for b in batches(deployment.checkpoint, "commits") if b > after]
-
-    wait_for(lambda: bool(own()), f"the first commit of {deployment.id}", timeout)
-    return commit_time(deployment.checkpoint, own()[0])
-
-
-def setup(run: str, partitions: int) -> tuple[JobContext, Feeder]:
-    """A fresh directory, input, output and store prefix per measurement: no run sees another's state."""
-    directory = WORK / run
-    directory.mkdir(parents=True)
-    jobs_file = write_jobs_file(directory, f"s3://bench-upgrade/{run}", partitions=partitions)
-    job = Settings(jobs_file=str(jobs_file)).resolve().job("windowed")
-    feeder = Feeder(directory / "input", events_per_round=200)
-    feeder.round()
-    return job, feeder
-
-
-def cold_start(run: str, partitions: int) -> float:
-    job, feeder = setup(run, partitions)
-    with BackgroundFeeder(feeder, interval=1.0):
+def cold_start(run: Run) -> float:
+    with BackgroundFeeder(run.feeder, interval=1.0):
         started = time.time()
-        deployment = deploy(job, DeployRequest("v1"))
-        seconds = first_commit(deployment) - started
-        stop(job)
+        deployment = deploy(run.job, DeployRequest("v1", wait_seconds=900))
+        wait_for(lambda: bool(run.commits(deployment)), "the first commit", 900)
+        seconds = run.commits(deployment)[0] - started
+        stop(run.job)
     return seconds
 
 
-def upgrade(run: str, partitions: int, *, prestarted: bool) -> tuple[float, dict[str, float]]:
-    job, feeder = setup(run, partitions)
-    with BackgroundFeeder(feeder, interval=1.0):
-        old = deploy(job, DeployRequest("v1"))
-        wait_for(lambda: len(batches(old.checkpoint, "commits")) >= WARM_BATCHES, "the old version to warm up")
-        standby = None
-        if prestarted:  # the upgrade DAG: a live savepoint, then the new driver with it restored
-            live = take_savepoint(job, labels={"upgrade_to": "v2"})
-            standby = prestart(job, "v2", prerestore=live.id, wait_seconds=900)  # STANDBY before the stop
-        stopping = time.time()
-        savepoint = stop(job, savepoint=True).snapshot
-        assert savepoint is not None
-        stopped = time.time()
-        if standby is not None:
-            new = activate(job, standby.id, savepoint.id)
-        else:
-            new = deploy(job, DeployRequest("v2", restore=savepoint.id))
-        started = time.time()
-        first_new = first_commit(new)
-        last_old = commit_time(old.checkpoint, batches(old.checkpoint, "commits")[-1])
-        stop(job)
-    phases = {
-        "last commit -> stop": stopping - last_old,
-        "stop + savepoint": stopped - stopping,
-        "restore + start": started - stopped,
-        "-> first commit": first_new - started,
+def upgraded(run: Run, mode: str) -> tuple[Upgrade, Deployment, dict[str, float]]:
+    """Deploy v1, let it commit, upgrade it to v2 in `mode` with events flowing; the peak memory of the
+    drivers sampled meanwhile."""
+    peaks: dict[str, float] = {}
+    with BackgroundFeeder(run.feeder, interval=1.0):
+        old = deploy(run.job, DeployRequest("v1", wait_seconds=900))
+        run.warm(old)
+        done = threading.Event()
+        sampler = threading.Thread(target=_sample_peaks, args=(run.job, peaks, done), daemon=True)
+        sampler.start()
+        settings = UpgradeSettings(min_batches=3, catch_up_seconds=1800, confirm_seconds=900)
+        upgrade = run_upgrade(run.job, begin(run.job, "v2", mode=mode, settings=settings))
+        new = run.records.get(JOB, str(upgrade.new_deployment)) if upgrade.new_deployment else old
+        if upgrade.phase is Phase.DONE:
+            wait_for(lambda: len(run.commits(new)) >= 3, "the new version's commits", 900)
+        done.set()
+        sampler.join()
+        stop(run.job)
+    return upgrade, old, peaks
+
+
+def _sample_peaks(job: JobContext, peaks: dict[str, float], done: threading.Event) -> None:
+    """The high-water mark of every live driver's process group (JVM and Python), in MiB."""
+    while not done.wait(1.0):
+        for deployment, state in live_deployments(job):
+            if state.live and deployment.launcher.get("pid"):
+                mib = _group_hwm(int(deployment.launcher["pid"])) / 1024
+                peaks[deployment.id] = max(peaks.get(deployment.id, 0.0), mib)
+
+
+def _group_hwm(pgid: int) -> int:
+    """kB: the summed VmHWM of the processes in one process group (a driver: spark-submit's JVM and Python)."""
+    total = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(proc.name)) != pgid:
+                continue
+            for line in (proc / "status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def stop_restore(run: Run) -> tuple[float, dict[str, float]]:
+    upgrade, old, peaks = upgraded(run, "stop_restore")
+    if upgrade.phase is not Phase.DONE:
+        raise RuntimeError(f"stop_restore upgrade {upgrade.id} ended {upgrade.phase}: {upgrade.error}")
+    new = run.records.get(JOB, str(upgrade.new_deployment))
+    return run.commits(new)[0] - run.commits(old)[-1], peaks
+
+
+def blue_green(run: Run) -> dict[str, Any]:
+    upgrade, _, peaks = upgraded(run, "blue_green")
+    if upgrade.phase is not Phase.DONE:
+        raise RuntimeError(f"blue_green upgrade {upgrade.id} ended {upgrade.phase}: {upgrade.error}")
+    start, end = _seconds(upgrade.created_at), _seconds(upgrade.updated_at)
+    gap, rhythm = commit_gaps(run.table, start, end)
+    return {
+        "gap": gap,
+        "rhythm": rhythm,
+        "to_cutover": _seconds(str(upgrade.cutover_at)) - start,
+        "upgrade": end - start,
+        "memory_mib": sum(peaks.values()),
     }
-    return first_new - last_old, phases
 
 
 def main() -> int:
@@ -113,51 +176,65 @@ def main() -> int:
     shutil.rmtree(WORK, ignore_errors=True)
     results = Results()
     try:
-        with EmbeddedS3() as s3:
+        with EmbeddedS3() as s3, EmbeddedKafka() as kafka:
             s3.apply_env()
-            s3.create_bucket("bench-upgrade")
+            s3.create_bucket(BUCKET)
             for partitions in PARTITIONS:
-                measure(partitions, results)
+                measure(kafka, partitions, results)
     finally:  # interrupted part-way: what was measured by then
         report(results, RESULTS)
     return 0 if all(t.passed for t in results.targets) else 1
 
 
-def measure(partitions: int, results: Results) -> None:
-    samples: dict[str, list[float]] = {"cold start": [], "upgrade, pre-started": [], "upgrade, cold driver": []}
-    phase_samples: dict[str, dict[str, list[float]]] = {}
+def measure(kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
+    cold, downtimes, green = [], [], []
+    memory: dict[str, list[float]] = {"stop_restore": [], "blue_green": []}
     for pair in range(PAIRS):
-        samples["cold start"].append(cold_start(f"p{partitions}-cold-{pair}", partitions))
-        log(f"{partitions} partitions, cold start {pair + 1}/{PAIRS}: {samples['cold start'][-1]:.2f} s")
-        for kind, prestarted in (("upgrade, pre-started", True), ("upgrade, cold driver", False)):
-            run = f"p{partitions}-{kind.split()[-1]}-{pair}"
-            downtime, phases = upgrade(run, partitions, prestarted=prestarted)
-            samples[kind].append(downtime)
-            for name, value in phases.items():
-                phase_samples.setdefault(kind, {}).setdefault(name, []).append(value)
-            detail = ", ".join(f"{k} {v:.2f}s" for k, v in phases.items())
-            log(f"{partitions} partitions, {kind} {pair + 1}/{PAIRS}: {downtime:.2f} s downtime ({detail})")
-    medians = {kind: statistics.median(values) for kind, values in samples.items()}
-    cold = medians["cold start"]
+        cold.append(cold_start(Run(kafka, f"p{partitions}-cold-{pair}", partitions)))
+        log(f"{partitions} partitions, cold start {pair + 1}/{PAIRS}: {cold[-1]:.2f} s")
+        downtime, peaks = stop_restore(Run(kafka, f"p{partitions}-sr-{pair}", partitions))
+        downtimes.append(downtime)
+        memory["stop_restore"].append(sum(peaks.values()))
+        log(f"{partitions} partitions, stop_restore {pair + 1}/{PAIRS}: {downtime:.2f} s without a commit")
+        green.append(blue_green(Run(kafka, f"p{partitions}-bg-{pair}", partitions)))
+        memory["blue_green"].append(green[-1]["memory_mib"])
+        log(f"{partitions} partitions, blue_green {pair + 1}/{PAIRS}: {green[-1]}")
     section = f"{partitions} partitions"
+    cold_s, down_s = statistics.median(cold), statistics.median(downtimes)
+    gap, rhythm = statistics.median(g["gap"] for g in green), statistics.median(g["rhythm"] for g in green)
+    gaps = [g["gap"] for g in green]
+    to_cutover, whole = (statistics.median(g[k] for g in green) for k in ("to_cutover", "upgrade"))
+    results.row(section, "cold start: deploy -> first commit to the table (median)", f"{cold_s:.2f} s ({_list(cold)})")
     results.row(
-        f"{section}: cold start",
-        "fresh deploy -> first committed batch (median)",
-        f"{cold:.2f} s  ({_list(samples['cold start'])})",
+        section, "stop_restore: old's last commit -> new's first (median)", f"{down_s:.2f} s ({_list(downtimes)})"
     )
-    for kind in ("upgrade, pre-started", "upgrade, cold driver"):
-        row = f"{section}: {kind}"
-        median = f"{medians[kind]:.2f} s  ({_list(samples[kind])})"
-        results.row(row, "old's last commit -> new's first commit (median)", median)
-        results.row(row, "  ratio to the cold start", f"{medians[kind] / cold:.2f}x")
-        for name, values in phase_samples[kind].items():
-            results.row(row, f"  {name} (median)", f"{statistics.median(values):.2f} s")
-    down = medians["upgrade, pre-started"]
-    limit = RATIO_LIMITS.get(partitions, 0.5)
+    results.row(section, "  ratio to the cold start", f"{down_s / cold_s:.2f}x")
+    results.row(section, "blue_green: longest time without a commit during it", f"{gap:.2f} s ({_list(gaps)})")
+    results.row(section, "  longest between commits before it (the job's rhythm)", f"{rhythm:.2f} s")
+    results.row(section, "  ratio", f"{gap / rhythm:.2f}x" if rhythm else "-")
+    results.row(section, "  upgrade start -> cutover (median)", f"{to_cutover:.1f} s")
+    results.row(section, "  the whole upgrade (median)", f"{whole:.1f} s")
+    for mode, values in memory.items():
+        results.row(section, f"peak memory of the drivers, {mode} (max)", f"{max(values):.0f} MiB")
     results.targets.append(
-        Target(f"{section}: upgrade downtime / cold start", down / cold, limit, "x", f"{down:.2f} s vs {cold:.2f} s")
+        Target(
+            f"{section}: stop_restore / cold start",
+            down_s / cold_s,
+            STOP_RESTORE_LIMITS.get(partitions, 0.35),
+            "x",
+            f"{down_s:.2f} s vs {cold_s:.2f} s",
+        )
     )
-    results.data[section] = {"samples_s": samples, "phases_s": phase_samples}
+    results.targets.append(
+        Target(
+            f"{section}: blue_green gap / rhythm",
+            gap / rhythm if rhythm else float("inf"),
+            GAP_LIMIT,
+            "x",
+            f"{gap:.2f} s vs {rhythm:.2f} s",
+        )
+    )
+    results.data[section] = {"cold_s": cold, "stop_restore_s": downtimes, "blue_green": green, "memory_mib": memory}
 
 
 def _list(values: list[float]) -> str:

@@ -5,10 +5,12 @@ A Kafka broker (KRaft, on 127.0.0.1, devtools/kafka.py) holds the job's topic; a
 holds the snapshot store, the job's checkpoints (through Spark's S3A) and its sink, a Delta table; a
 project-local AIRFLOW_HOME (.demo/airflow) gets a migrated sqlite metadata DB; the DAGs run with `dag.test()`
 (real tasks, real deferrable triggers, real spark-submit drivers in local mode): deploy v1, savepoint,
-retention, upgrade to v2 (passes), upgrade to v3 (blocked by the pre-flight, v2 keeps running), upgrade to a
-version that commits batches to the Delta table and then fails its health gate (the rollback RESTOREs the table
-and puts v2 back), stop with a savepoint, an exactly-once check of the output against every record produced, and
-a savepoint whose Kafka records retention deleted, refused. Prints each step, check and a summary on the
+retention, upgrade to v2 blue/green (v2 beside v1, an exactly-once cutover; it prints the longest time the table
+went without a commit during the upgrade, and before it), upgrade to v3 (blocked by the pre-flight, v2 keeps
+running), upgrade to a version that fails before its cutover (aborted: v2 never stopped) and to one that fails
+after it (the rollback RESTOREs the table and puts v2 back), stop with a savepoint, an exactly-once check of the
+output against every record produced, a fresh deploy onto the table refused, and a savepoint whose Kafka records
+retention deleted, refused. Prints each step, check and a summary on the
 terminal; what Airflow itself prints (task logs, an expected failure's traceback) goes to .demo/demo.log. Exits
 non-zero if any check fails. The broker and the S3 server are stopped at the end, whatever happened."""
 

@@ -6,13 +6,14 @@ condition to poll (the job has committed a batch that reached every record produ
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from airflow_plugin.core.jobs.spec import JobSpec
 from airflow_plugin.core.sinks import delta as delta_sink
 from airflow_plugin.core.sources.kafka import kafka_positions
-from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.storage import Storage, open_storage
 from devtools import jvm, windowed
 from devtools.kafka import EmbeddedKafka
 from devtools.windowed import batches
@@ -121,3 +122,16 @@ def topic_of(spec: JobSpec) -> str | None:
     """The topic an example Kafka job reads: its `--topic` argument in the jobs file."""
     args = [*spec.args, *(arg for version in spec.versions.values() for arg in version.args)]
     return next((args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--topic"), None)
+
+
+def commit_gaps(table: Storage, start: float, end: float, history: float = 300.0) -> tuple[float, float]:
+    """The longest time the Delta table went without a commit between `start` and `end` (epoch seconds: an
+    upgrade), and the longest between two commits in the `history` seconds before (the job's own rhythm)."""
+    commits = delta_sink.commit_times(table)
+    before = [t for t in commits if start - history <= t < start]
+    during = [t for t in commits if start <= t <= end]
+    return longest_gap([*before[-1:], *during, end]), longest_gap(before)
+
+
+def longest_gap(times: list[float]) -> float:
+    return max((b - a for a, b in pairwise(sorted(times))), default=0.0)

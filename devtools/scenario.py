@@ -29,7 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,7 @@ from airflow_plugin.core.upgrades.steps import iso_millis
 from devtools.dag_runs import DagRunResult, run_dag
 from devtools.feeding import BackgroundFeeder
 from devtools.kafka import EmbeddedKafka
-from devtools.kafka_job import JOB, PARTITIONS, KafkaFeeder, processed, table_of, write_jobs_file
+from devtools.kafka_job import JOB, PARTITIONS, KafkaFeeder, commit_gaps, processed, table_of, write_jobs_file
 from devtools.windowed import batches, wait_for
 from spark_jobs.jobs.windowed.output import read_output, read_table, summarize
 
@@ -81,11 +80,6 @@ def _committed(lifecycle: Lifecycle, upgrade: Upgrade) -> int:
 
 def _seconds(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-def _longest_gap(times: list[float]) -> float:
-    ordered = sorted(times)
-    return max((b - a for a, b in pairwise(ordered)), default=0.0)
 
 
 @dataclass
@@ -295,15 +289,11 @@ class Lifecycle:
         return Upgrades(self.store.storage).list(JOB)
 
     def commit_gaps(self, upgrade: Upgrade) -> tuple[float, float]:
-        """The longest time between two commits to the Delta table during the upgrade, and before it (since the
-        job's first commit, at most 5 minutes back): what a blue/green upgrade must not stretch."""
+        """The longest time the Delta table went without a commit during the upgrade, and before it."""
         if not self.lake:
             return 0.0, 0.0
-        stamps = delta_sink.commit_times(self.job.open(table_of(self.lake)))
-        start, end = _seconds(upgrade.created_at), _seconds(upgrade.updated_at)
-        during = [t for t in stamps if start <= t <= end]
-        earlier = [t for t in stamps if start - 300 <= t < start]
-        return _longest_gap([*earlier[-1:], *during]), _longest_gap(earlier)
+        table = self.job.open(table_of(self.lake))
+        return commit_gaps(table, _seconds(upgrade.created_at), _seconds(upgrade.updated_at))
 
     def _check_rewound(self, version: str, old: str, savepoint: str, redeployed: str | None) -> None:
         """The rollback rewound the sink: the Delta table RESTOREd to the savepoint's version and the restored

@@ -9,6 +9,8 @@
     GET  /api/jobs/{job}/snapshots                   a page of snapshots (offset, limit, focus, kind, status)
     GET  /api/jobs/{job}/runs                        recent runs of the savepoint DAG for the job
     POST /api/jobs/{job}/savepoints                  trigger the savepoint DAG for the job
+    GET  /api/jobs/{job}/upgrades                    the job's newest upgrade: mode, phase, what it did last
+    POST /api/jobs/{job}/upgrades                    trigger the upgrade DAG for the job (version, mode)
     PUT  /api/jobs/{job}/snapshots/{id}/pin          pin or unpin
 
 Every route requires an authenticated Airflow user; see security.py for the rest.
@@ -17,7 +19,7 @@ Every route requires an authenticated Airflow user; see security.py for the rest
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from airflow.api_fastapi.auth.managers.base_auth_manager import BaseUser
 from airflow.api_fastapi.core_api.security import GetUserDep
@@ -30,7 +32,15 @@ from ..core.snapshots.lifecycle import set_pinned
 from ..core.snapshots.manifest import parse_labels
 from . import runs, views
 from .errors import ApiError, engine_errors
-from .security import authenticated, can_read_runs, can_trigger, from_the_page, optional_user, permissions
+from .security import (
+    authenticated,
+    can_read_runs,
+    can_trigger,
+    can_upgrade,
+    from_the_page,
+    optional_user,
+    permissions,
+)
 
 STATIC = Path(__file__).parent / "static"
 _ASSETS = {"savepoints.js": "text/javascript", "savepoints.css": "text/css", "icon.svg": "image/svg+xml"}
@@ -43,6 +53,13 @@ class SavepointRequest(BaseModel):
     stop: bool = False
     pin: bool = False
     label: str = Field("", max_length=256, description="optional key=value stored with the savepoint")
+
+
+class UpgradeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: str = Field(..., min_length=1, max_length=128, description="the new version, declared in the jobs file")
+    mode: Literal["auto", "blue_green", "stop_restore"] = "auto"
 
 
 class PinRequest(BaseModel):
@@ -136,6 +153,32 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
                 stop=body.stop,
                 pin=body.pin,
                 label=body.label,
+                user_name=user.get_name(),
+                from_ui=bool(request.headers.get("referer")),
+            )
+
+    @app.get("/api/jobs/{job}/upgrades", dependencies=[Depends(authenticated)])
+    def upgrades(job: str) -> dict[str, Any]:
+        with engine_errors(f"read the upgrades of job {job}"):
+            return {"job": job, "newest": views.newest_upgrade(settings.hook().job_context(job))}
+
+    @app.post(
+        "/api/jobs/{job}/upgrades",
+        status_code=201,
+        dependencies=[
+            Depends(authenticated),
+            Depends(from_the_page),
+            Depends(can_upgrade),
+            Depends(action_logging("savepoints_page_upgrade")),
+        ],
+    )
+    def upgrade(job: str, body: UpgradeRequest, request: Request, user: GetUserDep) -> dict[str, Any]:
+        with engine_errors(f"trigger an upgrade of job {job}"):
+            settings.hook().context.spec(job).version(body.version)  # unknown: a 404 naming the declared ones
+            return runs.trigger_upgrade_run(
+                job,
+                version=body.version,
+                mode=body.mode,
                 user_name=user.get_name(),
                 from_ui=bool(request.headers.get("referer")),
             )

@@ -1,4 +1,4 @@
-"""The savepoint DAG's runs, seen from the page: trigger one for a job exactly as Airflow's REST API and
+"""The savepoint and upgrade DAGs' runs, seen from the page: trigger one for a job exactly as Airflow's REST API and
 CLI do (`airflow.api.common.trigger_dag`: a real, queued DagRun in the metadata DB, triggered by the user,
 its conf validated against the DAG's params), and list a job's recent ones with their state."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import ApiError
-from .security import SAVEPOINT_DAG_ID
+from .security import SAVEPOINT_DAG_ID, UPGRADE_DAG_ID
 
 RECENT_RUNS_SCANNED = 200  # the newest runs of the DAG looked through for one job's
 
@@ -15,36 +15,46 @@ RECENT_RUNS_SCANNED = 200  # the newest runs of the DAG looked through for one j
 def trigger_savepoint_run(
     job: str, *, stop: bool, pin: bool, label: str, user_name: str, from_ui: bool
 ) -> dict[str, Any]:
+    conf = {"job": job, "stop": stop, "pin": pin, "label": label, "trigger": "UI"}  # taken through the page
+    return trigger_run(SAVEPOINT_DAG_ID, conf, user_name=user_name, from_ui=from_ui)
+
+
+def trigger_upgrade_run(job: str, *, version: str, mode: str, user_name: str, from_ui: bool) -> dict[str, Any]:
+    """The upgrade DAG for a job and version (its other fields: the form's defaults)."""
+    conf = {"job": job, "version": version, "mode": mode}
+    return trigger_run(UPGRADE_DAG_ID, conf, user_name=user_name, from_ui=from_ui)
+
+
+def trigger_run(dag_id: str, conf: dict[str, Any], *, user_name: str, from_ui: bool) -> dict[str, Any]:
     from airflow.api.common.trigger_dag import trigger_dag
     from airflow.exceptions import DagNotFound, DagRunAlreadyExists
     from airflow.models import DagModel
     from airflow.utils.session import create_session
     from airflow.utils.types import DagRunTriggeredByType
 
-    conf = {"job": job, "stop": stop, "pin": pin, "label": label, "trigger": "UI"}  # taken through the page
     try:
         with create_session() as session:
             run = trigger_dag(
-                SAVEPOINT_DAG_ID,
+                dag_id,
                 triggered_by=DagRunTriggeredByType.UI if from_ui else DagRunTriggeredByType.REST_API,
                 triggering_user_name=user_name,
                 conf=conf,
                 session=session,
             )
             if run is None:  # trigger_dag returns the run it created; None would mean nothing was created
-                raise ApiError(500, f"Airflow created no run of {SAVEPOINT_DAG_ID}: see the API server's log")
-            paused = DagModel.get_dagmodel(SAVEPOINT_DAG_ID, session=session).is_paused
+                raise ApiError(500, f"Airflow created no run of {dag_id}: see the API server's log")
+            paused = DagModel.get_dagmodel(dag_id, session=session).is_paused
             result = {**run_row(run), "dag_paused": bool(paused)}
     except DagNotFound:
         raise ApiError(
             404,
-            f"the DAG {SAVEPOINT_DAG_ID} is not in Airflow's database yet: check that the dag-processor runs "
-            "and that dags/savepoints_savepoint.py has no import error (Airflow's 'Dag import errors')",
+            f"the DAG {dag_id} is not in Airflow's database yet: check that the dag-processor runs and that "
+            f"dags/{dag_id}.py has no import error (Airflow's 'Dag import errors')",
         ) from None
     except DagRunAlreadyExists as exc:
         raise ApiError(409, f"{exc}: try again") from None
     except ValueError as exc:  # ParamValidationError: the conf does not fit the DAG's params form
-        raise ApiError(400, f"the savepoint DAG refused the request for job {job!r}: {exc}") from None
+        raise ApiError(400, f"the DAG {dag_id} refused the request for job {conf.get('job')!r}: {exc}") from None
     return result
 
 

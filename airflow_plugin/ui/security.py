@@ -3,7 +3,8 @@ every route of app.py depends on one of these (Airflow's own dependencies, from 
 
 - reading anything: an authenticated Airflow user (JWT bearer, or the UI's `_token` cookie);
 - triggering a savepoint and pinning: permission to trigger the savepoint DAG (POST on its runs), the
-  permission Airflow's REST API asks for to trigger it; a viewer gets 403;
+  permission Airflow's REST API asks for to trigger it; a viewer gets 403; an upgrade: the same for the
+  upgrade DAG;
 - state changes authenticated by the cookie must also come from the page itself: a custom header, which
   a cross-site HTML form cannot send, and no `Sec-Fetch-Site` other than same-origin.
 """
@@ -24,12 +25,14 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials
 
 SAVEPOINT_DAG_ID = "savepoints_savepoint"
+UPGRADE_DAG_ID = "savepoints_upgrade"
 # The page sends this header on every state change; a cross-site form post cannot set any header.
 PAGE_HEADER = "X-Savepoints-Page"
 
 authenticated = requires_authenticated()
 can_read_runs = requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN, param_dag_id=SAVEPOINT_DAG_ID)
 can_trigger = requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN, param_dag_id=SAVEPOINT_DAG_ID)
+can_upgrade = requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN, param_dag_id=UPGRADE_DAG_ID)
 
 
 def _bearer(request: Request) -> bool:
@@ -77,4 +80,9 @@ def permissions(request: Request, user: GetUserDep) -> dict[str, bool]:
             return False
         return True
 
-    return {"trigger": allowed(can_trigger), "pin": allowed(can_trigger), "read_runs": allowed(can_read_runs)}
+    return {
+        "trigger": allowed(can_trigger),
+        "pin": allowed(can_trigger),
+        "read_runs": allowed(can_read_runs),
+        "upgrade": allowed(can_upgrade),
+    }

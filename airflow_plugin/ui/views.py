@@ -19,6 +19,7 @@ from ..core.snapshots import source_guard
 from ..core.snapshots.manifest import Manifest
 from ..core.sources.kafka import SourceCheck
 from ..core.storage import S3Settings
+from ..core.upgrades.record import Upgrades
 from ..hooks.savepoints import SavepointsHook
 
 PAGE_SIZE = 50
@@ -72,6 +73,28 @@ def job_list(hook: SavepointsHook) -> dict[str, Any]:
             }
             for spec in sorted(jobs.values(), key=lambda s: s.name)
         ],
+    }
+
+
+def newest_upgrade(job: JobContext) -> dict[str, Any] | None:
+    """The job's newest upgrade (its record: mode, phase, why), as the page shows its progress."""
+    found = Upgrades(job.store.storage).list(job.name)
+    if not found:
+        return None
+    upgrade = found[-1]
+    last = upgrade.history[-1] if upgrade.history else {}
+    return {
+        "id": upgrade.id,
+        "to_version": upgrade.to_version,
+        "from_version": upgrade.old_version,
+        "mode": upgrade.mode,
+        "phase": str(upgrade.phase),
+        "ended": upgrade.phase.terminal,
+        "succeeded": upgrade.phase.succeeded,
+        "note": last.get("note", ""),
+        "at": last.get("at"),
+        "error": upgrade.error,
+        "modes": upgrade.modes,
     }
 
 

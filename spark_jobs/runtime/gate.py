@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +48,9 @@ log = logging.getLogger(__name__)
 SOLE, STAGING, BLUE, GREEN = "sole", "staging", "blue", "green"
 ACTIONS = ("gate", "ungate", "publish")
 WRITE_ATTEMPTS = 5  # a Delta append that lost a race with the other version's commit is tried again
+# Delta's optimistic concurrency: a commit that lost to a concurrent one (the other version's append, or its
+# schema change: v2 may add a column with mergeSchema) is refused with one of these; tried again, it re-reads
+LOST_RACE = re.compile(r"io\.delta\.exceptions\.(Concurrent\w*|MetadataChanged|ProtocolChanged)Exception")
 
 
 def iso(millis: int | None) -> str | None:
@@ -193,7 +197,7 @@ class GatedWriter:
                 writer.save(path)
                 return
             except Exception as exc:  # Delta's concurrent-modification errors come through py4j
-                if "Concurrent" not in f"{type(exc).__name__} {str(exc)[:500]}" or attempt == WRITE_ATTEMPTS:
+                if not LOST_RACE.search(str(exc)[:2000]) or attempt == WRITE_ATTEMPTS:
                     raise
                 log.warning("batch %d: the Delta commit lost a race (%s); trying again", batch_id, str(exc)[:200])
                 time.sleep(0.2 * attempt)

@@ -68,11 +68,13 @@ def sink_of(writer: DataStreamWriter, spark: SparkSession) -> SinkRef | None:
 def gated_query(job: StreamingJob, spark: SparkSession) -> tuple[DataFrame, DeltaTarget] | str:
     """The query and its Delta table, for the runtime to write through the gate (gate.py); or why the job's
     writes cannot be gated: it names no gate column, or it does not append to a Delta table."""
-    if not job.gate_column:
-        return "the job names no gate column (StreamingJob(..., gate_column=...))"
     sink = sink_of(job.writer, spark)
     if sink is None or sink.kind != DELTA:
-        return f"its sink is {sink.description if sink else 'not a file sink or Delta table'}, not a Delta table"
+        what = sink.description if sink else "neither a file sink nor a Delta table"
+        one_writer = " (its log takes one writer)" if sink is not None and sink.kind == FILE else ""
+        return f"its sink is {what}{one_writer}, not a Delta table"
+    if not job.gate_column:
+        return "the job names no gate column (StreamingJob(..., gate_column=...))"
     jwriter = job.writer._jwrite  # type: ignore[attr-defined]
     mode = str(_field(jwriter, "outputMode").toString()).lower()
     if mode != "append":

@@ -24,8 +24,9 @@ from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapsho
 from airflow_plugin.core.snapshots.manifest import Kind
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
 from airflow_plugin.ui.app import create_app
-from airflow_plugin.ui.security import PAGE_HEADER, SAVEPOINT_DAG_ID
+from airflow_plugin.ui.security import PAGE_HEADER, SAVEPOINT_DAG_ID, UPGRADE_DAG_ID
 from airflow_plugin.ui.views import PAGE_SIZE, PageSettings
 from devtools.kafka import EmbeddedKafka
 from tests.support.synthetic import add_batch, kafka_offsets, tree, write_checkpoint
@@ -39,6 +40,7 @@ def jobs_toml(store: Path | str, checkpoint_root: Path, jobs: tuple[str, ...]) -
     body = f'[defaults]\nstore = "{store}"\ncheckpoint_root = "{checkpoint_root}"\n'
     for job in jobs:
         body += f'\n[jobs.{job}]\ndescription = "the {job} job"\nversions.v1 = {{ application = "job.py" }}\n'
+        body += 'versions.v2 = { application = "job.py" }\n'
     return body
 
 
@@ -112,12 +114,13 @@ def audit_events(event: str) -> list[tuple[str, str]]:
 
 
 def delete_savepoint_runs(jobs: tuple[str, ...]) -> None:
+    """The runs of the savepoint and upgrade DAGs the page triggered for these jobs."""
     from airflow.models import DagRun
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
-        for run in session.scalars(select(DagRun).where(DagRun.dag_id == SAVEPOINT_DAG_ID)):
+        for run in session.scalars(select(DagRun).where(DagRun.dag_id.in_((SAVEPOINT_DAG_ID, UPGRADE_DAG_ID)))):
             if (run.conf or {}).get("job") in jobs:
                 session.delete(run)
 
@@ -132,6 +135,8 @@ ENDPOINTS = [
     ("GET", "/api/jobs/orders/runs", None),
     ("GET", "/static/savepoints.js", None),
     ("POST", "/api/jobs/orders/savepoints", {}),
+    ("GET", "/api/jobs/orders/upgrades", None),
+    ("POST", "/api/jobs/orders/upgrades", {"version": "v2"}),
     ("PUT", "/api/jobs/orders/snapshots/latest/pin", {"pinned": True}),
 ]
 
@@ -162,7 +167,7 @@ def test_the_ui_cookie_authenticates_like_a_bearer_token(client: TestClient) -> 
     try:
         assert client.get("/api/me").json() == {
             "user": "viewer",
-            "can": {"trigger": False, "pin": False, "read_runs": True},
+            "can": {"trigger": False, "pin": False, "read_runs": True, "upgrade": False},
         }
     finally:
         client.cookies.clear()
@@ -215,6 +220,51 @@ def test_the_user_role_may_trigger_and_the_dag_validates_what_it_is_given(client
     assert unknown.status_code == 404
     assert unknown.json()["error"].startswith("unknown job 'nope'") and "orders, quiet" in unknown.json()["error"]
     assert len(savepoint_runs("quiet")) == 1
+
+
+def test_an_upgrade_is_triggered_from_the_page_and_its_progress_read_back(
+    client: TestClient, world: dict[str, Any]
+) -> None:
+    from airflow.models import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    admin, viewer = bearer(*ADMIN), bearer(*VIEWER)
+    assert client.get("/api/me", headers=viewer).json()["can"]["upgrade"] is False
+    assert client.get("/api/me", headers=admin).json()["can"]["upgrade"] is True
+    assert client.get("/api/jobs/orders/upgrades", headers=viewer).json()["newest"] is None
+    refused = client.post("/api/jobs/orders/upgrades", json={"version": "v2"}, headers=viewer)
+    assert refused.status_code == 403, refused.text
+    unknown = client.post("/api/jobs/orders/upgrades", json={"version": "v9"}, headers=admin)
+    assert unknown.status_code == 404 and "has no version 'v9': declared versions are v1, v2" in unknown.json()["error"]
+    sideways = client.post("/api/jobs/orders/upgrades", json={"version": "v2", "mode": "sideways"}, headers=admin)
+    assert sideways.status_code == 422
+
+    response = client.post("/api/jobs/orders/upgrades", json={"version": "v2", "mode": "blue_green"}, headers=admin)
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["dag_id"] == UPGRADE_DAG_ID and body["state"] == "queued"
+    with create_session() as session:
+        run = session.scalars(select(DagRun).where(DagRun.run_id == body["run_id"])).one()
+        assert run.conf == {"job": "orders", "version": "v2", "mode": "blue_green"}  # the form's defaults for the rest
+        assert run.triggering_user_name == "admin"
+    assert audit_events("savepoints_page_upgrade")[-1] == ("admin", "POST")
+
+    # what the DAG's tasks write as the upgrade goes on, read back for the page
+    upgrade = Upgrade(id="up-20261124T000000000Z-0001", job="orders", to_version="v2", mode="blue_green")
+    upgrade.move(Phase.CATCHING_UP, "green started from sp-1, staging")
+    Upgrades(world["store"].storage).put(upgrade)
+    newest = client.get("/api/jobs/orders/upgrades", headers=viewer).json()["newest"]
+    assert (newest["phase"], newest["ended"], newest["note"]) == (
+        "CATCHING_UP",
+        False,
+        "green started from sp-1, staging",
+    )
+    upgrade.move(Phase.ABORTED, "green unhealthy")
+    upgrade.error = "green is unhealthy: FAILED"
+    Upgrades(world["store"].storage).put(upgrade)
+    newest = client.get("/api/jobs/orders/upgrades", headers=viewer).json()["newest"]
+    assert newest["ended"] and not newest["succeeded"] and newest["error"] == "green is unhealthy: FAILED"
 
 
 def test_a_cross_site_form_post_carrying_only_the_cookie_triggers_nothing(client: TestClient) -> None:

@@ -3,8 +3,9 @@ against a real `airflow api-server` with the plugin, a scheduler and a DAG proce
 deployment of the windowed job runs against the embedded S3 store. Log in through Airflow's login page,
 open the savepoint and upgrade DAGs' trigger forms (ready to send, no internal field; the upgrade's new
 version left to choose), open "Savepoints" from Airflow's navigation, click "Take savepoint", see the new
-snapshot COMPLETED, pin it; follow the savepoint task's extra link to the page opened at that snapshot; stop
-the job and see "Take savepoint" disabled with the reason. Screenshots are kept in tests/artifacts/."""
+snapshot COMPLETED, pin it, see the Upgrade action offer the other versions; follow the savepoint task's extra
+link to the page opened at that snapshot; stop the job and see "Take savepoint" and "Upgrade" disabled with
+the reason. Screenshots are kept in tests/artifacts/."""
 
 from __future__ import annotations
 
@@ -134,6 +135,10 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                 expect(frame.locator("#deployments tbody tr").first).to_contain_text("RUNNING")
                 savepoint_rows = frame.locator('#snapshots tbody tr[data-id^="sp-"]')
                 expect(savepoint_rows.filter(has_text="COMPLETED")).to_have_count(len(before))
+                # the Upgrade action offers every version but the running one (its runs: test_ui_api.py)
+                others = sorted(v for v in job.spec.versions if v != "v1")
+                expect(frame.locator("#upgrade-version option")).to_have_text(others)
+                expect(frame.locator("#upgrade-button")).to_be_enabled()
 
                 frame.locator("#savepoint-button").click()
                 unseen = "".join(f':not([data-id="{snapshot_id}"])' for snapshot_id in before)
@@ -194,6 +199,8 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                 expect(page.locator("#savepoint-button")).to_be_disabled(timeout=30_000)
                 expect(page.locator("#savepoint-reason")).to_contain_text("has no running deployment")
                 expect(page.locator("#savepoint-reason")).to_contain_text("savepoints deploy windowed")
+                expect(page.locator("#upgrade-button")).to_be_disabled()
+                expect(page.locator("#upgrade-reason")).to_contain_text("No deployment is running")
                 browser.close()
         finally:
             if not stopped:

@@ -155,3 +155,25 @@ def test_a_fresh_deploy_onto_the_sink_of_an_earlier_deployment(
     assert sorted(p.name for p in (quarantined / "data").iterdir()) == [f"part-{b:05d}.json" for b in range(4)]
     newest = Deployments(open_storage(str(tmp_path / "store"))).list("orders")[-1]
     assert newest.id != earlier.id and newest.build == earlier.build and newest.restored_from is None
+
+
+def test_latest_state_after_a_rollback_is_the_running_querys_not_the_rolled_back_ones(tmp_path: Path) -> None:
+    """A rollback restores the old version under a new query id; the version it replaced left snapshots with
+    higher batch ids (its stop savepoint), whose output the rollback undid. The latest state of the job is
+    the deployment that ran last, even at a lower batch id."""
+    from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
+    from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+
+    jobs = str(write_jobs(tmp_path))
+    job = Settings(jobs_file=jobs).resolve().job("orders")
+    replaced = write_checkpoint(tmp_path / "replaced", batches=10)  # the rolled-back version, at batch 9
+    create_snapshot(job.store, LocalStorage(replaced), SnapshotRequest("orders", deployment="dp-old"))
+    running = write_checkpoint(tmp_path / "running", batches=4)  # the rollback's deployment, at batch 3
+    (running / "metadata").write_text(json.dumps({"id": "the-restored-query"}))
+    last = Deployment(id="dp-20261124T000000000Z-0002", job="orders", version="v1", checkpoint=str(running))
+    job.deployments.put(last)
+    job.deployments.write_status("orders", last.id, DeploymentStatus(State.FAILED, time.time()))
+
+    deployed = deploy(job, DeployRequest("v1", restore="latest-state", wait_seconds=0))
+    source = job.store.get("orders", str(deployed.restored_from))
+    assert (source.query_id, source.batch_id, source.deployment) == ("the-restored-query", 3, last.id)

@@ -1,9 +1,9 @@
 """Two upgrade DAG runs of one job started together, each in its own process with its own Airflow (its own
 metadata DB: two schedulers, or two people, acting on one store), against a running v1 driver of the
-windowed job, events fed all along. Both take a live savepoint and pass their pre-flight; one takes the
-job's lease at its pre-start and cuts over; the other is refused there, naming the winning run, and
-changes nothing (its rollback touches nothing the winner made). One v2 runs, and every event is counted
-exactly once."""
+windowed job, events fed all along. One begins its upgrade first and holds the job's lease for all of it; the
+other is refused at its beginning, naming the winner's upgrade, and records, launches and stops nothing (its
+recovery has nothing to do). The winner upgrades by stop/restore (a file sink takes one writer: no
+blue/green). One v2 runs, and every event is counted exactly once."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployments, State, observed_state
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.jobs.stop import kill, stop
+from airflow_plugin.core.upgrades.record import Phase, Upgrades
 from devtools.feeding import BackgroundFeeder
 from devtools.windowed import Feeder, processed, wait_for, wait_output_complete, write_jobs_file
 from spark_jobs.jobs.windowed.output import read_output, summarize
@@ -91,8 +92,11 @@ def test_two_upgrade_runs_at_once_one_cuts_over_the_other_is_refused_and_no_even
         winner, loser = sorted(results, key=lambda r: r["state"] != "success")
         loser_output = outputs[results.index(loser)]
 
-        assert loser["tasks"]["prestart_new"] == "failed" and loser["tasks"]["stop_old"] == "upstream_failed", loser
-        assert f"airflow:savepoints_upgrade/{winner['run_id']}" in loser_output, "the refusal names the winning run"
+        assert loser["tasks"]["begin"] == "failed" and loser["tasks"]["launch"] == "upstream_failed", loser
+        [upgrade] = Upgrades(job.store.storage).list("windowed")  # the loser recorded none
+        assert upgrade.request_id.startswith(f"airflow:savepoints_upgrade/{winner['run_id']}/")
+        assert upgrade.phase is Phase.DONE and upgrade.mode == "stop_restore", upgrade
+        assert upgrade.id in loser_output, "the refusal names the winning upgrade"
         deployments = records.list("windowed")
         assert [d.version for d in deployments] == ["v1", "v2"], "one v2, started by the winner alone"
         states_now = [observed_state(d, records.status("windowed", d.id)) for d in deployments]

@@ -2,12 +2,14 @@
 moto server and the session's Kafka broker, with real spark-submit drivers. The store is reached through the
 Airflow AWS connection; the job's checkpoints and its sink, a Delta table, are on the same S3 (S3A). The
 scenario (devtools/scenario.py, also the demo) runs the Kafka job: deploys v1, takes a savepoint (with its
-Kafka offsets), runs retention, upgrades to v2 (the health gate waits for the lag to fall), is blocked
-upgrading to v3, upgrades to a version that commits batches to its sink and then fails (the health gate fails;
-the rollback rewinds the sink and puts v2 back from the same savepoint), kills the driver mid-batch and
-redeploys from the latest state, stops with a savepoint, and compares the live output with every record
-produced: each exactly once. Then retention deletes the records, and a deploy from the first savepoint is
-refused before anything starts. (The file-source job's lifecycle: test_lifecycle_e2e.)"""
+Kafka offsets), runs retention, upgrades to v2 blue/green (v2 beside v1, an exactly-once cutover; the health
+gates wait for the lag to fall), is blocked upgrading to v3, upgrades to a version that fails before its
+cutover (the upgrade aborts: v2 never stopped, the table holds nothing of it) and then to one that fails
+after it (the rollback RESTOREs the table and puts v2 back from the live savepoint), kills the driver
+mid-batch and redeploys from the latest state, stops with a savepoint, and compares the live output with
+every record produced: each exactly once, every window once. Then a fresh deploy onto the table is refused,
+retention deletes the records, and a deploy from the first savepoint is refused before anything starts. (The
+file-source job's lifecycle: test_lifecycle_e2e; a blue/green upgrade killed at every step: test_blue_green.)"""
 
 from __future__ import annotations
 
@@ -55,14 +57,16 @@ def test_the_lifecycle_through_airflow_loses_no_record_and_rolls_back_a_failed_u
     assert first_savepoint.links["savepoint"]["SnapshotLink"] == f"/savepoints/?job={JOB}&snapshot={snapshot_id}"
 
     upgrades = [r for r in lifecycle.runs if r.dag_id == "savepoints_upgrade"]
-    assert [r.state for r in upgrades] == ["success", "failed", "failed"]
-    assert upgrades[1].tasks["stop_old"] == "upstream_failed"
-    blocked_rollback = upgrades[1].returned.get("rollback", {"action": "none"})  # nothing to undo: it ran or skipped
-    assert blocked_rollback["action"] == "none" and blocked_rollback.get("replaced", []) == []
-    assert upgrades[2].tasks["rollback"] == "success" and upgrades[2].tasks["upgrade_failed"] == "failed"
-    assert upgrades[0].value("prestart_new")["deployment"] == upgrades[0].value("deploy_new")["deployment"]
+    assert [r.state for r in upgrades] == ["success", "failed", "failed", "failed"]
+    assert upgrades[1].tasks["begin"] == "failed" and upgrades[1].tasks["launch"] == "upstream_failed"
+    assert upgrades[2].tasks["catch_up"] == "failed" and upgrades[2].returned["recover"]["phase"] == "ABORTED"
+    assert upgrades[3].tasks["confirm"] == "failed" and upgrades[3].returned["recover"]["phase"] == "ROLLED_BACK"
+    assert all(r.tasks["upgrade_failed"] == "failed" for r in upgrades[1:])
+    records = lifecycle.upgrades()
+    assert [u.mode for u in records] == ["blue_green", None, "blue_green", "blue_green"]
     versions = [d.version for d in lifecycle.deployments()]
-    assert versions == ["v1", "v2", "poisoned", "v2", "v2"]  # the last one after the SIGKILL
+    # v1; v2 beside it; poisoned twice (aborted, then rolled back); v2 back from the rollback, and after the SIGKILL
+    assert versions == ["v1", "v2", "poisoned", "poisoned", "v2", "v2"]
 
     manifests = lifecycle.store.list(JOB)
     assert manifests and all(m.status is SnapshotStatus.COMPLETED for m in manifests)

@@ -1,5 +1,6 @@
 """The job lifecycle end to end, through real spark-submit processes and the moto server as store:
-deploy v1, feed rounds, stop-with-savepoint, deploy v2 from it, SIGKILL the v2 driver in the middle of
+deploy v1, feed rounds, upgrade to v2 with `savepoints upgrade` (stop/restore: the file sink's mode), SIGKILL
+the v2 driver in the middle of
 a batch, deploy again from the latest state, feed more, stop. Every event is counted exactly once, batch
 ids keep increasing across deployments, and v3 (state-incompatible) fails with Spark's error class. Then
 fresh starts onto that output: refused (exit 4, nothing written) before launching, or by the driver of a
@@ -27,6 +28,8 @@ from airflow_plugin.core.jobs.stop import stop
 from airflow_plugin.core.sinks.file import LOG_DIR, QUARANTINE
 from airflow_plugin.core.sinks.guard import SINK_AHEAD
 from airflow_plugin.core.snapshots.store import SnapshotStore
+from airflow_plugin.core.upgrades.record import Phase, Upgrades
+from devtools.feeding import BackgroundFeeder
 from devtools.windowed import Feeder, batches, processed, wait_for, wait_output_complete, write_jobs_file
 from spark_jobs.jobs.windowed.output import read_output, summarize
 from tests.support.synthetic import tree
@@ -40,6 +43,7 @@ def status_state(store: SnapshotStore, deployment: Deployment) -> State | None:
 
 
 def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    capsys.readouterr()  # what earlier commands printed
     assert main([*argv, "--json"]) == 0
     return capsys.readouterr().out
 
@@ -55,11 +59,18 @@ def test_upgrade_crash_and_restore_count_every_event_exactly_once(
     for _ in range(3):
         feed.round()
     wait_for(lambda: processed(v1.checkpoint, feed.rounds), "v1 to process 3 rounds")
-    savepoint = stop(job, savepoint=True).snapshot
-    assert savepoint is not None and savepoint.deployment == v1.id
 
-    v2 = deploy(job, DeployRequest("v2", restore=savepoint.id))
-    assert v2.restored_from == savepoint.id
+    # the upgrade from the command line: a file sink takes one writer, so the pre-flight picks stop/restore
+    jobs = str(tmp_path / "jobs.toml")
+    with BackgroundFeeder(feed, interval=1.0):  # the health gate after the cutover needs new batches
+        assert main(["upgrade", "windowed", "--version", "v2", "--jobs", jobs]) == 0
+    [upgrade] = Upgrades(store.storage).list("windowed")
+    assert upgrade.phase is Phase.DONE and upgrade.mode == "stop_restore", upgrade
+    assert "its sink is FileSink" in upgrade.modes["blue_green"], upgrade.modes
+    savepoint = store.get(job.name, str(upgrade.stop_savepoint))
+    assert savepoint.deployment == v1.id
+    v2 = Deployments(store.storage).get(job.name, str(upgrade.new_deployment))
+    assert v2.restored_from == savepoint.id and v2.version == "v2"
     for _ in range(2):
         feed.round()
     wait_for(lambda: processed(v2.checkpoint, feed.rounds), "v2 to process 2 more rounds")
@@ -114,7 +125,7 @@ def test_upgrade_crash_and_restore_count_every_event_exactly_once(
 
     # A fresh start onto the output those deployments wrote would skip every batch it holds (every record lost):
     # refused before anything is launched for the build that wrote it, by the driver for one that never ran
-    output, jobs = tmp_path / "output", str(tmp_path / "jobs.toml")
+    output = tmp_path / "output"
     records, before = Deployments(store.storage), tree(tmp_path / "output")
     deployed = len(records.list(job.name))
     assert main(["deploy", "windowed", "--version", "v2", "--jobs", jobs]) == 4

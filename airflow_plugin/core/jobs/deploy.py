@@ -29,7 +29,7 @@ from ..context import JobContext
 from ..errors import CheckpointError, InvalidInput, NotFound, Refused
 from ..sinks.guard import execute_rewind
 from ..snapshots.checkpoint import read_restart_point
-from ..snapshots.manifest import Kind, Manifest, Trigger, utc_now
+from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, utc_now
 from ..snapshots.restore import RestorePlan, execute_restore, plan_restore
 from .deployments import ControlRequest, Deployment, DeploymentStatus, State, new_deployment_id, new_request_id
 from .fresh_start import build_of, fresh_start
@@ -82,10 +82,15 @@ def _restore_source(ctx: JobContext, mode: str, exclude: str | None = None) -> M
         last = previous[-1]
         location = ctx.open(last.checkpoint)
         try:
-            live_batch = read_restart_point(location).batch_id
+            live = read_restart_point(location)
         except (NotFound, CheckpointError):
-            live_batch = None
-        if live_batch is not None and (newest is None or (newest.batch_id or -1) < live_batch):
+            live = None
+        if live is not None:
+            # a snapshot is the latest state only if it is of the same query and no older: after a rollback the
+            # newest snapshot may be of the version that was rolled back, its batch ids higher, its output undone
+            newest = _newest_of_query(ctx, live.query_id)
+        if live is not None and (newest is None or (newest.batch_id or -1) < live.batch_id):
+            live_batch = live.batch_id
             log.info("latest state is the live checkpoint of %s at batch %d: snapshotting it", last.id, live_batch)
             return snapshot_deployment(
                 ctx,
@@ -101,6 +106,13 @@ def _restore_source(ctx: JobContext, mode: str, exclude: str | None = None) -> M
             "deploy with --restore none for a fresh start"
         )
     return newest
+
+
+def _newest_of_query(ctx: JobContext, query_id: str) -> Manifest | None:
+    """The newest COMPLETED snapshot of one query (its checkpoint's id: a restore with a rewound sink, like a
+    rollback's, gives the restored query a new one)."""
+    same = [m for m in ctx.store.list(ctx.name) if m.status is SnapshotStatus.COMPLETED and m.query_id == query_id]
+    return same[-1] if same else None
 
 
 def _plan(

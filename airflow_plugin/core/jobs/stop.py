@@ -76,7 +76,7 @@ def _stop(
             f"job {ctx.name} runs at-most-once: its runtime keeps no resumable checkpoint, so there is nothing to "
             "savepoint; stop it without --savepoint"
         )
-    request = ControlRequest(id=_stop_request_id(ctx), action="stop", drain=drain, requested_by=ctx.requested_by)
+    request = ControlRequest(id=stop_request_id(ctx), action="stop", drain=drain, requested_by=ctx.requested_by)
     deployment = _earlier_attempt(ctx, request.id, deployment_id)
     if deployment is None:
         deployment = ctx.deployments.get(ctx.name, deployment_id) if deployment_id else running_deployment(ctx)
@@ -110,7 +110,7 @@ def _stop(
     return result
 
 
-def _stop_request_id(ctx: JobContext) -> str:
+def stop_request_id(ctx: JobContext) -> str:
     """The stop's control request id: derived from the request when it has one (an Airflow task), so that
     a retry of it recognises the deployment its dead try asked to stop; a fresh one otherwise."""
     if not ctx.settings.request_id:

@@ -154,14 +154,17 @@ def version_at(table: Storage, query_id: str, batch_id: int) -> int | None:
     return answer if answer is None or answer >= 0 else None
 
 
-def commit_times(table: Storage) -> list[float]:
+def commit_times(table: Storage, query_id: str | None = None) -> list[float]:
     """When each of the table's versions was committed (its commitInfo's timestamp, epoch seconds), oldest
-    first: how often the table gets output."""
+    first: how often the table gets output; with `query_id`, only that streaming query's commits."""
     times = []
     for key in commit_keys(table).values():
-        for action in _actions(table, key):
-            if "commitInfo" in action and action["commitInfo"].get("timestamp") is not None:
-                times.append(int(action["commitInfo"]["timestamp"]) / 1000)
+        actions = list(_actions(table, key))
+        if query_id is not None and not any((a.get("txn") or {}).get("appId") == query_id for a in actions):
+            continue
+        times += [
+            int(a["commitInfo"]["timestamp"]) / 1000 for a in actions if (a.get("commitInfo") or {}).get("timestamp")
+        ]
     return times
 
 

@@ -27,7 +27,7 @@ from ..jobs.deployments import ControlRequest, Deployment, State
 from ..jobs.health import Health, Verdict, assess
 from ..jobs.preflight import preflight
 from ..jobs.snapshot import snapshot_deployment
-from ..jobs.stop import kill, running_deployment, stop
+from ..jobs.stop import kill, running_deployment, stop, stop_request_id
 from ..jobs.upgrade import rollback
 from ..lease import LeaseHeld, LeaseLost
 from ..sinks import DELTA, from_description
@@ -147,13 +147,25 @@ def catching_up(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     if (state := ctx.state_of(old)) is not State.RUNNING:
         return _abort(upgrade, f"the old deployment {old.id} is {state}")
     health = new_health(ctx, upgrade, settings)
-    if health.verdict is Verdict.HEALTHY:
-        return upgrade.move(Phase.CUTTING_OVER, f"green healthy: {health.reason}")
+    behind = _behind(ctx, old, _deployment(ctx, upgrade.new_deployment))
+    if health.verdict is Verdict.HEALTHY and behind is None:
+        return upgrade.move(Phase.CUTTING_OVER, f"green healthy: {health.reason}; its event time caught up")
     if health.verdict is Verdict.UNHEALTHY:
         return _abort(upgrade, f"green is unhealthy: {health.reason}")
     if upgrade.deadline is not None and time.time() > upgrade.deadline:
-        return _abort(upgrade, f"green did not catch up within {settings.catch_up_seconds:.0f} s: {health.reason}")
+        why = behind if health.verdict is Verdict.HEALTHY else health.reason
+        return _abort(upgrade, f"green did not catch up within {settings.catch_up_seconds:.0f} s: {why}")
     return upgrade
+
+
+def _behind(ctx: JobContext, old: Deployment, new: Deployment) -> str | None:
+    """Why green is not caught up yet in event time: its watermark behind the old version's (the windows after T
+    would then reach the table later than the old version would have written them). None when it is not."""
+    statuses = [ctx.deployments.status(ctx.name, d.id) for d in (old, new)]
+    blue, green = (_millis(status.watermark if status else None) for status in statuses)
+    if blue is None or green is None or green >= blue:
+        return None
+    return f"green's watermark {iso_millis(green)} is behind the old version's {iso_millis(blue)}"
 
 
 def cutting_over(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
@@ -192,13 +204,14 @@ def retiring(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     old = _deployment(ctx, upgrade.old_deployment)
     if upgrade.stop_savepoint is None:
         state, status = ctx.state_of(old), ctx.deployments.status(ctx.name, old.id)
-        if state is not State.RUNNING:
+        stopping = state in (State.STOPPING, State.STOPPED) and _asked_to_stop(ctx, old)  # by an earlier try
+        if state is not State.RUNNING and not stopping:
             upgrade.error = f"the old deployment {old.id} is {state} before it wrote every window up to the cutover"
             return upgrade.move(Phase.ROLLING_BACK, upgrade.error)
         watermark = _millis(status.watermark if status else None)
-        if watermark is None or watermark < int(upgrade.cutover_ms or 0):
+        if not stopping and (watermark is None or watermark < int(upgrade.cutover_ms or 0)):
             return upgrade
-        result = stop(ctx, savepoint=True, deployment_id=old.id, labels=_labels(upgrade))
+        result = stop(ctx, savepoint=True, deployment_id=old.id, labels=_labels(upgrade))  # adopts an earlier try's
         upgrade.stop_savepoint = result.snapshot.id if result.snapshot else None
     upgrade.deadline = time.time() + settings.confirm_seconds
     note = f"the old deployment {old.id} wrote its last window and stopped with savepoint {upgrade.stop_savepoint}"
@@ -361,6 +374,15 @@ def _ask(ctx: JobContext, upgrade: Upgrade, deployment: Deployment, action: str,
         f"deployment {deployment.id} did not answer the {action} request {request_id} within {limit:.0f} s (it "
         "decides at its next batch: is input arriving?)"
     )
+
+
+def _asked_to_stop(ctx: JobContext, deployment: Deployment) -> bool:
+    """Whether this step's stop request (its id derives from the step's request id: jobs/stop.py) reached the
+    deployment: an earlier try of the step that died after asking."""
+    request_id = stop_request_id(ctx)
+    status = ctx.deployments.status(ctx.name, deployment.id)
+    handled = status is not None and request_id in status.handled_requests
+    return handled or any(r.id == request_id for r in ctx.deployments.requests(ctx.name, deployment.id))
 
 
 def _wrote_live(ctx: JobContext, deployment: Deployment) -> bool:

@@ -7,6 +7,7 @@ const LIMIT = 50;
 const POLL_BUSY_MS = 2000; // while a run or a snapshot is in flight
 const POLL_IDLE_MS = 10000;
 const SAVEPOINT_DAG = "savepoints_savepoint";
+const UPGRADE_DAG = "savepoints_upgrade";
 
 const params = new URLSearchParams(window.location.search);
 const state = {
@@ -206,6 +207,7 @@ function selectJob(name) {
   state.open.clear();
   state.errors.clear();
   state.savepoint = null;
+  state.upgrade = null;
   history.replaceState(null, "", `?${new URLSearchParams({ job: name })}`);
   renderJobs();
   refresh();
@@ -217,6 +219,43 @@ function renderJobHead() {
   $("job-desc").textContent = job.description || "";
   $("job-store").textContent = job.store;
   renderSavepointButton();
+  renderUpgradeForm(job);
+}
+
+// The versions to upgrade to: the job's, but the one running. Enabled like Take savepoint: the person may
+// trigger the upgrade DAG, a deployment runs, and no upgrade of the job is under way.
+function renderUpgradeForm(job) {
+  const select = $("upgrade-version");
+  const running = (state.lastDeployments || []).find((d) => d.state === "RUNNING");
+  const choices = job.versions.filter((v) => !running || v !== running.version);
+  if (select.dataset.job !== job.name || select.options.length !== choices.length) {
+    select.replaceChildren(...choices.map((v) => el("option", { value: v }, v)));
+    select.dataset.job = job.name;
+  }
+  const upgrade = state.upgrade;
+  let why = "";
+  if (!state.me.can.upgrade) why = `You may not trigger the ${UPGRADE_DAG} DAG: ask for permission to run it.`;
+  else if (!running) why = "No deployment is running: deploy one first.";
+  else if (upgrade && !upgrade.ended) why = `Upgrade ${upgrade.id} to ${upgrade.to_version} is under way.`;
+  else if (!choices.length) why = "The jobs file declares no other version.";
+  $("upgrade-button").disabled = why !== "" || state.triggering;
+  $("upgrade-button").title = why || `Runs the ${UPGRADE_DAG} DAG for ${job.name}`;
+  $("upgrade-reason").textContent = why;
+  $("upgrade-reason").hidden = why === "";
+}
+
+function renderUpgrade(upgrade) {
+  state.upgrade = upgrade;
+  $("upgrade-section").hidden = !upgrade;
+  if (!upgrade) return false;
+  const outcome = upgrade.ended ? (upgrade.succeeded ? "success" : "failed") : "running";
+  $("upgrade-status").replaceChildren(
+    badge(upgrade.phase),
+    ` ${upgrade.id}: ${upgrade.from_version || "?"} to ${upgrade.to_version}`,
+    upgrade.mode ? ` (${upgrade.mode})` : "",
+    el("div", { class: outcome === "failed" ? "error-text small" : "muted small" }, upgrade.error || upgrade.note),
+  );
+  return !upgrade.ended;
 }
 
 // Enabled only when the person may trigger the DAG AND a deployment runs; otherwise it says why, in words
@@ -572,16 +611,28 @@ async function loadRuns() {
   }
 }
 
+async function loadUpgrade() {
+  try {
+    const data = await api(`${jobPath(state.job)}/upgrades`);
+    setError("upgrade", null);
+    return renderUpgrade(data.newest);
+  } catch (err) {
+    setError("upgrade", err);
+    return false;
+  }
+}
+
 async function refresh() {
   clearTimeout(state.timer);
   if (!state.job) return;
   renderJobHead();
   const job = state.job;
   // deployments first: the timeline draws the running deployment's progress
-  const [, busyRuns] = await Promise.all([loadDeployments(), loadRuns()]);
+  const [, busyRuns, busyUpgrade] = await Promise.all([loadDeployments(), loadRuns(), loadUpgrade()]);
+  renderJobHead();
   const busySnapshots = await loadSnapshots();
   if (job !== state.job) return; // another job was selected meanwhile: its own refresh is under way
-  state.busy = busyRuns || busySnapshots;
+  state.busy = busyRuns || busySnapshots || busyUpgrade;
   schedule();
 }
 
@@ -621,8 +672,35 @@ async function triggerSavepoint(event) {
   refresh();
 }
 
+async function triggerUpgrade(event) {
+  event.preventDefault();
+  const form = event.currentTarget;
+  state.triggering = true;
+  renderJobHead();
+  try {
+    const run = await api(`${jobPath(state.job)}/upgrades`, {
+      method: "POST",
+      body: { version: form.version.value, mode: form.mode.value },
+    });
+    setError("action", null);
+    showInfo(
+      run.dag_paused
+        ? `Run ${run.run_id} is queued, but the ${UPGRADE_DAG} DAG is paused: unpause it in Airflow.`
+        : `Upgrade run ${run.run_id} queued: its progress shows below once it begins.`,
+    );
+  } catch (err) {
+    setError("action", err);
+  } finally {
+    state.triggering = false;
+    renderJobHead();
+  }
+  state.busy = true;
+  refresh();
+}
+
 async function start() {
   $("savepoint-form").addEventListener("submit", triggerSavepoint);
+  $("upgrade-form").addEventListener("submit", triggerUpgrade);
   $("prev").addEventListener("click", () => {
     state.offset = Math.max(0, state.offset - LIMIT);
     refresh();

@@ -1,0 +1,183 @@
+"""Upgrades as records and steps (core/upgrades), without Spark: which mode applies and why, the record's round
+trip, the gate's decisions in the driver (spark_jobs/runtime/gate.py, its pure part), and what `begin`,
+`cancel` and `outcome` do around a running upgrade. The real thing, with drivers, a broker and a Delta table:
+tests/e2e/test_blue_green.py and tests/e2e/test_dags_e2e.py."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_plugin.cli import main
+from airflow_plugin.core.context import Settings
+from airflow_plugin.core.errors import InvalidInput, Refused, UpgradeFailed
+from airflow_plugin.core.jobs.deployments import ControlRequest
+from airflow_plugin.core.lease import acquire, read_lease
+from airflow_plugin.core.upgrades.mode import Observed, decide, parse_size, room_for_two
+from airflow_plugin.core.upgrades.record import Mode, Phase, Upgrade, Upgrades
+from airflow_plugin.core.upgrades.run import begin, cancel, outcome
+from spark_jobs.runtime.gate import BLUE, GREEN, LOST_RACE, SOLE, STAGING, DeltaTarget, GatedWriter, GateState
+from tests.support.jobs import write_jobs
+
+TABLE = "DeltaSink[s3a://lake/output]"
+GATE = {"column": "window_end", "role": "sole"}
+
+
+def seen(**changes: Any) -> Observed:
+    base: dict[str, Any] = {
+        "old_sink": TABLE,
+        "old_gate": GATE,
+        "new_sink": TABLE,
+        "new_gate": GATE,
+        "master": "local[2]",
+        "driver_memory": "1g",
+        "available_memory": 8 << 30,
+    }
+    return Observed(**{**base, **changes})
+
+
+def test_blue_green_applies_where_both_versions_write_one_table_through_one_gate() -> None:
+    chosen = decide(None, seen())
+    assert chosen.mode is Mode.BLUE_GREEN and chosen.blocked is None
+    assert "no gap" in chosen.reasons[Mode.BLUE_GREEN] and "always possible" in chosen.reasons[Mode.STOP_RESTORE]
+    assert decide("stop_restore", seen()).mode is Mode.STOP_RESTORE  # asked for: taken
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"new_gate": {"not_gated": "its sink is FileSink[/out], not a Delta table"}}, "its sink is FileSink[/out]"),
+        ({"old_gate": None}, "does not write through the gate"),
+        ({"old_gate": {**GATE, "role": "blue"}}, "is blue in another upgrade"),
+        ({"new_gate": {**GATE, "column": "window_start"}}, "different columns (window_end and window_start)"),
+        ({"new_sink": "DeltaSink[s3a://lake/other]"}, "write different tables"),
+        ({"available_memory": 1 << 30, "driver_memory": "2g"}, "needs about 3072 MiB"),
+    ],
+)
+def test_blue_green_falls_back_to_stop_restore_with_the_reason(changes: dict[str, Any], why: str) -> None:
+    chosen = decide(None, seen(**changes))
+    assert chosen.mode is Mode.STOP_RESTORE and why in chosen.reasons[Mode.BLUE_GREEN]
+    asked = decide("blue_green", seen(**changes))
+    assert asked.mode is None and asked.blocked is not None and why in asked.blocked
+
+
+def test_a_second_driver_is_checked_against_free_memory_only_on_a_local_master() -> None:
+    assert parse_size("512m") == 512 << 20 and parse_size(None) == 1 << 30 and parse_size("2g") == 2 << 30
+    assert room_for_two(seen(available_memory=1 << 30)) is not None  # 1g heap and its overhead: more than 1 GiB
+    assert room_for_two(seen(available_memory=1 << 30, master="yarn")) is None  # the cluster manager decides
+    assert room_for_two(seen(available_memory=None)) is None  # unknown: not refused
+
+
+def test_the_record_round_trips_and_knows_its_cutover() -> None:
+    upgrade = Upgrade(id="up-1", job="orders", to_version="v2", mode="blue_green")
+    upgrade.move(Phase.CUTTING_OVER, "green healthy")
+    again = Upgrade.from_json(upgrade.to_json(), "here")
+    assert again == upgrade and again.phase is Phase.CUTTING_OVER and not again.cut_over
+    again.cutover_at = "2026-11-24T00:00:00Z"
+    assert again.cut_over
+    stop_restore = Upgrade(id="up-2", job="orders", to_version="v2", mode="stop_restore", stop_savepoint="sp-1")
+    assert stop_restore.cut_over  # the old version stopped: only a rollback puts it back
+
+
+class Driver:
+    """The gate's decisions as the runtime takes them at a batch boundary, with what it reports and answers."""
+
+    def __init__(self, gate: GateState) -> None:
+        self.answers: dict[str, str] = {}
+        self.reported: list[dict[str, Any]] = []
+        self.writer = GatedWriter(
+            None,  # type: ignore[arg-type]  # deciding needs no Spark
+            DeltaTarget("s3a://lake/output"),
+            gate,
+            "/ck",
+            lambda state: self.reported.append(state.to_dict()),
+            lambda request, answer: self.answers.__setitem__(request.id, answer),
+        )
+
+    def decide(self, action: str, **values: int) -> int | None:
+        return self.writer._decide(ControlRequest(id=f"rq-{action}", action=action, gate=values), batch_id=7)
+
+
+def test_the_old_version_picks_t_from_what_it_wrote_and_gives_the_rest_up() -> None:
+    blue = Driver(GateState("window_end", max_written=1_000_000))
+    assert blue.decide("gate", margin=60_000) is None
+    gate = blue.writer.gate
+    assert (gate.role, gate.until) == (BLUE, 1_060_000) and blue.answers == {"rq-gate": "accepted"}
+    assert blue.reported[-1]["until"] == 1_060_000, "the status holds T before the answer"
+    blue.decide("ungate")  # nothing left to the new version yet: it can go on alone
+    assert (gate.role, gate.until, blue.answers["rq-ungate"]) == (SOLE, None, "accepted")
+
+    blue.decide("gate")
+    gate.dropped = 12  # a batch left rows ending after T to the new version
+    blue.decide("ungate")
+    assert gate.role == BLUE and blue.answers["rq-ungate"].startswith("declined: it already left 12 rows")
+
+    fresh = Driver(GateState("window_end"))  # wrote nothing yet: T is the margin past nothing
+    fresh.decide("gate")
+    assert fresh.writer.gate.until == 0
+
+
+def test_the_new_version_publishes_only_from_staging_and_answers_after_its_commit() -> None:
+    green = Driver(GateState("window_end", role=STAGING, staging="/staging"))
+    assert green.decide("publish", t=5_000) == 5_000 and green.answers == {}  # answered once published
+    assert green.decide("gate", margin=0) is None and green.answers["rq-gate"].startswith("declined: it is staging")
+    published = Driver(GateState("window_end", role=GREEN, after=5_000))
+    published.decide("publish", t=6_000)
+    assert published.answers["rq-publish"] == "declined: it is green, not staging"
+
+
+def test_one_upgrade_at_a_time_and_what_a_person_can_do_about_it(tmp_path: Path) -> None:
+    jobs = str(write_jobs(tmp_path))
+    job = Settings(jobs_file=jobs).resolve().job("orders")
+    with pytest.raises(InvalidInput, match="invalid upgrade mode 'sideways'"):
+        begin(job, "v2", mode="sideways")
+    upgrade = begin(job, "v2")
+    held = read_lease(job.store.storage, "orders")
+    assert held is not None and held.holder == f"upgrade:{upgrade.id}" and upgrade.phase is Phase.SAVEPOINTING
+    with pytest.raises(Refused, match=rf"job orders has upgrade {upgrade.id} to v2 in progress \(SAVEPOINTING\)"):
+        begin(job, "v2")
+    assert [u.id for u in Upgrades(job.store.storage).list("orders")] == [upgrade.id]
+
+    cancelled = cancel(job, upgrade)  # before its cutover: an abort
+    assert cancelled.phase is Phase.ABORTING and cancelled.error == "cancelled"
+    cancelled.cutover_at = "2026-11-24T00:00:00Z"
+    cancelled.phase = Phase.CONFIRMING
+    assert cancel(job, cancelled).phase is Phase.ROLLING_BACK  # after it: a rollback
+
+    for phase, error in ((Phase.BLOCKED, Refused), (Phase.ABORTED, UpgradeFailed), (Phase.ROLLED_BACK, UpgradeFailed)):
+        with pytest.raises(error, match=f"{phase}"):
+            outcome(Upgrade(id="up-x", job="orders", to_version="v2", phase=phase))
+    outcome(Upgrade(id="up-x", job="orders", to_version="v2", phase=Phase.DONE))
+
+
+def test_an_upgrade_is_refused_while_another_operation_holds_the_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = str(write_jobs(tmp_path))
+    job = Settings(jobs_file=jobs).resolve().job("orders")
+    other = acquire(job.store.storage, "orders", "someone@host:1", "deploy", ttl=60)
+    other.keep()
+    started = time.monotonic()
+    assert main(["upgrade", "orders", "--version", "v2", "--jobs", jobs]) == 4
+    assert "job orders is busy: someone@host:1 for deploy" in capsys.readouterr().err
+    assert time.monotonic() - started < 30 and Upgrades(job.store.storage).list("orders") == []  # nothing recorded
+    assert main(["upgrade", "orders", "--resume", "--jobs", jobs]) == 3  # nothing to resume
+    assert "job orders has no upgrade in progress" in capsys.readouterr().err
+    assert main(["upgrade", "orders", "--show", "--jobs", jobs]) == 2
+    assert "job orders has no upgrades yet" in capsys.readouterr().err
+
+
+def test_a_delta_commit_that_lost_a_race_is_told_from_other_failures() -> None:
+    """Both versions append to one table during a blue/green upgrade, and the new one may add a column: a commit
+    that lost to the other's is refused by Delta's optimistic concurrency and is tried again (gate.py)."""
+    lost = [
+        "An error occurred while calling o1027.save.\n: io.delta.exceptions.MetadataChangedException: [DELTA_METADATA_"
+        "CHANGED] MetadataChangedException: The metadata of the Delta table has been changed by a concurrent update",
+        ": io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] Files were added ...",
+        ": io.delta.exceptions.ProtocolChangedException: [DELTA_PROTOCOL_CHANGED] ...",
+    ]
+    assert all(LOST_RACE.search(text) for text in lost)
+    assert not LOST_RACE.search(": org.apache.spark.sql.AnalysisException: [DELTA_FAILED_TO_MERGE_FIELDS] ...")

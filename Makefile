@@ -6,17 +6,20 @@ export PYTHONUNBUFFERED := 1
 # The locked pyspark brings its own Spark: a SPARK_HOME of the user's shell (another Spark) is not for these.
 unexport SPARK_HOME
 
-.PHONY: setup browser demo airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3
+.PHONY: setup browser demo demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3
 
 setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
 	@$(UV) sync --all-extras --frozen --quiet
 	@$(UV) run --frozen python -m devtools.java >/dev/null
 	@bash devtools/install_debian.sh mvn maven "make setup resolves the JVM jars with it (devtools/jvm.py)"
-	@$(UV) run --frozen python -m devtools.jvm  # the JVM jars (Kafka, S3A, Delta): Maven, once
+	@$(UV) run --frozen python -m devtools.jvm  # the JVM jars (Kafka, S3A, Delta, mini Hadoop): Maven, once
 
 demo: setup
 	$(UV) run --frozen python -m devtools.demo
+
+demo-yarn: setup  # the job on YARN in cluster mode, checkpoints on HDFS: Hadoop's mini cluster (devtools/yarn_demo.py)
+	$(UV) run --frozen python -m devtools.yarn_demo
 
 AIRFLOW_PORT ?= 8080
 AIRFLOW_DIR ?= .airflow

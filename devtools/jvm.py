@@ -5,7 +5,8 @@
     python -m devtools.jvm [group ...]          # resolves (all groups by default); `make setup` runs it
     link("spark-kafka")                         # -> .jvm/lib/spark-kafka/: the jars as symlinks, for a jobs file
 
-Groups: kafka-broker (a KRaft broker in its own JVM, devtools/kafka.py), and for Spark, on top of the jars
+Groups: kafka-broker (a KRaft broker in its own JVM, devtools/kafka.py), hadoop-minicluster (HDFS and YARN in
+one JVM, devtools/hadoop.py), and for Spark, on top of the jars
 pyspark ships: spark-kafka (the Kafka source and sink), s3a (hadoop-aws, s3a:// paths) and delta (Delta Lake).
 
 Jars go into the user's Maven cache (~/.m2/repository, Maven's default), not a project-local repository:
@@ -54,6 +55,9 @@ class Group:
 
 GROUPS: dict[str, Group] = {
     "kafka-broker": Group("org.apache.kafka:kafka_2.13 (KRaft broker)", on_spark=False),
+    "hadoop-minicluster": Group(
+        "org.apache.hadoop:hadoop-client-minicluster (HDFS and YARN in one JVM)", on_spark=False
+    ),
     "spark-kafka": Group("org.apache.spark:spark-sql-kafka-0-10_2.13 (Kafka source and sink)", on_spark=True),
     "s3a": Group("org.apache.hadoop:hadoop-aws (s3a:// filesystem)", on_spark=True),
     "delta": Group(

@@ -18,7 +18,6 @@ import base64
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from devtools import java, jvm
+from devtools.jvm_service import end_process, free_ports, without_stack_frames
 
 START_TIMEOUT_SECONDS = 120.0  # two JVMs (format, then the broker) on 2 busy cores
 STOP_TIMEOUT_SECONDS = 20.0
@@ -52,22 +52,6 @@ Record = str | bytes | tuple[str | bytes | None, str | bytes]  # a value, or (ke
 
 class KafkaError(RuntimeError):
     """The embedded broker failed to start, or a request to it failed."""
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))  # all bound at once: the ports differ
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _without_stack_frames(text: str, lines: int = 40) -> str:
-    """The last lines of a JVM's output without the "at ..." frames, which bury the exception's message."""
-    return "\n".join([line for line in text.strip().splitlines() if not line.startswith("\tat ")][-lines:])
 
 
 def _cluster_id() -> str:
@@ -122,7 +106,7 @@ class EmbeddedKafka:
         self._end_process()
         data = self._dir / "data"
         shutil.rmtree(data, ignore_errors=True)
-        self.port, controller_port = _free_ports(2)
+        self.port, controller_port = free_ports(2)
         config = self._dir / "server.properties"
         settings = {**self._config(data, controller_port), **self.broker_config}
         config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
@@ -142,7 +126,7 @@ class EmbeddedKafka:
         if formatted.returncode != 0:
             raise KafkaError(
                 f"formatting the embedded Kafka broker's storage failed (exit {formatted.returncode}):\n"
-                f"{_without_stack_frames(formatted.stdout + formatted.stderr)}"
+                f"{without_stack_frames(formatted.stdout + formatted.stderr)}"
             )
         self._log = self.log_path.open("wb")  # this attempt's log only: its port check reads it
         self._process = subprocess.Popen(
@@ -205,7 +189,7 @@ class EmbeddedKafka:
                 return False
             raise KafkaError(
                 f"the embedded Kafka broker exited with code {code} while starting:\n"
-                f"{_without_stack_frames(self.log_tail(200))}"
+                f"{without_stack_frames(self.log_tail(200))}"
             )
         raise KafkaError(
             f"the embedded Kafka broker did not answer on {self.bootstrap} within {self.start_timeout:.0f} s "
@@ -222,16 +206,7 @@ class EmbeddedKafka:
         self._admin = None
         process, self._process = self._process, None
         if process is not None:
-            try:
-                if process.poll() is None:
-                    process.terminate()
-                    process.wait(timeout=STOP_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                _LOG.warning("the embedded Kafka broker ignored SIGTERM for %.0f s: killing it", STOP_TIMEOUT_SECONDS)
-            finally:
-                if process.poll() is None:  # SIGTERM ignored, or a second Ctrl-C cut the wait short
-                    process.kill()
-                    process.wait()
+            end_process(process, process.terminate, STOP_TIMEOUT_SECONDS, "the embedded Kafka broker", _LOG)
         if self._log is not None:
             self._log.close()
             self._log = None

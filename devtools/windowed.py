@@ -5,10 +5,14 @@ file; the output holds every event)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from airflow_plugin.core.context import JobContext
+from airflow_plugin.core.jobs.deployments import State
 from airflow_plugin.core.storage import open_storage
 from spark_jobs.generate import write_flush, write_poison, write_round
 from spark_jobs.jobs.windowed.output import read_output, summarize
@@ -114,6 +118,29 @@ class Feeder:
     def flush(self) -> None:
         write_flush(self.input_dir, self.rounds)
         self.rounds += 1
+
+
+@contextmanager
+def feeding_version(job: JobContext, feed: Feeder, version: str, every: float = 3.0) -> Iterator[None]:
+    """While the block runs, feed a round whenever the job's newest deployment is of `version`, RUNNING and caught up
+    with what was fed: an upgrade's health gate counts the new version's batches, which need new input."""
+    done = threading.Event()
+
+    def keep_feeding() -> None:
+        while not done.wait(every):
+            newest = job.deployments.list(job.name)[-1]
+            status = job.deployments.status(job.name, newest.id)
+            running = newest.version == version and status is not None and status.state is State.RUNNING
+            if running and processed(newest.checkpoint, feed.rounds):
+                feed.round()
+
+    feeder = threading.Thread(target=keep_feeding, name="feeding", daemon=True)
+    feeder.start()
+    try:
+        yield
+    finally:
+        done.set()
+        feeder.join()
 
 
 def output_complete(output: Path, events: int) -> bool:

@@ -19,7 +19,7 @@ from devtools.spark import local_spark
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytest_plugins = ["tests.support.kafka_fixtures"]
+pytest_plugins = ["tests.support.kafka_fixtures", "tests.support.hadoop_fixtures"]
 SHUFFLE_PARTITIONS = 3
 # Airflow reads its configuration when first imported: a private AIRFLOW_HOME for this test session.
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="savepoints-airflow-"))

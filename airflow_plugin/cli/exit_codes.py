@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..core.errors import (
     BrokerUnavailable,
     CheckpointError,
+    ClusterUnavailable,
     IntegrityError,
     InvalidInput,
     LaunchFailed,
@@ -38,6 +39,7 @@ EXIT_CODES: list[tuple[type[SavepointsError], int, str]] = [
     (IntegrityError, 6, "integrity: checksum mismatch, `verify` failed, corrupt or unsafe manifest"),
     (StoreUnavailable, 7, "store unreachable, credentials missing or refused"),
     (BrokerUnavailable, 7, "a Kafka broker whose offsets must be checked is unreachable"),
+    (ClusterUnavailable, 7, "YARN's ResourceManager is unreachable or refused a kill"),
     (SparkToolFailed, 8, "a Spark tool failed (deep verify, rescale, a Delta sink's rewind)"),
     (LaunchFailed, 9, "a job could not be launched, or failed while starting (its Spark error is shown)"),
     (TimedOut, 10, "timed out: a job did not stop in time; the request is withdrawn, the job keeps running"),

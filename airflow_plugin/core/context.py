@@ -16,6 +16,7 @@ S3 access reaches every location the same way: the store, checkpoints and sinks 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,9 +24,10 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from .errors import InvalidInput, NotFound
-from .jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
-from .jobs.launcher import CommandBuilder, default_command
+from .errors import ClusterUnavailable, InvalidInput, NotFound
+from .jobs import yarn
+from .jobs.deployments import Deployment, Deployments, DeploymentStatus, State, ended_by_cluster, observed_state
+from .jobs.launcher import CommandBuilder, default_command, yarn_application
 from .jobs.spec import JOBS_ENV, JobSpec, jobs_file, load_jobs
 from .lease import DEFAULT_TTL, Lease, acquire, default_holder
 from .parallel import DEFAULT_CONCURRENCY
@@ -35,7 +37,10 @@ from .snapshots.store import SnapshotStore
 from .sources.kafka import KafkaSettings
 from .spark_app import SparkAccess
 from .storage import S3Settings, Storage, open_storage
+from .storage.hdfs import STORE_REFUSAL
 from .storage.s3 import S3A
+
+log = logging.getLogger(__name__)
 
 STORE_ENV = "SAVEPOINTS_STORE"
 KAFKA_ENV = "SAVEPOINTS_KAFKA_BOOTSTRAP"
@@ -118,6 +123,8 @@ class Context:
                 f"no snapshot store: pass --store URI, set {STORE_ENV}, or declare `store` in the jobs file "
                 f"({self.jobs_path})"
             )
+        if uri.strip().lower().startswith("hdfs:"):
+            raise InvalidInput(f"snapshot store {uri}: {STORE_REFUSAL}")
         return uri
 
     def store(self, job: str | None = None) -> SnapshotStore:
@@ -188,8 +195,22 @@ class JobContext:
 
     def observe(self, deployment: Deployment) -> tuple[DeploymentStatus | None, State]:
         """Its heartbeat, and what the deployment really is now (LOST when the heartbeat is stale or its
-        process is gone)."""
+        process is gone). A driver in a YARN container that YARN has ended while its heartbeat says it runs is
+        recorded FAILED with YARN's diagnostics, once: nobody else will write its last status."""
         status = self.deployments.status(self.name, deployment.id)
+        app_id = yarn_application(deployment.launcher)
+        if app_id is not None and (status is None or status.state.live):
+            try:
+                report = yarn.application_report(app_id)
+            except (ClusterUnavailable, InvalidInput) as exc:  # unreachable, or a Kerberized cluster: the heartbeat
+                # alone decides (LOST once it is stale)
+                log.warning("deployment %s: %s", deployment.id, exc)
+                report = None
+            if report is not None and report.ended:
+                status = self.deployments.status(self.name, deployment.id)  # the driver's last word, read after
+                if (ended := ended_by_cluster(status, report)) is not None:
+                    self.deployments.write_status(self.name, deployment.id, ended)
+                    status = ended
         return status, observed_state(deployment, status, self.spec.heartbeat_timeout)
 
     def state_of(self, deployment: Deployment) -> State:

@@ -48,6 +48,11 @@ class StoreUnavailable(SavepointsError):
     """The store cannot be reached or refuses us: endpoint down, missing bucket access, no credentials."""
 
 
+class ClusterUnavailable(SavepointsError):
+    """A cluster manager whose word is needed cannot be reached or refuses the request (YARN's ResourceManager
+    for a kill)."""
+
+
 class BrokerUnavailable(SavepointsError):
     """A Kafka broker whose offsets must be checked cannot be reached (or its client library is missing)."""
 

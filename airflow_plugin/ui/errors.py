@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 from ..core.errors import (
     CheckpointError,
+    ClusterUnavailable,
     IntegrityError,
     InvalidInput,
     NotFound,
@@ -28,6 +29,7 @@ _STATUS: list[tuple[type[SavepointsError], int]] = [
     (CheckpointError, 422),
     (IntegrityError, 500),
     (StoreUnavailable, 503),
+    (ClusterUnavailable, 503),
     (TimedOut, 504),
 ]
 

@@ -37,7 +37,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
     create = commands.add_parser("create", parents=[common], help="snapshot a checkpoint (live or stopped)")
     create.add_argument("--job", required=True)
-    create.add_argument("--checkpoint", required=True, help="checkpoint location: path, file://, s3:// or s3a://")
+    create.add_argument(
+        "--checkpoint", required=True, help="checkpoint location: path, file://, s3://, s3a:// or hdfs://"
+    )
     create.add_argument("--kind", choices=[k.value for k in Kind], default=Kind.SAVEPOINT.value)
     create.add_argument("--trigger", choices=[t.value for t in Trigger], default=Trigger.MANUAL.value)
     create.add_argument("--label", action="append", default=[], metavar="K=V")

@@ -13,12 +13,15 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import layout
 from ..errors import IntegrityError, NotFound
 from ..snapshots.manifest import utc_now
 from ..storage import Storage
+
+if TYPE_CHECKING:
+    from .yarn import AppReport
 
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # seconds without a status update before a live state reads as LOST
 # consecutive batches that advanced their sources but processed no row before a deployment reads as skipping
@@ -230,6 +233,32 @@ def observed_state(
     if state.live and on_this_host(deployment.launcher) and not alive(deployment.launcher):
         return State.LOST
     return state
+
+
+YARN_ENDED = "YARN_"  # error classes of a driver YARN ended: YARN_KILLED, YARN_FAILED, YARN_FINISHED
+
+
+def ended_by_cluster(status: DeploymentStatus | None, report: AppReport | None) -> DeploymentStatus | None:
+    """The status to record for a deployment whose application the cluster has ended while its heartbeat still
+    says it is live (or it never wrote one): FAILED, with the cluster's diagnostics. A driver that stops on
+    request writes STOPPED before it exits, and YARN reports the application ended only after that, so a live
+    heartbeat read after an ended report is the driver's last word: its container was killed, its node lost,
+    or someone killed the application. None: nothing to record."""
+    if report is None or not report.ended or (status is not None and not status.state.live):
+        return None
+    return DeploymentStatus(
+        state=State.FAILED,
+        updated_at=time.time(),
+        query_id=status.query_id if status else None,
+        run_id=status.run_id if status else None,
+        last_batch_id=status.last_batch_id if status else None,
+        app_id=status.app_id if status else report.app_id,
+        sink=status.sink if status else None,
+        sources=status.sources if status else [],
+        handled_requests=status.handled_requests if status else [],
+        error_class=f"{YARN_ENDED}{report.state}",
+        error_message=report.summary(),
+    )
 
 
 def describe(deployment: Deployment, status: DeploymentStatus | None, state: State) -> dict[str, Any]:

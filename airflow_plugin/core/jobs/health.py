@@ -96,7 +96,7 @@ def assess(
 def check_health(ctx: JobContext, deployment_id: str, *, min_batches: int, lag_must_fall: bool = False) -> Health:
     """Observe one deployment and assess it."""
     deployment = ctx.deployments.get(ctx.name, deployment_id)
-    status = ctx.deployments.status(ctx.name, deployment_id)
+    status, _ = ctx.observe(deployment)  # with what the cluster says of a driver it ended
     return assess(
         deployment,
         status,

@@ -3,9 +3,12 @@
 Local master and client deploy mode: spark-submit runs the driver itself, so it is started as a
 detached process in its own session (its own process group, so that a force-kill reaches the JVM and
 the Python driver), logging to a file; pid and start time are recorded. Cluster deploy modes use the
-cluster's own detach switch and record the id the cluster gives back (standalone driver id, YARN
-application id, Kubernetes driver pod). The spark-submit command itself comes from a `CommandBuilder`:
-by default the one here; the Airflow layer passes one built by the Spark provider's SparkSubmitHook."""
+cluster's own detach switch: spark-submit returns once the cluster accepted the application, and the id the
+cluster gives back (standalone driver id, YARN application id, Kubernetes driver pod) is recorded
+(`submitted`). A YARN application is force-killed through YARN's ResourceManager (yarn.py); on YARN a
+managed deployment gets one application attempt unless its conf says otherwise (CLUSTER_DEFAULTS: why).
+The spark-submit command itself comes from a `CommandBuilder`: by default the one here; the Airflow layer
+passes one built by the Spark provider's SparkSubmitHook."""
 
 from __future__ import annotations
 
@@ -23,12 +26,21 @@ from typing import Any
 
 from ..errors import LaunchFailed
 from ..spark_app import check_pyspark_files, loopback_env, spark_submit_binary
+from . import yarn
 
 DETACH_CONF = {  # cluster managers' own "do not wait for the application" switches
     "yarn": {"spark.yarn.submit.waitAppCompletion": "false"},
     "k8s": {"spark.kubernetes.submission.waitAppCompletion": "false"},
     "spark": {"spark.standalone.submit.waitAppCompletion": "false"},
 }
+# What a managed deployment gets on a cluster unless its own conf says otherwise. YARN's default is two attempts
+# of the driver: a second attempt restarts the query from the deployment's checkpoint (exactly-once holds:
+# tests/e2e/test_yarn_e2e.py), but it also repeats a deterministic failure (a refused start, an incompatible
+# state), and between the attempts the deployment reads FAILED while its next driver starts: an upgrade's
+# health gate would roll back while that driver comes up and writes the same sink. One attempt keeps a FAILED
+# deployment final; the engine's own restart (`deploy --restore latest-state`) recovers it.
+CLUSTER_DEFAULTS = {"yarn": {"spark.yarn.maxAppAttempts": "1"}}
+SUBMIT_TIMEOUT = 300.0  # seconds for a cluster-mode spark-submit to hand the application over (uploads included)
 _CLUSTER_IDS = {
     "driver_id": re.compile(r"\b(driver-\d{14}-\d{4})\b"),
     "app_id": re.compile(r"\b(application_\d+_\d+)\b"),
@@ -64,6 +76,7 @@ def default_command(spec: SubmitSpec) -> list[str]:
     conf = dict(spec.conf)
     if spec.detached_by_cluster:
         conf.update(DETACH_CONF[spec.cluster_manager])
+        conf = {**CLUSTER_DEFAULTS.get(spec.cluster_manager, {}), **conf}
     for key, value in sorted(conf.items()):
         command += ["--conf", f"{key}={value}"]
     return [*command, spec.application, *spec.app_args]
@@ -156,14 +169,46 @@ def alive(handle: dict[str, Any]) -> bool:
 
 
 def exit_code(handle: dict[str, Any]) -> int | None:
-    """The exit code, if this process started the job and it has ended."""
+    """The exit code, if this process started the job and it has ended. In cluster mode spark-submit returns
+    once the application is accepted, so the job has ended when the cluster says so: on YARN, 0 if the
+    application SUCCEEDED, 1 if it failed or was killed (a spark-submit that failed before that: its own code)."""
     child = _children.get(handle.get("pid", -1))
-    return None if child is None else child.poll()
+    code = None if child is None else child.poll()
+    if code != 0 or (app_id := yarn_application(handle)) is None:
+        return code
+    report = yarn.application_report(app_id)
+    if report is not None and not report.ended:
+        return None
+    return 0 if report is not None and report.final_status == "SUCCEEDED" else 1
 
 
 def cluster_ids(log_text: str) -> dict[str, str]:
     """Ids a cluster-mode spark-submit prints once the application is submitted."""
     return {name: m.group(1) for name, pattern in _CLUSTER_IDS.items() if (m := pattern.search(log_text))}
+
+
+def submitted(handle: dict[str, Any], timeout: float = SUBMIT_TIMEOUT) -> dict[str, str]:
+    """For a cluster-mode handle: wait until spark-submit has handed the application to the cluster (it returns
+    once accepted) and return the ids it printed (`app_id` on YARN); LaunchFailed if it fails or hangs. Other
+    handles: nothing to wait for."""
+    child = _children.get(handle.get("pid", -1))
+    if handle.get("mode") != "cluster" or child is None:
+        return {}
+    try:
+        code = child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise LaunchFailed(
+            f"spark-submit ({handle['master']}, cluster mode) did not hand the application over within {timeout:.0f} s "
+            f"(log {handle.get('log')}):\n{log_tail(handle)}"
+        ) from None
+    ids = cluster_ids(log_tail(handle, 500))
+    if code != 0 or not ids:
+        raise LaunchFailed(
+            f"spark-submit ({handle['master']}, cluster mode) exited with code {code} "
+            f"{'without naming the application' if code == 0 else 'before the cluster accepted the application'} "
+            f"(log {handle.get('log')}):\n{log_tail(handle)}"
+        )
+    return ids
 
 
 def log_tail(handle: dict[str, Any], lines: int = 20) -> str:
@@ -174,8 +219,24 @@ def log_tail(handle: dict[str, Any], lines: int = 20) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def yarn_application(handle: dict[str, Any]) -> str | None:
+    """The YARN application id of a cluster-mode launch on YARN: recorded once submitted (`submitted`), else read
+    from spark-submit's log (a pre-flight run keeps only its handle)."""
+    if handle.get("mode") != "cluster" or not str(handle.get("master", "")).startswith("yarn"):
+        return None
+    return handle.get("app_id") or cluster_ids(log_tail(handle, 500)).get("app_id")
+
+
 def force_kill(handle: dict[str, Any]) -> bool:
-    """SIGKILL the whole process group of a local/client-mode job. Returns whether anything was killed."""
+    """End a job by force: the whole process group of a local/client-mode job (SIGKILL), a YARN application
+    through YARN's ResourceManager. Returns whether anything was killed."""
+    if (app_id := yarn_application(handle)) is not None:
+        manager = yarn.resource_manager()
+        report = manager.application(app_id)
+        if report is None or report.ended:
+            return False
+        manager.kill(app_id)
+        return True
     if handle.get("mode") == "cluster":
         raise LaunchFailed(
             f"force-kill of a {handle.get('master')} cluster-mode application is not done from here: "

@@ -15,17 +15,29 @@ from ..context import JobContext
 from ..errors import LaunchFailed, Refused
 from ..sinks.guard import SINK_AHEAD
 from .deployments import Deployment, DeploymentStatus, State
-from .launcher import SubmitSpec, exit_code, launch, log_tail
+from .launcher import SubmitSpec, exit_code, launch, log_tail, submitted
 
 log = logging.getLogger(__name__)
 
 
 def launch_deployment(ctx: JobContext, deployment: Deployment, spec: SubmitSpec) -> None:
-    """spark-submit, detached; the handle goes into the deployment record."""
+    """spark-submit, detached; the handle goes into the deployment record. In cluster mode spark-submit returns
+    once the cluster accepted the application: the id the cluster gave it (YARN's application id) is recorded
+    too, so that status, kill and a driver the cluster ends are asked of the cluster."""
     log_path = Path(ctx.spec.log_dir) / ctx.name / f"{deployment.id}.log"
     ctx.progress.stage(f"launching deployment {deployment.id} of {ctx.name} with spark-submit (log {log_path})")
     deployment.launcher = launch(spec, log_path, ctx.command_builder)
     ctx.deployments.put(deployment)
+    if deployment.launcher.get("mode") == "cluster":
+        ctx.progress.stage(f"deployment {deployment.id}: spark-submit hands the application to {spec.master}")
+        try:
+            ids = submitted(deployment.launcher)
+        except LaunchFailed as exc:
+            failed = DeploymentStatus(State.FAILED, time.time(), error_class="LAUNCH_FAILED", error_message=str(exc))
+            ctx.deployments.write_status(deployment.job, deployment.id, failed)
+            raise
+        deployment.launcher.update(ids)
+        ctx.deployments.put(deployment)
 
 
 def stage_of(status: DeploymentStatus | None, deployment: Deployment, what: str) -> str:
@@ -53,9 +65,11 @@ def wait_for_state(
     """Return once the job reports one of `states`; fail with its own error if it fails or exits first."""
     deployments = ctx.deployments
     deadline = time.monotonic() + wait_seconds
+    in_cluster = deployment.launcher.get("mode") == "cluster"  # spark-submit has returned: the cluster runs it
     try:
         while time.monotonic() < deadline:
-            status = deployments.status(deployment.job, deployment.id)
+            # the store, and in cluster mode what the cluster says of a driver it ended (asked every few seconds)
+            status = ctx.observe(deployment)[0] if in_cluster else deployments.status(deployment.job, deployment.id)
             if status is not None and status.state in states:
                 return
             if status is not None and status.state is State.FAILED:
@@ -63,7 +77,7 @@ def wait_for_state(
                 if status.error_class == SINK_AHEAD:  # the runtime refused to start the query: nothing ran
                     raise Refused(f"{failed}, refused by its sink guard: {status.error_message}")
                 raise LaunchFailed(f"{failed}: {status.error_class or ''} {status.error_message or ''}".strip())
-            code = exit_code(deployment.launcher)
+            code = None if in_cluster else exit_code(deployment.launcher)
             if code is not None:
                 status = deployments.status(deployment.job, deployment.id)
                 if status is not None and status.state is State.FAILED:

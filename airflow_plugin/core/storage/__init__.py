@@ -1,4 +1,4 @@
-"""Where bytes live: local directories and S3 prefixes behind one interface, opened from a URI."""
+"""Where bytes live: local directories, S3 prefixes and HDFS directories behind one interface, opened from a URI."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ..errors import InvalidInput
+from . import hdfs
 from .base import Digest, ObjectInfo, Storage, check_key, copy_and_hash, sha256_file
+from .hdfs import HdfsStorage
 from .local import LocalStorage
 from .s3 import S3Settings, S3Storage
 
 __all__ = [
     "Digest",
+    "HdfsStorage",
     "LocalStorage",
     "ObjectInfo",
     "S3Settings",
@@ -29,9 +32,10 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 
 
 def open_storage(uri: str, s3: S3Settings | None = None) -> Storage:
-    """A local path, `file:///path` (or Hadoop's `file:/path`), `s3://bucket/prefix` or `s3a://...`."""
+    """A local path, `file:///path` (or Hadoop's `file:/path`), `s3://bucket/prefix`, `s3a://...` or
+    `hdfs://namenode/path` (checkpoints and sinks only: storage/hdfs.py)."""
     if not uri or not uri.strip():
-        raise InvalidInput("empty location: give a local path or s3://bucket/prefix")
+        raise InvalidInput("empty location: give a local path, s3://bucket/prefix or hdfs://namenode/path")
     uri = uri.strip()
     if "://" not in uri and not uri.startswith("file:"):
         return LocalStorage(Path(uri).expanduser())
@@ -51,11 +55,16 @@ def open_storage(uri: str, s3: S3Settings | None = None) -> Storage:
         if prefix:
             check_key(prefix)
         return S3Storage(bucket, prefix, s3)
-    raise InvalidInput(f"unsupported location {uri!r}: use a local path, file://, s3:// or s3a://")
+    if scheme == "hdfs":
+        return hdfs.parse(uri, parsed.netloc, unquote(parsed.path))
+    raise InvalidInput(f"unsupported location {uri!r}: use a local path, file://, s3://, s3a:// or hdfs://")
 
 
 def spark_uri(storage: Storage) -> str:
-    """How Spark itself spells a location (Hadoop-qualified): `file:/abs/path` or `s3a://bucket/prefix`."""
+    """How Spark itself spells a location (Hadoop-qualified): `file:/abs/path`, `s3a://bucket/prefix` or
+    `hdfs://namenode/path`."""
     if isinstance(storage, S3Storage):
         return f"s3a://{storage.bucket}/{storage.prefix}".rstrip("/")
+    if isinstance(storage, HdfsStorage):
+        return storage.uri
     return f"file:{storage.uri}"

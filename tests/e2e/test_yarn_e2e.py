@@ -1,0 +1,140 @@
+"""Cluster mode on a real YARN with checkpoints on HDFS (issue 29), through real processes: Hadoop's mini cluster
+(one NodeManager, tests/support/hadoop_fixtures.py) and the moto server as store. The example job is deployed to
+YARN in cluster mode with `checkpoint_root` on the mini HDFS and its Python environment shipped as an archive:
+
+- deploy v1: spark-submit returns once YARN accepted the application, the deployment records its id, and the
+  driver runs in a YARN container (a process of the NodeManager, not of spark-submit) with the shipped Python;
+  its heartbeat and control channel reach the store from there;
+- a live savepoint while the query commits batches, and a retained checkpoint;
+- the driver's container killed: YARN's second attempt (spark.yarn.maxAppAttempts=2 in this job's conf; the
+  engine's default is 1) restarts the query from the deployment's own checkpoint, under the same deployment;
+- the upgrade to v2 (`savepoints upgrade --mode stop_restore`: the pre-flight as a YARN application on a
+  throwaway copy on HDFS, the new driver pre-started, stop-with-savepoint, the restore into HDFS, the health gate);
+- every event counted exactly once across the retry and the upgrade;
+- someone kills the v2 application with YARN (as `yarn application -kill` does): `savepoints status` shows the
+  deployment FAILED with YARN's diagnostics, not a RUNNING heartbeat that goes stale."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_plugin.cli import main
+from airflow_plugin.core.context import Settings
+from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
+from airflow_plugin.core.jobs.deployments import State
+from airflow_plugin.core.jobs.savepoint import take_savepoint
+from airflow_plugin.core.jobs.yarn import resource_manager
+from airflow_plugin.core.snapshots.manifest import Kind, SnapshotStatus
+from devtools.embedded_s3 import EmbeddedS3
+from devtools.hadoop import MiniHadoop
+from devtools.windowed import Feeder, batches, feeding_version, processed, wait_for, wait_output_complete
+from devtools.yarn_job import write_yarn_jobs_file
+from spark_jobs.jobs.windowed.output import read_output, summarize
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def ancestors(pid: int) -> list[int]:
+    chain = []
+    while pid > 1:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        chain.append(pid)
+    return chain
+
+
+def status_rows(capsys: pytest.CaptureFixture[str], jobs: Path) -> dict[str, dict[str, object]]:
+    assert main(["status", "windowed", "--jobs", str(jobs), "--json"]) == 0
+    return {row["deployment"]: row for row in json.loads(capsys.readouterr().out)}
+
+
+def test_cluster_mode_on_yarn_with_checkpoints_on_hdfs(
+    tmp_path: Path,
+    hadoop_client: MiniHadoop,
+    driver_env: str,
+    s3_server: EmbeddedS3,
+    s3_store: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hadoop = hadoop_client
+    # YARN may restart the driver once here: the retry this test watches (the engine's default is one attempt)
+    jobs = write_yarn_jobs_file(tmp_path, s3_store, hadoop, driver_env, s3_server.env(), attempts=2)
+    job = Settings(jobs_file=str(jobs)).resolve().job("windowed")
+    feed, output = Feeder(tmp_path / "input"), tmp_path / "output"
+
+    # deploy: accepted by YARN, the application id recorded, the driver a process of the NodeManager's JVM
+    v1 = deploy(job, DeployRequest("v1"))
+    app_id = v1.launcher["app_id"]
+    assert v1.checkpoint.startswith(f"{hadoop.hdfs_uri}/checkpoints/windowed/")
+    assert hadoop.application(app_id)["state"] == "RUNNING"
+    status = job.deployments.status("windowed", v1.id)
+    assert status is not None and status.app_id == app_id and status.state is State.RUNNING
+    driver = status.pid
+    assert driver is not None and hadoop.pid in ancestors(driver)
+    assert v1.launcher["pid"] not in ancestors(driver), "the driver is no child of spark-submit"
+    container = Path(f"/proc/{driver}/cwd").resolve()
+    assert Path(f"/proc/{driver}/cmdline").read_bytes().split(b"\0")[0] == b"./environment/bin/python"
+    assert list((container / "environment/lib").glob("python3.*/site-packages/airflow_plugin/core/context.py"))
+
+    # a live savepoint while the query commits batches (its checkpoint on HDFS, read over WebHDFS)
+    feed.round()
+    wait_for(lambda: processed(v1.checkpoint, feed.rounds), "v1 to process its first round")
+    for _ in range(3):
+        feed.round()
+    live = take_savepoint(job)
+    assert live.status is SnapshotStatus.COMPLETED and live.deployment == v1.id and live.source == v1.checkpoint
+    wait_for(lambda: processed(v1.checkpoint, feed.rounds), "v1 to process 3 more rounds")
+    assert batches(v1.checkpoint, "commits")[-1] > live.batch_id, "the query committed on past the savepoint"
+    assert main(["checkpoint", "--job", "windowed", "--jobs", str(jobs)]) == 0  # a retained checkpoint of it too
+    capsys.readouterr()
+    [retained] = [m for m in job.store.list("windowed") if m.kind is Kind.CHECKPOINT]
+    assert retained.status is SnapshotStatus.COMPLETED and retained.source == v1.checkpoint
+
+    # the driver's container dies (SIGKILL of its process group, while a batch is in flight before its sink
+    # commit): YARN's second attempt resumes the query from the deployment's checkpoint
+    feed.round()
+    sink_log = output / "_spark_metadata"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        planned, committed = batches(v1.checkpoint, "offsets"), batches(v1.checkpoint, "commits")
+        written = sorted(int(p.name) for p in sink_log.iterdir() if p.name.isdigit())
+        if planned and planned[-1] > committed[-1] and written[-1] < planned[-1]:
+            break
+        time.sleep(0.02)
+    os.killpg(os.getpgid(driver), signal.SIGKILL)
+    wait_for(lambda: len(hadoop.attempts(app_id)) == 2, "YARN to start the driver's second attempt")
+    for _ in range(2):
+        feed.round()
+    wait_for(lambda: processed(v1.checkpoint, feed.rounds), "the second attempt to process the rounds")
+    assert job.state_of(v1) is State.RUNNING
+    assert job.deployments.status("windowed", v1.id).pid != driver
+
+    # the upgrade to v2: stop/restore with its pre-flight, all on YARN and HDFS; once v2 runs, rounds keep coming
+    # whenever it has caught up (its health gate counts new batches)
+    with feeding_version(job, feed, "v2"):
+        upgraded = main(["upgrade", "windowed", "--version", "v2", "--mode", "stop_restore", "--jobs", str(jobs)])
+    assert upgraded == 0, capsys.readouterr().err
+    capsys.readouterr()
+    rows = status_rows(capsys, jobs)
+    v2 = job.deployments.list("windowed")[-1]
+    assert rows[v1.id]["state"] == "STOPPED" and rows[v2.id]["state"] == "RUNNING" and v2.version == "v2"
+    assert hadoop.application(app_id)["finalStatus"] == "SUCCEEDED"
+    assert v2.checkpoint.startswith(f"{hadoop.hdfs_uri}/") and v2.launcher["app_id"] != app_id
+
+    feed.round()
+    feed.flush()
+    wait_output_complete(output, feed.events)
+    summary = summarize(read_output(output))
+    assert summary.events == feed.events, "every event counted exactly once"
+    assert summary.duplicates == [] and {"v1", "v2"} <= set(summary.versions)
+
+    # someone kills the v2 application with YARN: the deployment is FAILED with YARN's word for it
+    resource_manager().kill(v2.launcher["app_id"])
+    row = status_rows(capsys, jobs)[v2.id]
+    assert row["state"] == "FAILED"
+    assert "YARN_KILLED" in str(row["error"]) and "killed by user" in str(row["error"])

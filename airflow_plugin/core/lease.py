@@ -58,6 +58,22 @@ def default_holder() -> str:
     return f"{user}@{socket.gethostname()}:{os.getpid()}"
 
 
+def holder_gone(holder: str) -> bool:
+    """Whether `holder` (as `default_holder` names one) is a process of this host that no longer exists, so
+    what it left behind is orphaned. False for anything else: another host, an Airflow run, a live process (or
+    a new process that reuses its pid: then only time tells)."""
+    user_host, sep, pid = holder.rpartition(":")
+    if not sep or not pid.isdigit() or user_host.rpartition("@")[2] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    return False
+
+
 def airflow_holder(dag_id: str, run_id: str) -> str:
     """The holder name of an Airflow DAG run (the Airflow layer passes its context here): its tasks continue
     one operation (an upgrade's steps), a retried task takes its own lease back at once."""

@@ -43,7 +43,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .errors import Conflict, StoreUnavailable
 from .lease import default_holder, holder_gone
-from .parallel import run_parallel
+from .parallel import map_parallel
 from .storage import ObjectInfo, Storage
 
 log = logging.getLogger(__name__)
@@ -214,6 +214,15 @@ class RecordIndex(Generic[E]):
             raise StoreUnavailable(f"could not save the rebuilt {self.where}: check write access to the store")
         return self._decode(state)
 
+    def stored(self) -> tuple[dict[str, str], list[Mark]] | None:
+        """What the index object holds now, without reading any record: each entry's record version, and the
+        marks (None: no index, or a damaged one). For checks of the invariant and for reports."""
+        try:
+            state = self._fetch()[0]
+        except FileNotFoundError:
+            return None
+        return None if state is None else ({i: v for i, (v, _) in state.entries.items()}, list(state.marks))
+
     # ------------------------------------------------------------ writing
 
     @contextmanager
@@ -267,10 +276,8 @@ class RecordIndex(Generic[E]):
                     found[record_id] = (mine.version, mine.entry) if mine.version else None  # nobody settled since
                 else:
                     todo.append(record_id)
-            for record_id, result in zip(
-                todo, run_parallel(lambda i: self._current(i, state, known), todo), strict=True
-            ):
-                found[record_id] = result
+            current = map_parallel(lambda i: self._current(i, state, known), todo, concurrency=READERS)
+            found.update(zip(todo, current, strict=True))
             entries = dict(state.entries)
             for record_id in ids:
                 result = found[record_id]
@@ -385,7 +392,8 @@ class RecordIndex(Generic[E]):
 
     def _read_records(self, ids: Iterable[str]) -> Iterator[tuple[str, tuple[str, E] | None]]:
         """(id, what `_read_record` found) for each id, read in parallel."""
-        return run_parallel(lambda i: (i, self._read_record(i)), sorted(ids), concurrency=READERS)
+        ordered = sorted(ids)
+        return zip(ordered, map_parallel(self._read_record, ordered, concurrency=READERS), strict=True)
 
     def _read_record(self, record_id: str) -> tuple[str, E] | None:
         try:

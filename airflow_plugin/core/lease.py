@@ -31,7 +31,8 @@ from types import TracebackType
 from typing import Any
 
 from .errors import Conflict, IntegrityError, InvalidInput, NotFound, Refused
-from .layout import lease_key
+from .layout import JOBS, is_valid_name, lease_key
+from .parallel import run_parallel
 from .storage import Storage
 
 log = logging.getLogger(__name__)
@@ -338,15 +339,11 @@ def read_lease(storage: Storage, job: str) -> LeaseRecord | None:
 
 
 def held_leases(storage: Storage) -> list[LeaseRecord]:
-    """Every job's lease record in the store, expired ones included (see `expired()`), by job."""
-    records = []
-    for info in storage.list("jobs/"):
-        parts = info.key.split("/")
-        if len(parts) == 3 and parts[2] == "lease.json":
-            record = _read(storage, parts[1])
-            if record is not None:
-                records.append(record)
-    return sorted(records, key=lambda r: r.job)
+    """Every job's lease record in the store, expired ones included (see `expired()`), by job: the job names
+    from one delimited listing, then each job's lease (never a listing of every key under jobs/)."""
+    names = [name for name in storage.children(JOBS) if is_valid_name(name)]
+    found = run_parallel(lambda name: _read(storage, name), names)
+    return sorted((record for record in found if record is not None), key=lambda r: r.job)
 
 
 def break_lease(storage: Storage, job: str, *, holder: str | None = None) -> LeaseRecord | None:

@@ -176,9 +176,12 @@ def s3_errors(action: str, uri: str, bucket: str, endpoint: str = "") -> Iterato
     from botocore.exceptions import ConnectionError as BotoConnectionError
     from botocore.parsers import ResponseParserError
     from s3transfer.exceptions import RetriesExceededError, S3DownloadFailedError
+    from urllib3.exceptions import ProtocolError
 
-    # A connection reset, closed or timed out, a body cut short or garbled, a download that kept breaking:
+    # A connection reset, closed or timed out, a body cut short or garbled, a download that kept breaking (an
+    # error answer's body broken while botocore reads it, a 404's say, reaches us as urllib3's own error):
     transport = (
+        ProtocolError,
         BotoConnectionError,
         HTTPClientError,
         IncompleteReadError,

@@ -107,10 +107,12 @@ class PruneResult:
     deferred_blobs: int = 0
     repacked: int = 0
     notes: list[str] = field(default_factory=list)
+    left_alone: list[str] = field(default_factory=list)  # snapshots of the plan that changed since: not deleted
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "deleted_snapshots": self.snapshots,
+            "left_alone": self.left_alone,
             "deleted_checkpoints": self.checkpoints,
             "deleted_checkpoint_objects": self.checkpoint_objects,
             "deleted_blobs": self.blobs,
@@ -172,9 +174,9 @@ def execute(
     result = PruneResult(notes=list(plan.notes))
     left = store.remove([(a.job or "", a.target, a.version) for a in plan.snapshots])
     result.snapshots = len(plan.snapshots) - len(left)
+    result.left_alone = [snapshot_id for _, snapshot_id, _ in left]
     if left:
-        shown = ", ".join(snapshot_id for _, snapshot_id, _ in left)
-        result.notes.append(f"left alone, changed since the plan (pinned?): {shown}")
+        result.notes.append(f"left alone, changed since the plan (pinned?): {', '.join(result.left_alone)}")
     for action in plan.checkpoints:
         location = open_location(action.location or "")
         result.checkpoint_objects += location.delete([info.key for info in location.list()])

@@ -564,15 +564,6 @@ def _in_progress() -> Manifest:
                     SnapshotStatus.IN_PROGRESS, "/x", now.isoformat())  # fmt: skip
 
 
-def wait_for(condition: Any, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.005)
-    return False
-
-
 def _prune_process(store: str, cwd: Path, *extra: str) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "airflow_plugin", "prune", "--store", store, "--json", *extra]
     command += ["--savepoint-keep-last", "1", "--blob-grace", "0", "--max-unused", "0", "--concurrency", "2"]

@@ -96,7 +96,8 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
     @app.get("/api/fleet", dependencies=[Depends(authenticated)])
     def fleet() -> dict[str, Any]:
         with engine_errors("read the jobs"):
-            return views.fleet(settings.hook())
+            hook = settings.hook()
+            return views.fleet(hook.context, hook.jobs_file or "")
 
     @app.get("/api/jobs/{job}/deployments", dependencies=[Depends(authenticated)])
     def deployments(job: str) -> dict[str, Any]:

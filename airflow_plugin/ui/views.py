@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-from ..core.context import JobContext
+from ..core.context import Context, JobContext
 from ..core.errors import InvalidInput, Refused, SavepointsError
 from ..core.jobs.overview import overview
 from ..core.jobs.savepoint import savepoint_target
@@ -81,19 +81,19 @@ def job_list(hook: SavepointsHook) -> dict[str, Any]:
     }
 
 
-def fleet(hook: SavepointsHook) -> dict[str, Any]:
+def fleet(context: Context, jobs_file: str) -> dict[str, Any]:
     """Every declared job at a glance, the unhealthy ones first (then by name); a job whose store cannot be
     read is a row with the store's error, and the others still show."""
 
     def row(name: str) -> dict[str, Any]:
         try:
-            return {**overview(hook.job_context(name)), "error": None}
+            return {**overview(context.job(name)), "error": None}
         except SavepointsError as exc:
             return {"job": name, "state": "UNKNOWN", "unhealthy": None, "error": str(exc)}
 
-    rows = map_parallel(row, sorted(hook.context.jobs), concurrency=FLEET_READERS)
+    rows = map_parallel(row, sorted(context.jobs), concurrency=FLEET_READERS)
     rows.sort(key=lambda r: (not (r["unhealthy"] or r["error"]), r["job"]))
-    return {"jobs_file": hook.jobs_file, "jobs": rows}
+    return {"jobs_file": jobs_file, "jobs": rows}
 
 
 def deployments(job: JobContext) -> tuple[list[dict[str, Any]], int]:

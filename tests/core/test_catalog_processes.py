@@ -23,9 +23,9 @@ from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.faulty_s3 import FaultyS3
+from devtools.forked import cli, spawn, wait_for
 from tests.support.catalog_worker import work
 from tests.support.catalogs import listed, truth
-from tests.support.processes import cli, spawn, wait_for
 from tests.support.synthetic import add_batch, write_checkpoint
 
 JOB = "orders"

@@ -18,7 +18,7 @@ from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
-from tests.support.processes import wait_for
+from devtools.forked import wait_for
 from tests.support.synthetic import write_checkpoint
 
 

@@ -10,6 +10,8 @@ deletes a snapshot pinned since it planned."""
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -27,6 +29,9 @@ log = logging.getLogger(__name__)
 
 LATEST = "latest"
 CHANGE_ATTEMPTS = 20  # a manifest changed by others this many times while we changed it: give up
+# manifests a store object keeps the bytes of, to read one again with a conditional GET (an operation reads
+# the one it resolved again when it plans: latest, then the restore's plan): no bytes when unchanged
+RECENT_MANIFESTS = 4
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,8 @@ class SnapshotStore:
         self.storage = storage
         self.blobs = Blobs(storage)
         self._catalogs: dict[str, RecordIndex[SnapshotEntry]] = {}
+        self._recent: OrderedDict[str, tuple[str, bytes]] = OrderedDict()  # key -> (version, bytes)
+        self._recent_lock = threading.Lock()
 
     @property
     def uri(self) -> str:
@@ -148,11 +155,23 @@ class SnapshotStore:
                 yield manifest
 
     def _read(self, job: str, snapshot_id: str) -> tuple[Manifest, str]:
+        """The manifest as it is now, and its version (a conditional GET when read moments ago)."""
         key = manifest_key(job, snapshot_id)
+        with self._recent_lock:
+            known = self._recent.get(key)
         try:
-            raw, version = self.storage.read_with_token(key)
+            if known is None:
+                raw, version = self.storage.read_with_token(key)
+            else:
+                changed = self.storage.read_if_changed(key, known[0])
+                raw, version = (known[1], known[0]) if changed is None else changed
         except FileNotFoundError:
             raise self._missing(job, snapshot_id) from None
+        with self._recent_lock:
+            self._recent[key] = (version, raw)
+            self._recent.move_to_end(key)
+            while len(self._recent) > RECENT_MANIFESTS:
+                self._recent.popitem(last=False)
         return Manifest.from_json(raw, f"{self.uri}/{key}"), version
 
     def _missing(self, job: str, snapshot_id: str) -> NotFound:

@@ -6,7 +6,7 @@ export PYTHONUNBUFFERED := 1
 # The locked pyspark brings its own Spark: a SPARK_HOME of the user's shell (another Spark) is not for these.
 unexport SPARK_HOME
 
-.PHONY: setup browser demo demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3
+.PHONY: setup browser demo demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history
 
 setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -55,3 +55,6 @@ bench-upgrade: setup
 
 bench-s3: setup  # a snapshot of a checkpoint on S3 into a store on S3 against aws s3 sync s3 -> s3, client bytes counted
 	$(UV) run --frozen python -m bench.s3_copy_bench
+
+bench-history: setup  # everyday commands at 10, 100 and 1,000 snapshots, 100 jobs, prune + gc of 10,000 snapshots
+	$(UV) run --frozen python -m bench.history_bench

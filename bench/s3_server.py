@@ -4,7 +4,8 @@
 
 Prints the endpoint on its first line. Then, for every line `counts` on stdin, prints one JSON line with
 the requests served so far per S3 operation (seen by the server: the same view for the engine, awscli and
-s5cmd); stops when stdin closes. Its own process, so that the engine under test does not share a GIL
+s5cmd) under "requests", and the body bytes received ("bytes_up") and sent ("bytes_down"); stops when stdin
+closes. Its own process, so that the engine under test does not share a GIL
 with the server.
 """
 
@@ -14,7 +15,7 @@ import json
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from devtools.embedded_s3 import EmbeddedS3
@@ -51,6 +52,7 @@ class CountingApp:
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
         self.counts: Counter[str] = Counter()
+        self.bytes = Counter({"bytes_up": 0, "bytes_down": 0})
         self.lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -59,11 +61,23 @@ class CountingApp:
         )
         with self.lock:
             self.counts[name] += 1
-        return self.app(environ, start_response)
+            self.bytes["bytes_up"] += int(environ.get("CONTENT_LENGTH") or 0)
+        return self._counted(self.app(environ, start_response))
 
-    def snapshot(self) -> dict[str, int]:
+    def _counted(self, body: Iterable[bytes]) -> Iterator[bytes]:
+        try:
+            for chunk in body:
+                with self.lock:
+                    self.bytes["bytes_down"] += len(chunk)
+                yield chunk
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+
+    def snapshot(self) -> dict[str, Any]:
         with self.lock:
-            return dict(self.counts)
+            return {"requests": dict(self.counts), **self.bytes}
 
 
 def install_counter(server: EmbeddedS3) -> CountingApp | None:

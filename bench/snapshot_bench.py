@@ -164,11 +164,14 @@ def client_cpu_seconds() -> float:
 
 @dataclass
 class Usage:
-    """What one measured step cost beyond wall time: S3 requests by operation, client and server CPU."""
+    """What one measured step cost beyond wall time: S3 requests by operation, the body bytes the server sent
+    and received, client and server CPU."""
 
     calls: Counter[str] = field(default_factory=Counter)
     client_cpu: float = 0.0
     server_cpu: float = 0.0
+    bytes_down: int = 0
+    bytes_up: int = 0
 
     def describe(self, seconds: float, files: int) -> str:
         listed = ", ".join(f"{name} {count}" for name, count in self.calls.most_common()) or "not counted"
@@ -179,6 +182,8 @@ class Usage:
     def as_dict(self) -> dict[str, Any]:
         return {
             "requests": dict(self.calls),
+            "bytes_down": self.bytes_down,
+            "bytes_up": self.bytes_up,
             "client_cpu_s": round(self.client_cpu, 3),
             "server_cpu_s": round(self.server_cpu, 3),
         }
@@ -215,19 +220,25 @@ class S3Server:
             return 0.0
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def counts(self) -> Counter[str]:
+    def counts(self) -> tuple[Counter[str], Counter[str]]:
+        """The requests served so far by operation, and the body bytes ("bytes_up", "bytes_down")."""
         assert self.proc.stdin is not None
         self.proc.stdin.write("counts\n")
         self.proc.stdin.flush()
-        return Counter(json.loads(self._stdout.readline()) or {})
+        data = json.loads(self._stdout.readline()) or {}
+        return Counter(data.get("requests", {})), Counter({k: data.get(k, 0) for k in ("bytes_up", "bytes_down")})
 
     @contextmanager
     def phase(self) -> Iterator[Usage]:
-        """Yields a Usage that holds, after the block, the requests served and the CPU used inside it."""
-        before, server_cpu, client_cpu = self.counts(), self.cpu_seconds(), client_cpu_seconds()
+        """Yields a Usage that holds, after the block, the requests served, the bytes moved and the CPU used
+        inside it."""
+        (calls, moved), server_cpu, client_cpu = self.counts(), self.cpu_seconds(), client_cpu_seconds()
         usage = Usage()
         yield usage
-        usage.calls.update(self.counts() - before)
+        calls_after, moved_after = self.counts()
+        usage.calls.update(calls_after - calls)
+        usage.bytes_down = moved_after["bytes_down"] - moved["bytes_down"]
+        usage.bytes_up = moved_after["bytes_up"] - moved["bytes_up"]
         usage.server_cpu = self.cpu_seconds() - server_cpu
         usage.client_cpu = client_cpu_seconds() - client_cpu
 

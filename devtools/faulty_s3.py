@@ -18,6 +18,9 @@ faults in every run), or what `force()` queued for the next requests. The faults
                       (a response without a body is cut inside its status line instead)
   latency             the request waits `latency` seconds before it is passed on
 
+and, asked for with `stall_write(n)`, the n-th write from then on (PUT, POST, DELETE) reaches the server and
+its answer is held back until `calm()`: a test kills the client meanwhile, right after that write took effect.
+
 Everything else passes through byte for byte in both directions: request and response heads unchanged,
 bodies streamed as they arrive (Content-Length, chunked transfer encoding with its trailers, so also S3's
 aws-chunked uploads, or until the server closes), `Expect: 100-continue` with the server's interim answer
@@ -36,7 +39,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import BinaryIO
 from urllib.parse import urlsplit
@@ -55,6 +58,7 @@ SERVER_ERRORS = {
     "slow_down": (503, "Slow Down", "SlowDown", "Please reduce your request rate."),
 }
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WRITES = ("PUT", "POST", "DELETE")
 PIECE = 64 * 1024
 MAX_LINE = 64 * 1024
 
@@ -80,6 +84,7 @@ class FaultyS3:
         self._counts: Counter[str] = Counter()
         self._forced: deque[str | None] = deque()
         self._rules: list[_Rule] = []
+        self._stall: _Stall | None = None
         self.set_rate(rate, seed, faults)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -113,6 +118,22 @@ class FaultyS3:
         with self._lock:
             self._rules.append(_Rule(method.upper(), target_contains, fault, after))
 
+    def stall_write(self, number: int) -> threading.Event:
+        """The `number`-th write (PUT, POST or DELETE; from 1) from now on reaches the server and its answer
+        is held back until `calm()`; the returned event is set once the server has answered it."""
+        if number < 1:
+            raise ValueError(f"writes are counted from 1, not {number}")
+        with self._lock:
+            self._release_stall()
+            self._stall = _Stall(number)
+            return self._stall.reached
+
+    def _release_stall(self) -> None:
+        """Call with the lock held."""
+        if self._stall is not None:
+            self._stall.release.set()
+            self._stall = None
+
     def storage(self, bucket: str, prefix: str = "p", **settings: int) -> S3Storage:
         """The engine's storage of `bucket`/`prefix` with every request through this proxy (dummy
         credentials); `settings` are S3Settings' (e.g. max_attempts)."""
@@ -129,8 +150,10 @@ class FaultyS3:
         )
 
     def calm(self) -> None:
-        """No faults any more: rate 0, every fault kind eligible again, nothing queued, counters reset."""
+        """No faults any more: rate 0, every fault kind eligible again, nothing queued, a held answer let go
+        (its connection closed), counters reset."""
         with self._lock:
+            self._release_stall()
             self.rate = 0.0
             self.faults = FAULTS
             self._forced.clear()
@@ -159,9 +182,15 @@ class FaultyS3:
 
         return counted
 
-    def _decide(self, method: str, target: str) -> str | None:
+    def _decide(self, method: str, target: str) -> str | _Stall | None:
         with self._lock:
             self._counts["requests"] += 1
+            stall = self._stall
+            if stall is not None and method in WRITES and not stall.reached.is_set():
+                stall.number -= 1
+                if stall.number == 0:
+                    self._counts["stalled"] += 1
+                    return stall
             rule = next((r for r in self._rules if r.method == method and r.contains in target), None)
             if rule is not None and rule.after > 0:
                 rule.after -= 1
@@ -199,6 +228,8 @@ class FaultyS3:
         return self
 
     def stop(self) -> None:
+        with self._lock:
+            self._release_stall()
         if self._server is None:
             return
         self._server.shutdown()
@@ -213,6 +244,13 @@ class FaultyS3:
 
     def __exit__(self, *exc: tuple[type[BaseException], BaseException, TracebackType] | None) -> None:
         self.stop()
+
+
+@dataclass
+class _Stall:
+    number: int  # writes still to pass before the one held
+    reached: threading.Event = field(default_factory=threading.Event)  # the held write's answer arrived
+    release: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -313,6 +351,12 @@ class _Handler(socketserver.BaseRequestHandler):
 
         response = self._final_response_head(upstream_in)
         framing = _response_framing(method, response)
+        if isinstance(fault, _Stall):  # the write took effect; its answer never comes
+            _copy_body(upstream_in, None, framing)
+            fault.reached.set()
+            fault.release.wait()
+            self._close_upstream()
+            return False
         if fault in ("truncated", "reset_mid_response"):
             body = bytearray()
             _copy_body(upstream_in, body.extend, framing)

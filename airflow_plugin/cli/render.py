@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.retention.plan import Plan
-from ..core.snapshots.manifest import Manifest
+from ..core.snapshots.manifest import Listed
 from ..core.sources.kafka import SourceCheck
 
 # Piped output (grep, logs) gets wide lines instead of a table squeezed to 80 columns.
@@ -178,7 +178,7 @@ def source_text(check: SourceCheck | None) -> str:
     return f"GONE: {check.records_lost:,}{'+' if check.lost_unknown else ''} records"
 
 
-def snapshot_table(manifests: Sequence[Manifest], checks: Mapping[str, SourceCheck] | None = None) -> Table:
+def snapshot_table(manifests: Sequence[Listed], checks: Mapping[str, SourceCheck] | None = None) -> Table:
     """Snapshots; `checks` marks those whose Kafka records are gone (they cannot be restored without a gap)."""
     checks = checks or {}
     columns = ("job", "id", "kind", "trigger", "status", "batch", "files", "size", "uploaded", "age", "pin")
@@ -191,7 +191,7 @@ def snapshot_table(manifests: Sequence[Manifest], checks: Mapping[str, SourceChe
             str(m.trigger),
             str(m.status),
             dash(m.batch_id),
-            str(len(m.files)),
+            str(m.file_count),
             human_bytes(m.total_bytes),
             human_bytes(m.uploaded_bytes),
             age(m.created_at),

@@ -6,6 +6,10 @@ engine, the Airflow layer and the job runtime ask this module.
     jobs/<job>/deployments/<deployment_id>/status.json           its heartbeat (written by the job runtime)
     jobs/<job>/deployments/<deployment_id>/control/<request>.json  requests to the running job (stop, start)
     jobs/<job>/lease.json                                        the job lease: one operation at a time
+    jobs/<job>/catalog/snapshots.json.gz                         the job's snapshot catalog: what listing needs of
+                                                                 each manifest, kept beside them (core/index.py)
+    jobs/<job>/catalog/deployments.json.gz                       the job's deployment index: every record, and the
+                                                                 final heartbeat of each retired deployment
     jobs/<job>/upgrades/<upgrade_id>.json                        an upgrade: its mode, state and steps' results
     format.json                                                  the store's format version and packing settings
     blobs/<sha256[:2]>/<sha256>                                  a file's content as one object (large files; stores
@@ -43,6 +47,10 @@ def check_name(value: str, what: str) -> str:
     return value
 
 
+def is_valid_name(value: str) -> bool:
+    return bool(_NAME.match(value))
+
+
 def job_prefix(job: str) -> str:
     return f"{JOBS}{check_name(job, 'job name')}/"
 
@@ -63,6 +71,29 @@ def manifest_key(job: str, snapshot_id: str) -> str:
 def is_manifest(key: str) -> bool:
     parts = key.split("/")
     return len(parts) == 5 and parts[0] == "jobs" and parts[2] == "snapshots" and parts[4] == MANIFEST
+
+
+def snapshot_id_of(key: str, job: str) -> str | None:
+    """The snapshot id of a manifest's key (None for any other key)."""
+    prefix = snapshots_prefix(job)
+    if not key.startswith(prefix) or not key.endswith("/" + MANIFEST):
+        return None
+    rest = key[len(prefix) :].split("/")
+    return rest[0] if len(rest) == 2 else None
+
+
+def catalog_prefix(job: str) -> str:
+    return f"{job_prefix(job)}catalog/"
+
+
+def snapshot_catalog_key(job: str) -> str:
+    """The job's snapshot catalog (snapshots/catalog.py): never the truth, the manifests are."""
+    return catalog_prefix(job) + "snapshots.json.gz"
+
+
+def deployment_index_key(job: str) -> str:
+    """The job's deployment index (jobs/deployment_index.py): never the truth, the records are."""
+    return catalog_prefix(job) + "deployments.json.gz"
 
 
 def deployments_prefix(job: str) -> str:

@@ -31,7 +31,8 @@ from types import TracebackType
 from typing import Any
 
 from .errors import Conflict, IntegrityError, InvalidInput, NotFound, Refused
-from .layout import lease_key
+from .layout import JOBS, is_valid_name, lease_key
+from .parallel import run_parallel
 from .storage import Storage
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,22 @@ def default_holder() -> str:
     except (KeyError, OSError):  # no user name for this uid (containers)
         user = str(os.getuid())
     return f"{user}@{socket.gethostname()}:{os.getpid()}"
+
+
+def holder_gone(holder: str) -> bool:
+    """Whether `holder` (as `default_holder` names one) is a process of this host that no longer exists, so
+    what it left behind is orphaned. False for anything else: another host, an Airflow run, a live process (or
+    a new process that reuses its pid: then only time tells)."""
+    user_host, sep, pid = holder.rpartition(":")
+    if not sep or not pid.isdigit() or user_host.rpartition("@")[2] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    return False
 
 
 def airflow_holder(dag_id: str, run_id: str) -> str:
@@ -322,15 +339,11 @@ def read_lease(storage: Storage, job: str) -> LeaseRecord | None:
 
 
 def held_leases(storage: Storage) -> list[LeaseRecord]:
-    """Every job's lease record in the store, expired ones included (see `expired()`), by job."""
-    records = []
-    for info in storage.list("jobs/"):
-        parts = info.key.split("/")
-        if len(parts) == 3 and parts[2] == "lease.json":
-            record = _read(storage, parts[1])
-            if record is not None:
-                records.append(record)
-    return sorted(records, key=lambda r: r.job)
+    """Every job's lease record in the store, expired ones included (see `expired()`), by job: the job names
+    from one delimited listing, then each job's lease (never a listing of every key under jobs/)."""
+    names = [name for name in storage.children(JOBS) if is_valid_name(name)]
+    found = run_parallel(lambda name: _read(storage, name), names)
+    return sorted((record for record in found if record is not None), key=lambda r: r.job)
 
 
 def break_lease(storage: Storage, job: str, *, holder: str | None = None) -> LeaseRecord | None:

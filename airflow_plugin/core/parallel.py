@@ -48,3 +48,10 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T], *, concurrency: int =
                     raise future.exception()  # type: ignore[misc]
                 yield future.result()
             pending |= {submit(item) for item in itertools.islice(it, window - len(pending))}
+
+
+def map_parallel(fn: Callable[[T], R], items: Iterable[T], *, concurrency: int = DEFAULT_CONCURRENCY) -> list[R]:
+    """`run_parallel`, its results in the order of `items` (for few items: all are held at once)."""
+    indexed = list(enumerate(items))
+    results: dict[int, R] = dict(run_parallel(lambda pair: (pair[0], fn(pair[1])), indexed, concurrency=concurrency))
+    return [results[i] for i in range(len(indexed))]

@@ -4,6 +4,8 @@
     GET  /static/{file}                              its script and style sheet
     GET  /api/me                                     the user and what the page may offer them
     GET  /api/jobs                                   the declared jobs
+    GET  /api/fleet                                  every job at a glance: state, batch, heartbeat, last savepoint,
+                                                     Kafka lag, failed snapshots, unhealthy first
     GET  /api/jobs/{job}/deployments                 deployments: version, state, heartbeat, batch, rows/s;
                                                      whether a savepoint can be taken now, or why not
     GET  /api/jobs/{job}/snapshots                   a page of snapshots (offset, limit, focus, kind, status)
@@ -108,11 +110,18 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
         with engine_errors("read the jobs file"):
             return views.job_list(settings.hook())
 
+    @app.get("/api/fleet", dependencies=[Depends(authenticated)])
+    def fleet() -> dict[str, Any]:
+        with engine_errors("read the jobs"):
+            hook = settings.hook()
+            return views.fleet(hook.context, hook.jobs_file or "")
+
     @app.get("/api/jobs/{job}/deployments", dependencies=[Depends(authenticated)])
     def deployments(job: str) -> dict[str, Any]:
         with engine_errors(f"read the deployments of job {job}"):
             ctx = settings.hook().job_context(job)
-            return {"job": job, "deployments": views.deployments(ctx), "savepoint": views.savepoint_now(ctx)}
+            rows, older = views.deployments(ctx)
+            return {"job": job, "deployments": rows, "older": older, "savepoint": views.savepoint_now(ctx)}
 
     @app.get("/api/jobs/{job}/snapshots", dependencies=[Depends(authenticated)])
     def snapshots(

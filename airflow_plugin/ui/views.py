@@ -1,6 +1,7 @@
-"""What the savepoints page shows, as plain data read through the engine: the declared jobs, a job's
-deployments, a page of its snapshots (with the commands that restore each) and the timeline of all of
-them. Nothing here knows about HTTP; the FastAPI app (app.py) turns these dicts into JSON."""
+"""What the savepoints page shows, as plain data read through the engine: the declared jobs, the fleet at a
+glance (every job's state, health, last savepoint), a job's deployments, a page of its snapshots (with the
+commands that restore each) and the timeline of all of them. Nothing here knows about HTTP; the FastAPI app
+(app.py) turns these dicts into JSON."""
 
 from __future__ import annotations
 
@@ -10,20 +11,25 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-from ..core.context import JobContext
-from ..core.errors import InvalidInput, Refused
+from ..core.context import Context, JobContext
+from ..core.errors import InvalidInput, Refused, SavepointsError
+from ..core.jobs.overview import overview
 from ..core.jobs.savepoint import savepoint_target
 from ..core.jobs.spec import JobSpec
 from ..core.jobs.stop import job_status
+from ..core.parallel import map_parallel
 from ..core.snapshots import source_guard
+from ..core.snapshots.catalog import SnapshotEntry
 from ..core.snapshots.manifest import Manifest
 from ..core.sources.kafka import SourceCheck
 from ..core.storage import S3Settings
 from ..core.upgrades.record import Upgrades
 from ..hooks.savepoints import SavepointsHook
 
+FLEET_READERS = 16  # jobs read at once for the fleet overview
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+RETIRED_SHOWN = 20  # retired deployments the deployments table shows (the newest)
 # A person waits for the page: give up on an unreachable store after a few attempts, not botocore's ten
 # with exponential backoff (a minute), and show the store's error instead.
 PAGE_S3_ATTEMPTS = 2
@@ -78,10 +84,9 @@ def job_list(hook: SavepointsHook) -> dict[str, Any]:
 
 def newest_upgrade(job: JobContext) -> dict[str, Any] | None:
     """The job's newest upgrade (its record: mode, phase, why), as the page shows its progress."""
-    found = Upgrades(job.store.storage).list(job.name)
-    if not found:
+    upgrade = Upgrades(job.store.storage).newest(job.name)
+    if upgrade is None:
         return None
-    upgrade = found[-1]
     last = upgrade.history[-1] if upgrade.history else {}
     return {
         "id": upgrade.id,
@@ -98,9 +103,26 @@ def newest_upgrade(job: JobContext) -> dict[str, Any] | None:
     }
 
 
-def deployments(job: JobContext) -> list[dict[str, Any]]:
-    """One row per deployment, newest first (the engine's `savepoints status` rows)."""
-    return list(reversed(job_status(job)))
+def fleet(context: Context, jobs_file: str) -> dict[str, Any]:
+    """Every declared job at a glance, the unhealthy ones first (then by name); a job whose store cannot be
+    read is a row with the store's error, and the others still show."""
+
+    def row(name: str) -> dict[str, Any]:
+        try:
+            return {**overview(context.job(name)), "error": None}
+        except SavepointsError as exc:
+            return {"job": name, "state": "UNKNOWN", "unhealthy": None, "error": str(exc)}
+
+    rows = map_parallel(row, sorted(context.jobs), concurrency=FLEET_READERS)
+    rows.sort(key=lambda r: (not (r["unhealthy"] or r["error"]), r["job"]))
+    return {"jobs_file": jobs_file, "jobs": rows}
+
+
+def deployments(job: JobContext) -> tuple[list[dict[str, Any]], int]:
+    """One row per deployment, newest first (the engine's `savepoints status` rows): every one not retired,
+    the newest RETIRED_SHOWN retired ones; and how many older ones were left out."""
+    rows, hidden = job_status(job, retired=RETIRED_SHOWN)
+    return list(reversed(rows)), hidden
 
 
 def savepoint_now(job: JobContext) -> dict[str, Any]:
@@ -128,7 +150,7 @@ def snapshots_page(
     if offset < 0:
         raise InvalidInput(f"offset {offset} is negative: use 0 or more")
     job = ctx.spec
-    manifests = ctx.store.list(job.name)  # oldest first
+    manifests = ctx.store.list(job.name)  # oldest first, from the job's catalog
     newest_first = list(reversed(manifests))
     shown = [m for m in newest_first if (not kind or str(m.kind) == kind) and (not status or str(m.status) == status)]
     focus_found = None
@@ -176,7 +198,11 @@ def _age_seconds(timestamp: str | None, now: datetime) -> float | None:
 
 
 def snapshot_row(
-    manifest: Manifest, ctx: JobContext, jobs_file: str | None, now: datetime, check: SourceCheck | None = None
+    manifest: Manifest | SnapshotEntry,
+    ctx: JobContext,
+    jobs_file: str | None,
+    now: datetime,
+    check: SourceCheck | None = None,
 ) -> dict[str, Any]:
     """A snapshot as the page shows it; `check`: its Kafka positions against the broker (None: no Kafka source)."""
     return {
@@ -189,7 +215,9 @@ def snapshot_row(
     }
 
 
-def restore_commands(job: JobSpec, store: str, manifest: Manifest, jobs_file: str | None) -> dict[str, str]:
+def restore_commands(
+    job: JobSpec, store: str, manifest: Manifest | SnapshotEntry, jobs_file: str | None
+) -> dict[str, str]:
     """The `savepoints` commands that use this snapshot (the CLI's syntax, airflow_plugin/cli), ready to
     paste, most useful first. Only COMPLETED snapshots restore; the others get their inspection command."""
     q = shlex.quote

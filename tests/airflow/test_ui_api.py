@@ -45,14 +45,6 @@ def jobs_toml(store: Path | str, checkpoint_root: Path, jobs: tuple[str, ...]) -
 
 
 @pytest.fixture(scope="module")
-def airflow_app(airflow_db: Path) -> FastAPI:
-    """Airflow's own API server app (core), with every plugin mounted; it also initialises the auth manager."""
-    from airflow.api_fastapi.app import create_app as create_airflow_app
-
-    return create_airflow_app(apps="core")
-
-
-@pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, airflow_app: FastAPI) -> Iterator[dict[str, Any]]:
     """A local store with SNAPSHOTS real snapshots of job `orders` (batches advancing) and none of `quiet`;
     the jobs file declaring both; the savepoint DAG serialized with that jobs file."""

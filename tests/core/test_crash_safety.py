@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from airflow_plugin.core.snapshots.blobs import PackSettings
@@ -19,6 +18,7 @@ from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
+from devtools.forked import wait_for
 from tests.support.synthetic import write_checkpoint
 
 
@@ -39,15 +39,6 @@ def start_create(store: str, ckpt: Path) -> subprocess.Popen[bytes]:
         "--json",
     ]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_sigkill_at_random_points_never_leaves_a_broken_completed_snapshot(tmp_path: Path, s3_store: str) -> None:

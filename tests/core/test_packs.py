@@ -221,7 +221,8 @@ def test_repack_through_the_cli_keeps_every_snapshot_restorable(
     assert main([*args, "--max-unused", "10%"]) == 0
     second = json.loads(capsys.readouterr().out)
     assert second["result"]["repacked_packs"] >= 1
-    [survivor] = store.list("orders")
+    [listed] = store.list("orders")
+    survivor = store.get("orders", listed.id)
     keys = {i.key for i in store.storage.list("packs/")}
     retired = {k.removesuffix(".retired") + ".pack" for k in keys if k.endswith(".retired")}
     assert retired and retired <= old_packs

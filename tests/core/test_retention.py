@@ -32,6 +32,7 @@ from airflow_plugin.core.parallel import run_parallel
 from airflow_plugin.core.retention.plan import Observed, ObservedDeployment, plan
 from airflow_plugin.core.retention.policy import KindPolicy, OnCancellation, RetentionPolicy, parse_policy
 from airflow_plugin.core.retention.prune import execute, observe, prune, retain_checkpoints
+from airflow_plugin.core.snapshots.catalog import SnapshotEntry
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.manifest import (
     FileEntry,
@@ -73,7 +74,7 @@ def stored_objects(store: SnapshotStore) -> set[str]:
 
 
 def referenced_objects(store: SnapshotStore) -> set[str]:
-    return {e.key for m in store.list() for e in m.files}
+    return {key for m in store.list() for key in m.objects}
 
 
 def snap(
@@ -85,9 +86,10 @@ def snap(
     pinned: bool = False,
     files: tuple[int, ...] = (),
     deployment: str | None = None,
-) -> Manifest:
+) -> SnapshotEntry:
+    """A snapshot as its catalog lists it (the planner's view)."""
     created = NOW - timedelta(hours=age_h)
-    return Manifest(
+    manifest = Manifest(
         id=new_snapshot_id(kind, created),
         job=job,
         kind=kind,
@@ -99,6 +101,7 @@ def snap(
         deployment=deployment,
         files=[FileEntry(f"f{n}", 1, sha(n), 0.0, *location(n)) for n in files],
     )
+    return SnapshotEntry.of(manifest, f"v-{manifest.id}")
 
 
 def blob(n: int, age_h: float = 10.0) -> ObjectInfo:
@@ -327,18 +330,19 @@ def test_the_plan_never_deletes_what_must_stay(history: tuple[Observed, Retentio
     observed, policy = history
     p = plan(observed, policy, NOW)
     deleted = deleted_ids(p)
-    remaining = [m for m in observed.manifests if m.id not in deleted]
+    remaining = [m for m in observed.snapshots if m.id not in deleted]
     for job in ("orders", "billing"):
         for kind in Kind:
             completed = [
-                m for m in observed.manifests if (m.job, m.kind, m.status) == (job, kind, SnapshotStatus.COMPLETED)
+                m for m in observed.snapshots if (m.job, m.kind, m.status) == (job, kind, SnapshotStatus.COMPLETED)
             ]
             if completed:
                 assert max(completed, key=lambda m: m.id[3:]).id not in deleted
-    assert not any(m.pinned for m in observed.manifests if m.id in deleted)
+    assert not any(m.pinned for m in observed.snapshots if m.id in deleted)
+    assert all(a.version == f"v-{a.target}" for a in p.snapshots)  # deleted only as the plan saw it
     running_sources = {d.restored_from for d in observed.deployments if State(d.state).live}
     assert not running_sources & deleted
-    referenced = {e.key for m in remaining for e in m.files}
+    referenced = {key for m in remaining for key in m.objects}
     deleted_objects = set(p.blob_keys)
     assert not referenced & deleted_objects
     listed = {o.key: o for o in observed.blobs}
@@ -349,9 +353,9 @@ def test_the_plan_never_deletes_what_must_stay(history: tuple[Observed, Retentio
         else:  # the grace period runs from the repack's marker when there is one
             clock = listed.get(retired_key(key), listed[key]) if key.endswith(".pack") else listed[key]
             assert clock.mtime < NOW.timestamp() - policy.blob_grace_s
-    for action in p.repacks:
-        live = {(e.offset, e.size) for m in remaining for e in m.files if e.key == action.target}
-        assert live and 1 - sum(size for _, size in live) / listed[action.target].size > policy.max_unused
+    for action in p.repacks:  # the most any one remaining snapshot uses of it leaves more than max_unused unused
+        live = max((m.objects.get(action.target, 0) for m in remaining), default=0)
+        assert live and 1 - live / listed[action.target].size > policy.max_unused
     if any(
         m.status is SnapshotStatus.IN_PROGRESS and (NOW - _created(m)).total_seconds() < 6 * HOUR for m in remaining
     ):
@@ -361,7 +365,7 @@ def test_the_plan_never_deletes_what_must_stay(history: tuple[Observed, Retentio
     assert not live & {a.target for a in p.checkpoints}
 
 
-def _created(m: Manifest) -> datetime:
+def _created(m: SnapshotEntry) -> datetime:
     return datetime.fromisoformat(m.created_at.replace("Z", "+00:00"))
 
 
@@ -547,7 +551,7 @@ def test_execute_rechecks_in_flight_before_deleting_blobs(tmp_path: Path) -> Non
     decided = plan(observe(store), policy, datetime.now(UTC))
     assert decided.blob_keys == [orphan] and decided.repacks
     before = stored_objects(store)
-    store.put(_in_progress())
+    store.add(_in_progress())
     result = execute(store, decided, policy)
     assert result.blobs == result.repacked == 0 and result.deferred_blobs == 1
     assert stored_objects(store) == before  # no object deleted, no pack retired
@@ -558,15 +562,6 @@ def _in_progress() -> Manifest:
     now = datetime.now(UTC)
     return Manifest(new_snapshot_id(Kind.SAVEPOINT, now), "orders", Kind.SAVEPOINT, Trigger.MANUAL,
                     SnapshotStatus.IN_PROGRESS, "/x", now.isoformat())  # fmt: skip
-
-
-def wait_for(condition: Any, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.005)
-    return False
 
 
 def _prune_process(store: str, cwd: Path, *extra: str) -> subprocess.Popen[bytes]:

@@ -140,8 +140,7 @@ def test_deep_verify_reads_every_operator_through_spark(spark, tmp_path: Path) -
     # a snapshot that lacks a state file passes the checksum check but not the deep one
     damaged = store.get("multi", manifest.id)
     victim = next(f for f in damaged.files if f.path.startswith("state/1/0/") and "_metadata" not in f.path)
-    damaged.files.remove(victim)
-    store.put(damaged)
+    store.update("multi", manifest.id, lambda current: current.files.remove(victim))
     report = verify_snapshot(store, "multi", manifest.id, deep=True)
     assert not report.ok
     assert any("operator 1" in problem and "unreadable" in problem for problem in report.problems)

@@ -415,7 +415,7 @@ def test_commands_under_faults_succeed_or_fail_cleanly_and_leave_the_store_whole
     stored = {info.key for prefix in (BLOBS, PACKS) for info in store.storage.list(prefix)}
     completed = [m for m in store.list() if m.status is SnapshotStatus.COMPLETED]
     for manifest in completed:
-        assert {entry.key for entry in manifest.files} <= stored, f"{manifest.id} lost stored contents"
+        assert set(manifest.objects) <= stored, f"{manifest.id} lost stored contents"
         assert verify_snapshot(store, manifest.job, manifest.id).ok, manifest.id
     assert {(m.job, m.id) for m in completed} >= set(created[:-1]), "a snapshot nobody deleted is gone"
 

@@ -12,7 +12,7 @@ import pytest
 from airflow_plugin.core.errors import CheckpointError, IntegrityError, Refused
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.lifecycle import delete_snapshot, set_pinned
-from airflow_plugin.core.snapshots.manifest import Kind, SnapshotStatus
+from airflow_plugin.core.snapshots.manifest import Kind, Manifest, SnapshotStatus
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
@@ -99,7 +99,9 @@ def test_pinned_snapshot_is_not_deleted(tmp_path: Path) -> None:
     assert tree(tmp_path / "store") == before
     set_pinned(store, "orders", manifest.id, False)
     delete_snapshot(store, "orders", manifest.id)
-    assert set(tree(tmp_path / "store")) == {"format.json"}  # no pack, no blob, no manifest left
+    # no pack, no blob, no manifest left; the job's catalog lists nothing
+    assert set(tree(tmp_path / "store")) == {"format.json", "jobs/orders/catalog/snapshots.json.gz"}
+    assert store.list("orders") == []
 
 
 def test_verify_finds_a_corrupt_blob_and_restore_leaves_the_target_empty(tmp_path: Path) -> None:
@@ -126,8 +128,11 @@ def test_verify_finds_a_corrupt_blob_and_restore_leaves_the_target_empty(tmp_pat
 def test_failed_and_in_progress_snapshots_cannot_be_restored(tmp_path: Path) -> None:
     store, manifest = snapshot(str(tmp_path / "store"), write_checkpoint(tmp_path / "ckpt", batches=2))
     for status, error in ((SnapshotStatus.FAILED, "disk full"), (SnapshotStatus.IN_PROGRESS, None)):
-        manifest.status, manifest.error = status, error
-        store.put(manifest)
+
+        def mark(current: Manifest, status: SnapshotStatus = status, error: str | None = error) -> None:
+            current.status, current.error = status, error
+
+        store.update("orders", manifest.id, mark)
         with pytest.raises(Refused, match=f"is {status}.*Pick a COMPLETED one"):
             plan_restore(store, "orders", manifest.id, open_storage(str(tmp_path / "r")))
     assert not (tmp_path / "r").exists()

@@ -12,10 +12,13 @@ from ...core.jobs.deployments import describe
 from ...core.jobs.preflight import preflight
 from ...core.jobs.savepoint import take_savepoint
 from ...core.jobs.stop import job_status, kill, stop
-from ...core.lease import break_lease, held_leases, read_lease
+from ...core.lease import LeaseRecord, break_lease, held_leases, read_lease
+from ...core.parallel import map_parallel
 from ...core.snapshots.manifest import parse_labels
 from ..render import Output, out, say, status_table
 from .snapshots import ACCEPT_GAP_HELP, REWIND_SINK_HELP
+
+RECENT_RETIRED = 3  # retired deployments `savepoints status` shows per job (the newest), besides the others
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -53,6 +56,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
     status_cmd = commands.add_parser("status", parents=[common], help="deployments with state and heartbeat")
     status_cmd.add_argument("job", nargs="?")
+    status_cmd.add_argument(
+        "--all",
+        action="store_true",
+        help=f"every retired deployment too (default: the newest {RECENT_RETIRED} of each job besides the others)",
+    )
     status_cmd.set_defaults(run=run_status)
 
     stop_cmd = commands.add_parser("stop", parents=[common], help="stop the running deployment at a batch boundary")
@@ -114,10 +122,19 @@ def run_preflight(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def run_status(args: argparse.Namespace, ctx: Context) -> Output:
+    """Every job of the jobs file (or one), read in parallel: each job's deployment index, the heartbeats of
+    its deployments not retired, and its lease."""
     names = [args.job] if args.job else sorted(ctx.jobs)
-    jobs = [ctx.job(name) for name in names]
-    rows = [row for job in jobs for row in job_status(job)]
-    leases = [lease for job in jobs if (lease := read_lease(job.store.storage, job.name))]
+
+    def one(name: str) -> tuple[list[dict[str, Any]], int, LeaseRecord | None]:
+        job = ctx.job(name)
+        rows, hidden = job_status(job, retired=None if args.all else RECENT_RETIRED)
+        return rows, hidden, read_lease(job.store.storage, job.name)
+
+    found = dict(zip(names, map_parallel(one, names), strict=True))
+    rows = [row for name in names for row in found[name][0]]
+    hidden = sum(found[name][1] for name in names)
+    leases = [lease for name in names if (lease := found[name][2])]
 
     def human() -> None:
         out.print(status_table(rows) if rows else "no deployments")
@@ -126,6 +143,8 @@ def run_status(args: argparse.Namespace, ctx: Context) -> Output:
                 say(f"UNHEALTHY: deployment {row['deployment']} of {row['job']}: {row['unhealthy']}")
         for lease in leases:
             say(f"lease: job {lease.job} is held by {lease.describe()}")
+        if hidden:
+            say(f"{hidden} older retired deployments not shown: --all shows them")
 
     busy = {lease.job: lease.describe() for lease in leases}
     return Output([row | {"lease": busy.get(row["job"])} for row in rows], human)

@@ -105,13 +105,16 @@ def run_create(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def run_list(args: argparse.Namespace, ctx: Context) -> Output:
-    """Every snapshot; those with Kafka sources are checked against their job's broker (one query per job)."""
-    manifests = ctx.store(args.job).list(args.job)
+    """Every snapshot, from the catalogs, each checked against a listing of its job's manifests first (what an
+    older savepoints wrote without a catalog shows too); those with Kafka sources are checked against their
+    job's broker (one query per job)."""
+    listing = ctx.store(args.job).validated(args.job)
+    snapshots = listing.entries
     checks = {}
-    for job in sorted({m.job for m in manifests}):
-        checks |= source_guard.assess([m for m in manifests if m.job == job], ctx.kafka(job))
-    rows = [m.summary() | {"source_check": checks[m.id].to_dict() if m.id in checks else None} for m in manifests]
-    return Output(rows, lambda: out.print(snapshot_table(manifests, checks) if manifests else "no snapshots"))
+    for job in sorted({m.job for m in snapshots}):
+        checks |= source_guard.assess([m for m in snapshots if m.job == job], ctx.kafka(job))
+    rows = [m.summary() | {"source_check": checks[m.id].to_dict() if m.id in checks else None} for m in snapshots]
+    return Output(rows, lambda: out.print(snapshot_table(snapshots, checks) if snapshots else "no snapshots"))
 
 
 def run_show(args: argparse.Namespace, ctx: Context) -> Output:

@@ -62,14 +62,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 def run_upgrade_command(args: argparse.Namespace, ctx: Context) -> Output:
     job = ctx.job(args.job)
     if args.show is not None:
-        records = Upgrades(job.store.storage).list(job.name)
-        if not records:
-            raise InvalidInput(f"job {job.name} has no upgrades yet")
-        shown = next((u for u in records if u.id == args.show), None) if args.show else records[-1]
+        upgrades = Upgrades(job.store.storage)
+        shown = upgrades.get(job.name, args.show) if args.show else upgrades.newest(job.name)
         if shown is None:
-            raise InvalidInput(
-                f"job {job.name} has no upgrade {args.show}: its upgrades are {', '.join(u.id for u in records)}"
-            )
+            raise InvalidInput(f"job {job.name} has no upgrades yet")
         return Output(shown.to_dict(), lambda: _show(shown))
     if args.version:
         if args.min_batches < 1:

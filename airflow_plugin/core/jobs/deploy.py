@@ -111,8 +111,8 @@ def _restore_source(ctx: JobContext, mode: str, exclude: str | None = None) -> M
 def _newest_of_query(ctx: JobContext, query_id: str) -> Manifest | None:
     """The newest COMPLETED snapshot of one query (its checkpoint's id: a restore with a rewound sink, like a
     rollback's, gives the restored query a new one)."""
-    same = [m for m in ctx.store.list(ctx.name) if m.status is SnapshotStatus.COMPLETED and m.query_id == query_id]
-    return same[-1] if same else None
+    same = [e for e in ctx.store.list(ctx.name) if e.status is SnapshotStatus.COMPLETED and e.query_id == query_id]
+    return ctx.store.get(ctx.name, same[-1].id) if same else None
 
 
 def _plan(

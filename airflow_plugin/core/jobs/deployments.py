@@ -2,11 +2,13 @@
 and the control channel through which it is asked to stop. This is the whole contract between the
 engine (Airflow, CLI) and a running job (spark_jobs/runtime): no network path to the driver is needed.
 Where each lives in the store: layout.py. What a deployment looks like to a person or a DAG (status rows,
-XComs, the CLI's JSON): `describe`, the one shape."""
+XComs, the CLI's JSON): `describe`, the one shape. A job's records are listed through its deployment index
+(deployment_index.py), which also keeps the final heartbeat of each retired deployment."""
 
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
 from collections.abc import Collection
@@ -16,9 +18,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .. import layout
-from ..errors import IntegrityError, NotFound
+from ..errors import Conflict, IntegrityError, NotFound
+from ..index import Known, RecordIndex
 from ..snapshots.manifest import utc_now
-from ..storage import Storage
+from ..storage import ObjectInfo, Storage
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .yarn import AppReport
@@ -70,6 +75,13 @@ class Deployment:
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> Deployment:
+        try:
+            return cls(**json.loads(raw))
+        except (ValueError, TypeError) as exc:
+            raise IntegrityError(f"{where} is corrupt: {exc}") from None
 
 
 @dataclass
@@ -128,6 +140,10 @@ class DeploymentStatus:
     def age(self, now: float | None = None) -> float:
         return (now or time.time()) - self.updated_at
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeploymentStatus:
+        return cls(**{**data, "state": State(data["state"])})
+
 
 @dataclass
 class ControlRequest:
@@ -140,46 +156,123 @@ class ControlRequest:
     requested_by: str = ""
 
 
+@dataclass(frozen=True)
+class DeploymentEntry:
+    """A deployment as its job's index lists it: the record, and the heartbeat it ended with once retired
+    (a retired deployment's driver has ended: that heartbeat is final)."""
+
+    record: Deployment
+    final: DeploymentStatus | None
+    version: str | None
+
+
+class DeploymentRecords:
+    """A job's deployment records, as core/index.py sees them."""
+
+    what = "deployment"
+
+    def __init__(self, storage: Storage, job: str) -> None:
+        self.storage, self.job = storage, job
+        self._reader = Deployments(storage)
+
+    def key(self, record_id: str) -> str:
+        return layout.deployment_key(self.job, record_id)
+
+    def listing(self) -> dict[str, ObjectInfo]:
+        listing = self.storage.list(layout.deployments_prefix(self.job))
+        return {d: info for info in listing if (d := layout.deployment_id_of(info.key, self.job))}
+
+    def entry(self, record_id: str, raw: bytes, version: str) -> DeploymentEntry | None:
+        try:
+            record = Deployment.from_json(raw, f"{self.storage.uri}/{self.key(record_id)}")
+        except IntegrityError as exc:
+            log.warning("skipping %s", exc)
+            return None
+        return DeploymentEntry(record, self._reader.final(record), version)
+
+    def dump(self, entry: DeploymentEntry) -> dict[str, Any]:
+        return {"record": asdict(entry.record), "final": asdict(entry.final) if entry.final else None}
+
+    def load(self, data: dict[str, Any], version: str) -> DeploymentEntry:
+        final = DeploymentStatus.from_dict(data["final"]) if data.get("final") else None
+        return DeploymentEntry(Deployment(**data["record"]), final, version)
+
+
 class Deployments:
-    """Reads and writes deployment records, heartbeats and control requests in one store."""
+    """Reads and writes deployment records, heartbeats and control requests in one store. Records are listed
+    through each job's index; a retired deployment's heartbeat comes from there once listed (it is final)."""
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
+        self._indexes: dict[str, RecordIndex[DeploymentEntry]] = {}
+        self._finals: dict[tuple[str, str], DeploymentStatus] = {}
+
+    def index(self, job: str) -> RecordIndex[DeploymentEntry]:
+        if job not in self._indexes:
+            key = layout.deployment_index_key(job)
+            self._indexes[job] = RecordIndex(self.storage, key, DeploymentRecords(self.storage, job))
+        return self._indexes[job]
 
     # -- records
     def put(self, deployment: Deployment) -> None:
-        self.storage.write(layout.deployment_key(deployment.job, deployment.id), deployment.to_json())
+        """Write the record (over whatever version is there), its index entry with it; a retired one's final
+        heartbeat is kept in the index."""
+        key = layout.deployment_key(deployment.job, deployment.id)
+        final = self.final(deployment)
+        with self.index(deployment.job).changing([deployment.id]) as known:
+            while True:
+                current = self.storage.stat(key)
+                try:
+                    if current is None or current.version is None:
+                        written = self.storage.create(key, deployment.to_json())
+                    else:
+                        written = self.storage.replace(key, deployment.to_json(), current.version)
+                except Conflict:
+                    continue  # written meanwhile: the last writer wins, as an unconditional write would
+                prior = current.version if current else None
+                known[deployment.id] = Known(prior, written, DeploymentEntry(deployment, final, written))
+                return
+
+    def final(self, deployment: Deployment) -> DeploymentStatus | None:
+        """The heartbeat of a retired deployment, once its driver ended (a terminal state): it changes no more."""
+        if not deployment.retired_at:
+            return None
+        status = self.status(deployment.job, deployment.id)
+        return status if status is not None and not status.state.live else None
 
     def get(self, job: str, deployment_id: str) -> Deployment:
         key = layout.deployment_key(job, deployment_id)
         try:
-            data = json.loads(self.storage.read(key))
+            raw = self.storage.read(key)
         except FileNotFoundError:
             raise NotFound(
                 f"deployment {deployment_id} of job {job} does not exist in {self.storage.uri}: "
                 f"see `savepoints status {job}`"
             ) from None
-        except ValueError as exc:
-            raise IntegrityError(f"{self.storage.uri}/{key} is corrupt: {exc}") from None
-        return Deployment(**data)
+        return Deployment.from_json(raw, f"{self.storage.uri}/{key}")
 
     def list(self, job: str) -> list[Deployment]:
-        """A job's deployments, oldest first."""
-        listing = self.storage.list(layout.deployments_prefix(job))
-        ids = sorted({d for info in listing if (d := layout.deployment_id_of(info.key, job))})
-        return [self.get(job, deployment_id) for deployment_id in ids]
+        """A job's deployments, oldest first: one read of its index (and of the records it marks)."""
+        entries = sorted(self.index(job).view().items())
+        for deployment_id, entry in entries:
+            if entry.final is not None:
+                self._finals[(job, deployment_id)] = entry.final
+        return [entry.record for _, entry in entries]
 
     # -- heartbeat
     def write_status(self, job: str, deployment_id: str, status: DeploymentStatus) -> None:
         self.storage.write(layout.status_key(job, deployment_id), json.dumps(asdict(status)).encode())
 
     def status(self, job: str, deployment_id: str) -> DeploymentStatus | None:
+        """Its heartbeat: read, unless it is a retired deployment's final one this instance listed."""
+        final = self._finals.get((job, deployment_id))
+        if final is not None:
+            return final
         try:
             data = json.loads(self.storage.read(layout.status_key(job, deployment_id)))
         except FileNotFoundError:
             return None
-        data["state"] = State(data["state"])
-        return DeploymentStatus(**data)
+        return DeploymentStatus.from_dict(data)
 
     # -- control channel
     def request(self, job: str, deployment_id: str, request: ControlRequest) -> None:
@@ -191,7 +284,8 @@ class Deployments:
 
     def remove(self, job: str, deployment_id: str) -> None:
         """Delete a deployment's record, heartbeat and requests (a pre-flight's throwaway run)."""
-        self.storage.delete([info.key for info in self.storage.list(layout.deployment_prefix(job, deployment_id))])
+        with self.index(job).changing([deployment_id]):
+            self.storage.delete([info.key for info in self.storage.list(layout.deployment_prefix(job, deployment_id))])
 
     def requests(self, job: str, deployment_id: str, skip: Collection[str] = ()) -> list[ControlRequest]:
         """Control requests, oldest first; ids in `skip` (already handled) are not even read."""

@@ -41,6 +41,7 @@ def snapshot_deployment(
         sinks=(sink,) if sink else (),
         request_id=ctx.settings.request_id,
         gate=interval if interval and (interval["after"] is not None or interval["until"] is not None) else None,
+        reuse_from=tuple(s for s in (deployment.restored_from, deployment.prerestored_from) if s),
     )
     return create_snapshot(
         ctx.store,
@@ -59,14 +60,18 @@ def _earlier_attempt(ctx: JobContext, deployment: Deployment) -> Manifest | None
     request_id = ctx.settings.request_id
     if not request_id:
         return None
-    for manifest in ctx.store.list(ctx.name):
-        if manifest.request_id != request_id or manifest.deployment != deployment.id:
+    for entry in ctx.store.list(ctx.name):
+        if entry.request_id != request_id or entry.deployment != deployment.id:
             continue
-        if manifest.status is SnapshotStatus.COMPLETED:
-            return manifest
-        if manifest.status is SnapshotStatus.IN_PROGRESS:
-            manifest.status = SnapshotStatus.FAILED
-            manifest.error = f"abandoned: the attempt that took it died; request {request_id} was retried"
-            manifest.completed_at = utc_now()
-            ctx.store.put(manifest)
+        if entry.status is SnapshotStatus.COMPLETED:
+            return ctx.store.get(ctx.name, entry.id)
+        if entry.status is SnapshotStatus.IN_PROGRESS:
+            ctx.store.update(ctx.name, entry.id, lambda manifest: _abandon(manifest, request_id))
     return None
+
+
+def _abandon(manifest: Manifest, request_id: str) -> None:
+    if manifest.status is SnapshotStatus.IN_PROGRESS:  # not finished meanwhile after all
+        manifest.status = SnapshotStatus.FAILED
+        manifest.error = f"abandoned: the attempt that took it died; request {request_id} was retried"
+        manifest.completed_at = utc_now()

@@ -183,6 +183,13 @@ def _kill(ctx: JobContext, deployment_id: str | None) -> Deployment:
     return deployment
 
 
-def job_status(ctx: JobContext) -> list[dict[str, Any]]:
-    """One row per deployment, oldest first: what `savepoints status` shows."""
-    return [describe(deployment, *ctx.observe(deployment)) for deployment in ctx.deployments.list(ctx.name)]
+def job_status(ctx: JobContext, *, retired: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """One row per deployment, oldest first: what `savepoints status` shows. `retired`: of the retired
+    deployments, only the newest that many (None: all); every one not retired is shown. Returns the rows
+    and how many retired ones were left out. One read of the job's index and the heartbeats of the
+    deployments not retired: a retired one's final heartbeat is in the index."""
+    deployments = ctx.deployments.list(ctx.name)
+    old = [d.id for d in deployments if d.retired_at]
+    hidden = set(old[: max(0, len(old) - retired)] if retired is not None else ())
+    rows = [describe(d, *ctx.observe(d)) for d in deployments if d.id not in hidden]
+    return rows, len(hidden)

@@ -1,6 +1,7 @@
 """Retention, deciding: the PURE planner that turns what the store holds into a plan of deletions, each
-with its reason. No I/O here: `prune.py` observes the store into `Observed` and executes the `Plan`; a
-dry run prints the plan and stops (observe, decide, act).
+with its reason. No I/O here: `prune.py` observes the store into `Observed` (the snapshots as their
+catalogs list them, checked against the manifests) and executes the `Plan`; a dry run prints the plan and
+stops (observe, decide, act).
 
 Safety rules the planner never breaks, whatever the policy says:
 - the newest COMPLETED snapshot of a job and kind is kept;
@@ -11,8 +12,11 @@ Safety rules the planner never breaks, whatever the policy says:
   its `.retired` marker), and no snapshot is in flight (a create writes its IN_PROGRESS manifest before
   it looks at what the store holds, so while one runs it may be about to reuse any content);
 - a pack is repacked (its referenced contents copied into a new pack, the manifests pointed there) only
-  when more than `max_unused` of it is unreferenced, and never while a snapshot is in flight. The
-  repack deletes nothing: the emptied pack goes by the rule above, in a later run.
+  when more than `max_unused` of it may be unreferenced, and never while a snapshot is in flight. The
+  catalogs say which bytes of a pack each snapshot references, not which contents two snapshots share, so
+  the referenced share is at least the largest of any one snapshot: the plan names the packs that may be
+  worth it, the repack reads the manifests and moves only a pack that is (repack.py). The repack deletes
+  nothing: the emptied pack goes by the rule above, in a later run.
 
 The plan also marks the snapshots that can no longer be restored without losing records because Kafka no
 longer holds what they would read next (`Observed.source_checks`, from the broker: snapshots/source_guard.py).
@@ -32,7 +36,8 @@ from typing import Any
 from ..errors import InvalidInput
 from ..jobs.deployments import State
 from ..layout import is_stored_content, manifest_key, pack_of_retired, retired_key
-from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, in_flight
+from ..snapshots.catalog import SnapshotEntry
+from ..snapshots.manifest import Kind, SnapshotStatus, in_flight
 from ..sources.kafka import SourceCheck
 from ..storage import ObjectInfo
 from .policy import KindPolicy, OnCancellation, RetentionPolicy
@@ -68,14 +73,15 @@ class ObservedDeployment:
 
 @dataclass(frozen=True)
 class Observed:
-    """What the store holds. `manifests` are ALL jobs' (blob references are store-wide); `jobs` limits
-    which jobs' snapshots and deployments the plan may touch (None: every job)."""
+    """What the store holds. `snapshots` are ALL jobs' (blob references are store-wide); `jobs` limits
+    which jobs' snapshots and deployments the plan may touch (None: every job); `notes` go into the plan."""
 
-    manifests: tuple[Manifest, ...]
+    snapshots: tuple[SnapshotEntry, ...]
     deployments: tuple[ObservedDeployment, ...] = ()
     blobs: tuple[ObjectInfo, ...] = ()
     jobs: frozenset[str] | None = None
     source_checks: Mapping[str, SourceCheck] = field(default_factory=dict)  # snapshot id -> its Kafka positions
+    notes: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------- the plan
@@ -83,7 +89,8 @@ class Observed:
 
 @dataclass(frozen=True)
 class Action:
-    """One deletion. `keys` are store keys (a manifest, blobs); a checkpoint action names its location."""
+    """One deletion. `keys` are store keys (a manifest, blobs); a checkpoint action names its location; a
+    snapshot's names the manifest version it was planned from (changed since: left alone)."""
 
     kind: ActionKind
     target: str
@@ -92,6 +99,7 @@ class Action:
     keys: tuple[str, ...] = ()
     bytes: int = 0
     location: str | None = None
+    version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"action": str(self.kind), "target": self.target, "job": self.job}
@@ -180,8 +188,8 @@ def _timestamp(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def age_seconds(manifest: Manifest, now: datetime) -> float:
-    return now.timestamp() - _timestamp(manifest.created_at)
+def age_seconds(snapshot: SnapshotEntry, now: datetime) -> float:
+    return now.timestamp() - _timestamp(snapshot.created_at)
 
 
 def _human(seconds: float) -> str:
@@ -200,7 +208,7 @@ def _protected(observed: Observed) -> dict[str, str]:
     }
 
 
-def _leftover_reason(m: Manifest, policy: RetentionPolicy, now: datetime) -> str | None:
+def _leftover_reason(m: SnapshotEntry, policy: RetentionPolicy, now: datetime) -> str | None:
     age = age_seconds(m, now)
     if m.status is SnapshotStatus.FAILED and age > policy.failed_grace_s:
         return f"FAILED, older than the grace period ({_human(policy.failed_grace_s)})"
@@ -209,7 +217,7 @@ def _leftover_reason(m: Manifest, policy: RetentionPolicy, now: datetime) -> str
     return None
 
 
-def _history_reasons(completed: list[Manifest], limits: KindPolicy, now: datetime) -> dict[str, str]:
+def _history_reasons(completed: list[SnapshotEntry], limits: KindPolicy, now: datetime) -> dict[str, str]:
     """Policy verdicts for the COMPLETED snapshots of one job and kind, newest first, before safety rules.
     Pinned ones do not count towards keep_last: keep_last N keeps N rotating snapshots besides them."""
     reasons: dict[str, str] = {}
@@ -229,8 +237,8 @@ def _snapshot_decisions(
     observed: Observed, policy: RetentionPolicy, job_policies: Mapping[str, RetentionPolicy], now: datetime
 ) -> tuple[list[Action], list[Kept]]:
     protected = _protected(observed)
-    groups: dict[tuple[str, Kind], list[Manifest]] = defaultdict(list)
-    for m in observed.manifests:
+    groups: dict[tuple[str, Kind], list[SnapshotEntry]] = defaultdict(list)
+    for m in observed.snapshots:
         if observed.jobs is None or m.job in observed.jobs:
             groups[(m.job, m.kind)].append(m)
     actions: list[Action] = []
@@ -256,11 +264,12 @@ def _snapshot_decisions(
                 kept.append(Kept(job, m.id, f"{reason}, but {guard}"))
                 continue
             key = manifest_key(m.job, m.id)
-            actions.append(Action(ActionKind.DELETE_SNAPSHOT, m.id, f"{m.status} {m.kind}: {reason}", job, (key,)))
+            why = f"{m.status} {m.kind}: {reason}"
+            actions.append(Action(ActionKind.DELETE_SNAPSHOT, m.id, why, job, (key,), version=m.version))
     return actions, kept
 
 
-def _guard(m: Manifest, newest: str | None, protected: Mapping[str, str]) -> str | None:
+def _guard(m: SnapshotEntry, newest: str | None, protected: Mapping[str, str]) -> str | None:
     if m.pinned:
         return "it is pinned"
     if m.id == newest:
@@ -271,15 +280,16 @@ def _guard(m: Manifest, newest: str | None, protected: Mapping[str, str]) -> str
 
 
 def _blob_actions(
-    observed: Observed, remaining: Iterable[Manifest], policy: RetentionPolicy, now: datetime
+    observed: Observed, remaining: Iterable[SnapshotEntry], policy: RetentionPolicy, now: datetime
 ) -> tuple[list[Action], list[str]]:
-    """Deletions of unreferenced objects (with their markers) and repacks of mostly unreferenced packs."""
+    """Deletions of unreferenced objects (with their markers) and repacks of packs that may be mostly
+    unreferenced."""
     remaining = list(remaining)
     flying = [m.id for m in remaining if in_flight(m, now, policy.abandoned_after_s)]
-    used: dict[str, dict[int, int]] = defaultdict(dict)  # object -> {offset: size} of referenced contents
+    used: dict[str, int] = {}  # object -> the most bytes of it any one remaining snapshot references
     for m in remaining:
-        for entry in m.files:
-            used[entry.key][entry.offset] = entry.size
+        for key, size in m.objects.items():
+            used[key] = max(used.get(key, 0), size)
     contents = {b.key: b for b in observed.blobs if is_stored_content(b.key)}
     retired = {pack: b for b in observed.blobs if (pack := pack_of_retired(b.key))}
     cutoff = now.timestamp() - policy.blob_grace_s
@@ -300,16 +310,15 @@ def _blob_actions(
         actions.append(
             Action(ActionKind.DELETE_BLOBS, f"{len(old)} objects", reason, None, keys, sum(b.size for b in old))
         )
-    for key, ranges in sorted(used.items()):
+    for key, live in sorted(used.items()):
         pack = contents.get(key)
         if pack is None or not key.endswith(".pack") or pack.size == 0:
             continue
-        live = sum(ranges.values())
         unused = 1 - live / pack.size
         if unused > policy.max_unused and live > 0:
             reason = (
-                f"{unused:.0%} of its {pack.size} bytes referenced by no remaining snapshot "
-                f"(max unused {policy.max_unused:.0%})"
+                f"up to {unused:.0%} of its {pack.size} bytes referenced by no remaining snapshot "
+                f"(max unused {policy.max_unused:.0%}; the repack checks the manifests)"
             )
             actions.append(Action(ActionKind.REPACK, key, reason, None, (key,), live))
     if flying and (actions or orphans):  # nothing deleted, nothing moved: a create may reuse any content
@@ -356,16 +365,16 @@ def plan(
         raise InvalidInput("plan() needs `now` (the planner is pure: pass datetime.now(UTC))")
     snapshot_actions, kept = _snapshot_decisions(observed, policy, job_policies, now)
     deleted = {a.target for a in snapshot_actions}
-    remaining = [m for m in observed.manifests if m.id not in deleted]
+    remaining = [m for m in observed.snapshots if m.id not in deleted]
     result = Plan(actions=[*snapshot_actions, *_checkpoint_actions(observed, policy, job_policies, now)], kept=kept)
     blobs, notes = _blob_actions(observed, remaining, policy, now)
     result.actions.extend(blobs)
-    result.notes.extend(notes)
+    result.notes.extend([*observed.notes, *notes])
     result.unrestorable = _unrestorable(observed, remaining)
     return result
 
 
-def _unrestorable(observed: Observed, remaining: Iterable[Manifest]) -> list[Unrestorable]:
+def _unrestorable(observed: Observed, remaining: Iterable[SnapshotEntry]) -> list[Unrestorable]:
     """The remaining COMPLETED snapshots whose Kafka positions the broker can no longer serve."""
     marked = []
     for m in remaining:

@@ -1,15 +1,20 @@
 """Retention, the acting half: observe the store into plain data, execute a plan from retention.py, and
 take retained checkpoints of running deployments.
 
-Crash safety of `execute`: manifests go first (a snapshot disappears as a whole the moment its manifest
-does), then retired checkpoint locations, then repacks (repack.py: they only add and re-point), then
-stored objects. An object is deleted only after every manifest that referenced it is gone, so a prune
-killed at any point leaves every COMPLETED snapshot whole; what it did not finish is unreferenced and old,
-so the next run's plan contains it again. Every delete is idempotent.
+Observing reads no manifest: each job's snapshot catalog, checked against a listing of its manifests
+(ids and versions; a difference is settled from the manifests), its deployment index and the heartbeats of
+deployments not retired, and the listing of stored objects.
 
-Racing a create: right before each repack and each batch of object deletions the manifests are listed
-again; a snapshot in flight (or a new reference) that appeared since the plan was made stops them, and
-they are left for the next run."""
+Crash safety of `execute`: manifests go first (a snapshot disappears as a whole the moment its manifest
+does; only the version the plan saw: one pinned since stays), then retired checkpoint locations, then
+repacks (repack.py: they only add and re-point), then stored objects. An object is deleted only after every
+manifest that referenced it is gone, so a prune killed at any point leaves every COMPLETED snapshot whole;
+what it did not finish is unreferenced and old, so the next run's plan contains it again. Every delete is
+idempotent.
+
+Racing a create: right before each repack and each batch of object deletions the catalogs are read and
+checked again; a snapshot in flight (or a new reference) that appeared since the plan was made stops them,
+and they are left for the next run."""
 
 from __future__ import annotations
 
@@ -24,10 +29,11 @@ from ..errors import CheckpointError
 from ..jobs.deployments import DEFAULT_HEARTBEAT_TIMEOUT, Deployments, State, observed_state
 from ..jobs.snapshot import snapshot_deployment
 from ..layout import BLOBS, PACKS, check_name
-from ..parallel import chunked
+from ..parallel import chunked, run_parallel
 from ..snapshots import source_guard
+from ..snapshots.catalog import SnapshotEntry
 from ..snapshots.checkpoint import read_restart_point
-from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, in_flight
+from ..snapshots.manifest import Kind, SnapshotStatus, Trigger, in_flight
 from ..snapshots.store import SnapshotStore
 from ..sources.kafka import KafkaSettings
 from ..storage import Storage, open_storage
@@ -65,19 +71,28 @@ def observe(
     open_location: Callable[[str], Storage] = open_storage,
     kafka: Callable[[str], KafkaSettings | None] = lambda job: None,
 ) -> Observed:
-    """Read the store: manifests of ALL jobs (blob references are store-wide), deployments with their
-    observed state, and the blob listing; and, per job in scope, its snapshots' Kafka positions against its
-    broker (`kafka(job)`). `job` limits what the plan may touch, not what is read. Deployments are read for
-    every job because a deployment may be restored from another job's snapshot."""
+    """Read the store: the snapshots of ALL jobs (blob references are store-wide) from their catalogs,
+    checked against their manifests, deployments with their observed state, and the blob listing; and, per
+    job in scope, its snapshots' Kafka positions against its broker (`kafka(job)`). `job` limits what the
+    plan may touch, not what is read. Deployments are read for every job because a deployment may be
+    restored from another job's snapshot."""
     if job is not None:
         check_name(job, "job name")
-    manifests = tuple(store.list())
-    deployments = tuple(d for name in store.jobs() for d in _deployments(store, name, heartbeat_timeout, open_location))
+    listing = store.validated()
+    snapshots = tuple(listing.entries)
+    names = store.jobs()
+    found = run_parallel(lambda name: _deployments(store, name, heartbeat_timeout, open_location), names)
+    deployments = tuple(sorted((d for ds in found for d in ds), key=lambda d: (d.job, d.id)))
     blobs = (*store.storage.list(BLOBS), *store.storage.list(PACKS))
     checks = {}
-    for name in sorted({m.job for m in manifests} if job is None else {job}):
-        checks |= source_guard.assess([m for m in manifests if m.job == name], kafka(name))
-    return Observed(manifests, deployments, blobs, frozenset({job}) if job else None, checks)
+    for name in sorted({m.job for m in snapshots} if job is None else {job}):
+        checks |= source_guard.assess([m for m in snapshots if m.job == name], kafka(name))
+    notes = tuple(
+        f"the catalog of job {name} differed from its manifests in {len(ids)} snapshots (written by an older "
+        f"savepoints?): settled from the manifests"
+        for name, ids in sorted(listing.repaired.items())
+    )
+    return Observed(snapshots, deployments, blobs, frozenset({job}) if job else None, checks, notes)
 
 
 # ---------------------------------------------------------------- act
@@ -92,10 +107,12 @@ class PruneResult:
     deferred_blobs: int = 0
     repacked: int = 0
     notes: list[str] = field(default_factory=list)
+    left_alone: list[str] = field(default_factory=list)  # snapshots of the plan that changed since: not deleted
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "deleted_snapshots": self.snapshots,
+            "left_alone": self.left_alone,
             "deleted_checkpoints": self.checkpoints,
             "deleted_checkpoint_objects": self.checkpoint_objects,
             "deleted_blobs": self.blobs,
@@ -107,25 +124,25 @@ class PruneResult:
 
 def _blocked(
     store: SnapshotStore, keys: list[str], policy: RetentionPolicy
-) -> tuple[str | None, set[str], list[Manifest]]:
+) -> tuple[str | None, set[str], list[SnapshotEntry]]:
     """Look again right before deleting or repacking: a snapshot in flight stops everything; an object
-    referenced by a manifest that appeared (or was re-pointed) since the plan was made is spared."""
-    manifests = store.list()
+    referenced by a snapshot that appeared (or was re-pointed) since the plan was made is spared."""
+    snapshots = store.validated().entries
     now = datetime.now(UTC)
-    flying = [m.id for m in manifests if in_flight(m, now, policy.abandoned_after_s)]
+    flying = [m.id for m in snapshots if in_flight(m, now, policy.abandoned_after_s)]
     if flying:
-        return f"snapshots in flight: {', '.join(flying)}", set(), manifests
+        return f"snapshots in flight: {', '.join(flying)}", set(), snapshots
     wanted = set(keys)
-    return None, {e.key for m in manifests for e in m.files if e.key in wanted}, manifests
+    return None, {key for m in snapshots for key in m.objects if key in wanted}, snapshots
 
 
 def _repack(store: SnapshotStore, packs: list[str], policy: RetentionPolicy, result: PruneResult) -> None:
     for pack in packs:
-        reason, _, manifests = _blocked(store, [], policy)
+        reason, _, snapshots = _blocked(store, [], policy)
         if reason:
             result.notes.append(f"repack stopped, left for the next run: {reason}")
             return
-        skipped = repack(store, pack, manifests)
+        skipped = repack(store, pack, snapshots, policy.max_unused)
         if skipped:
             result.notes.append(skipped)
         else:
@@ -155,9 +172,11 @@ def execute(
     Idempotent: objects already gone are fine, so a rerun of the same plan, or the next plan, finishes."""
     policy = policy or RetentionPolicy()
     result = PruneResult(notes=list(plan.notes))
-    manifest_keys = [key for action in plan.snapshots for key in action.keys]
-    store.storage.delete(manifest_keys)
-    result.snapshots = len(manifest_keys)
+    left = store.remove([(a.job or "", a.target, a.version) for a in plan.snapshots])
+    result.snapshots = len(plan.snapshots) - len(left)
+    result.left_alone = [snapshot_id for _, snapshot_id, _ in left]
+    if left:
+        result.notes.append(f"left alone, changed since the plan (pinned?): {', '.join(result.left_alone)}")
     for action in plan.checkpoints:
         location = open_location(action.location or "")
         result.checkpoint_objects += location.delete([info.key for info in location.list()])
@@ -202,7 +221,7 @@ class CheckpointOutcome:
         return asdict(self)
 
 
-def _already_taken(manifests: list[Manifest], deployment: str, batch_id: int) -> str | None:
+def _already_taken(manifests: list[SnapshotEntry], deployment: str, batch_id: int) -> str | None:
     for m in manifests:
         if m.deployment == deployment and m.status is SnapshotStatus.COMPLETED and m.batch_id == batch_id:
             return m.id

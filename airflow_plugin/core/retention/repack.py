@@ -3,29 +3,36 @@ into a new pack and every manifest that points into the old one is pointed at th
 deleted here: the old pack, now referenced by no manifest, goes through garbage collection (plan.py) once
 its grace period, counted from the `.retired` marker written here, has passed.
 
+The plan chose the pack from the catalogs, which overstate how much of it is unused when snapshots share
+its contents: the manifests that reference it are read first, and a pack that turns out to be used enough
+is left alone.
+
 Crash safety, step by step: (1) the contents are read and checked against their checksums (a corrupt
 content is never copied: the pack is left alone); (2) the new pack is written (killed here: an
 unreferenced young pack, collected later); (3) the marker is written, before any manifest changes, so the
-old pack's grace period starts before it can become unreferenced; (4) each manifest is read again and
-rewritten with one atomic write (killed in between: some manifests point to the old pack, some to the
-new, both exist). At no point does a manifest reference a missing object. A create in flight never races
-this: the caller checks for snapshots in flight right before (prune.py `_blocked`)."""
+old pack's grace period starts before it can become unreferenced; (4) each manifest is changed with one
+conditional write, on its version as it is then (killed in between: some manifests point to the old pack,
+some to the new, both exist). At no point does a manifest reference a missing object. A create in flight
+never races this: the caller checks for snapshots in flight right before (prune.py `_blocked`)."""
 
 from __future__ import annotations
 
 import logging
 
+from ..errors import NotFound
 from ..layout import retired_key
 from ..snapshots.blobs import checksum_problem
+from ..snapshots.catalog import SnapshotEntry
 from ..snapshots.manifest import FileEntry, Manifest
 from ..snapshots.store import SnapshotStore
 
 log = logging.getLogger(__name__)
 
 
-def repack(store: SnapshotStore, pack: str, manifests: list[Manifest]) -> str | None:
-    """Move the contents of `pack` that `manifests` reference into a new pack; returns why not, or None."""
-    referencing = [m for m in manifests if any(e.key == pack for e in m.files)]
+def repack(store: SnapshotStore, pack: str, snapshots: list[SnapshotEntry], max_unused: float) -> str | None:
+    """Move the contents of `pack` that the snapshots referencing it use into a new pack; returns why not,
+    or None."""
+    referencing = [m for m in store.manifests([s for s in snapshots if pack in s.objects]) if _points_into(m, pack)]
     wanted: dict[int, FileEntry] = {}
     for m in referencing:
         for entry in m.files:
@@ -33,6 +40,10 @@ def repack(store: SnapshotStore, pack: str, manifests: list[Manifest]) -> str | 
                 wanted.setdefault(entry.offset, entry)
     if not wanted:
         return f"{pack} is referenced by no manifest any more"
+    info = store.storage.stat(pack)
+    unused = 1 - sum(e.size for e in wanted.values()) / info.size if info and info.size else 0.0
+    if unused <= max_unused:
+        return f"{pack} was not repacked: its manifests use all but {unused:.0%} of it (max unused {max_unused:.0%})"
     writer = store.blobs.writer()
     moved: dict[int, tuple[str, int]] = {}
 
@@ -49,11 +60,20 @@ def repack(store: SnapshotStore, pack: str, manifests: list[Manifest]) -> str | 
         return f"{pack} was not repacked: {problems[0]} (run `savepoints verify` on the snapshots using it)"
     writer.flush()
     store.storage.write(retired_key(pack), b"")
-    for m in referencing:
-        current = store.get(m.job, m.id)  # read again: pin or verify may have written it since
+
+    def repoint(current: Manifest) -> None:
         for entry in current.files:
             if entry.key == pack and entry.offset in moved:
                 entry.key, entry.offset = moved[entry.offset]
-        store.put(current)
+
+    for m in referencing:
+        try:
+            store.update(m.job, m.id, repoint)  # on the manifest as it is then: pin or verify may have written it
+        except NotFound:
+            continue  # deleted meanwhile: nothing to point anywhere
     log.info("repacked %d contents of %s into %d new pack(s)", len(moved), pack, max(writer.packs, 1))
     return None
+
+
+def _points_into(manifest: Manifest, pack: str) -> bool:
+    return any(entry.key == pack for entry in manifest.files)

@@ -2,12 +2,12 @@
 
 Steps: read the restart point of batch N (checkpoint.py) -> write an IN_PROGRESS manifest -> store every
 needed file's content (blobs.py: small ones into packs, large ones as single objects; files known from an
-earlier snapshot of the same location and contents the job's snapshots already hold are not stored
-again) -> write the last pack -> write the COMPLETED manifest. If Spark's cleanup deletes a file mid-copy
-(or a file changes size), start again at a newer N. A crash at any point leaves at most an IN_PROGRESS
-manifest and unreferenced objects, never a COMPLETED snapshot with a missing file. Reused contents are not
-checked one by one: deletions never race a create (the ordering argument is in docs/architecture.md,
-"Retention and garbage collection"); `verify` checks every content.
+earlier snapshot of the same location and contents the job's recent snapshots already hold are not stored
+again) -> write the last pack -> write the COMPLETED manifest (keeping what others changed meanwhile: a
+pin). If Spark's cleanup deletes a file mid-copy (or a file changes size), start again at a newer N. A crash
+at any point leaves at most an IN_PROGRESS manifest and unreferenced objects, never a COMPLETED snapshot with
+a missing file. Reused contents are not checked one by one: deletions never race a create (the ordering
+argument is in docs/architecture.md, "Retention and garbage collection"); `verify` checks every content.
 
 Over 300 lines: the copy (hash exactly what is stored, deduplicate, pack), the sink logs and the retries
 are one transaction that ends in the manifest; split, each part would need the others' state."""
@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
 
@@ -33,6 +33,7 @@ from ..sinks import delta as delta_sink
 from ..sinks import file as file_sink
 from ..storage import ObjectInfo, S3Storage, Storage, copy_and_hash, open_storage
 from .blobs import BlobWriter
+from .catalog import SnapshotEntry
 from .checkpoint import RestartPoint, read_restart_point
 from .manifest import (
     FileEntry,
@@ -51,6 +52,12 @@ log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
 SMALL_FILE = 8 * 1024 * 1024  # a task copies files of up to this many bytes together
+# Earlier COMPLETED snapshots whose contents a create reuses: the newest of the same checkpoint location and
+# the job's newest (besides those the request names): a bounded read however long the history is
+REUSE_SAME_SOURCE = 2
+REUSE_RECENT = 2
+# What others may change while a create runs (pin, a label, a gap record, a verdict): its commit keeps them
+_NOT_THE_CREATES = ("pinned", "labels", "history", "verification")
 
 
 @dataclass(frozen=True)
@@ -66,28 +73,38 @@ class SnapshotRequest:
     deployment: str | None = None
     job_version: str | None = None
     gate: dict[str, Any] | None = None  # the deployment's gate interval, when its writes are gated
+    # snapshots whose contents this one likely shares (the one its deployment was restored from), besides the
+    # job's newest: a restored checkpoint's files are byte-identical to its snapshot's
+    reuse_from: tuple[str, ...] = ()
 
 
 @dataclass
 class _Known:
     """What earlier snapshots of this job already stored: by source file identity and by content, each with
-    the object and offset that hold it."""
+    the object and offset that hold it. From a bounded number of manifests (`earlier`)."""
 
     by_file: dict[tuple[str, int, float], FileEntry]
     contents: dict[str, tuple[str, int]]
 
     @classmethod
-    def load(cls, store: SnapshotStore, job: str, source: str) -> _Known:
+    def load(cls, store: SnapshotStore, request: SnapshotRequest, source: str) -> _Known:
         by_file: dict[tuple[str, int, float], FileEntry] = {}
         contents: dict[str, tuple[str, int]] = {}
-        for manifest in store.list(job):
-            if manifest.status is not SnapshotStatus.COMPLETED:
-                continue
+        for manifest in store.manifests(earlier(store.list(request.job), request.reuse_from, source)):
             for entry in manifest.files:
                 contents[entry.sha256] = (entry.key, entry.offset)
                 if manifest.source == source:
                     by_file[(entry.path, entry.size, entry.mtime)] = entry
         return cls(by_file, contents)
+
+
+def earlier(entries: list[SnapshotEntry], reuse_from: tuple[str, ...], source: str) -> list[SnapshotEntry]:
+    """The COMPLETED snapshots a create reads to reuse contents: the newest of the same location, the job's
+    newest, and those named; oldest first. Skipping the others costs at most storing a content again."""
+    completed = [e for e in entries if e.status is SnapshotStatus.COMPLETED]
+    same = [e for e in completed if e.source == source][-REUSE_SAME_SOURCE:]
+    chosen = {e.id: e for e in [*same, *completed[-REUSE_RECENT:], *(e for e in completed if e.id in reuse_from)]}
+    return sorted(chosen.values(), key=lambda e: e.id[3:])
 
 
 def _batches(files: list[ObjectInfo], count: int = 64, size: int = SMALL_FILE) -> Iterator[list[ObjectInfo]]:
@@ -266,7 +283,7 @@ def create_snapshot(
         labels=labels,
     )
     point = _restart_point(checkpoint, max_attempts)  # bad input fails here, before anything is written
-    store.put(manifest)
+    store.add(manifest)
     try:
         last_error: CheckpointChanged | None = None
         for attempt in range(1, max_attempts + 1):
@@ -318,7 +335,7 @@ def _attempt(
     open_location: Callable[[str], Storage],
 ) -> Manifest:
     planned = time.monotonic()
-    known = _Known.load(store, request.job, checkpoint.uri)
+    known = _Known.load(store, request, checkpoint.uri)
     writer = store.blobs.writer()
     copier = _Copier(checkpoint, known, progress, writer)
     progress.start(f"snapshot {manifest.id} (batch {point.batch_id})", point.total_bytes, len(point.files))
@@ -354,7 +371,7 @@ def _attempt(
     }
     manifest.status = SnapshotStatus.COMPLETED
     manifest.completed_at = utc_now()
-    store.put(manifest)  # the commit
+    _write(store, manifest)  # the commit
     log.info(
         "snapshot %s of job %s COMPLETED at batch %d: %d files, %d bytes, %d stored anew (%d of them copied by S3)",
         manifest.id,
@@ -417,6 +434,20 @@ def _mark_failed(store: SnapshotStore, manifest: Manifest, exc: BaseException) -
     manifest.error = str(exc) if isinstance(exc, SavepointsError) else f"{type(exc).__name__}: {exc}"
     manifest.completed_at = utc_now()
     try:
-        store.put(manifest)
+        _write(store, manifest)
     except Exception as error:  # the store itself may be what failed; the original error is what matters
         log.warning("could not mark snapshot %s FAILED (it stays IN_PROGRESS): %s", manifest.id, error)
+
+
+def _write(store: SnapshotStore, manifest: Manifest) -> None:
+    """The create's manifest over the one in the store, keeping what others changed there meanwhile (a pin).
+    A snapshot deleted while it was taken stays deleted (NotFound)."""
+
+    def take(current: Manifest) -> None:
+        for f in fields(Manifest):
+            if f.name not in _NOT_THE_CREATES:
+                setattr(current, f.name, getattr(manifest, f.name))
+
+    written = store.update(manifest.job, manifest.id, take)
+    for name in _NOT_THE_CREATES:
+        setattr(manifest, name, getattr(written, name))

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import CheckpointError, IntegrityError, InvalidInput
 from ..layout import blob_key, check_name, is_stored_content
@@ -92,12 +92,12 @@ def sink_log_prefix(index: int) -> str:
 IN_FLIGHT_SECONDS = 6 * 3600  # an IN_PROGRESS snapshot older than this was abandoned (a crash), not running
 
 
-def in_flight(manifest: Manifest, now: datetime, abandoned_after_s: float = IN_FLIGHT_SECONDS) -> bool:
+def in_flight(snapshot: Listed, now: datetime, abandoned_after_s: float = IN_FLIGHT_SECONDS) -> bool:
     """The one in-flight rule: IN_PROGRESS and younger than the abandonment threshold. A create writes its
     IN_PROGRESS manifest before it reads what the store holds, so while one is in flight no deletion may
     remove contents it could be about to reuse."""
-    created = datetime.fromisoformat(manifest.created_at.replace("Z", "+00:00"))
-    return manifest.status is SnapshotStatus.IN_PROGRESS and (now - created).total_seconds() < abandoned_after_s
+    created = datetime.fromisoformat(snapshot.created_at.replace("Z", "+00:00"))
+    return snapshot.status is SnapshotStatus.IN_PROGRESS and (now - created).total_seconds() < abandoned_after_s
 
 
 def _file_entry(item: list[Any], version: int) -> FileEntry:
@@ -229,25 +229,74 @@ class Manifest:
         """Where each source stood at batch N: the next offsets to read (Kafka: per topic and partition)."""
         return positions(self.offsets_version, self.source_offsets, f"snapshot {self.id}")
 
+    @property
+    def file_count(self) -> int:
+        return len(self.files)
+
+    @property
+    def verified(self) -> bool | None:
+        return (self.verification or {}).get("ok")
+
     def summary(self) -> dict[str, Any]:
         """The machine-readable row the CLI prints (`--json`), without the file list."""
-        return {
-            "id": self.id,
-            "job": self.job,
-            "kind": str(self.kind),
-            "trigger": str(self.trigger),
-            "status": str(self.status),
-            "batch_id": self.batch_id,
-            "created_at": self.created_at,
-            "completed_at": self.completed_at,
-            "files": len(self.files),
-            "bytes": self.total_bytes,
-            "uploaded_bytes": self.uploaded_bytes,
-            "pinned": self.pinned,
-            "labels": self.labels,
-            "source": self.source,
-            "deployment": self.deployment,
-            "verified": (self.verification or {}).get("ok"),
-            "error": self.error,
-            "source_positions": [p.to_dict() for p in self.source_positions()],
-        }
+        return summary_of(self)
+
+    def objects(self) -> dict[str, int]:
+        """The store objects holding its contents, each with the bytes of its contents there (a content
+        several files share counted once): what garbage collection and repacking need of it."""
+        ranges: dict[str, dict[int, int]] = {}
+        for entry in self.files:
+            ranges.setdefault(entry.key, {})[entry.offset] = entry.size
+        return {key: sum(sizes.values()) for key, sizes in ranges.items()}
+
+
+class Listed(Protocol):
+    """What a snapshot's row needs: a manifest has it, and so has its catalog entry (catalog.py)."""
+
+    id: str
+    job: str
+    kind: Kind
+    trigger: Trigger
+    status: SnapshotStatus
+    batch_id: int | None
+    created_at: str
+    completed_at: str | None
+    total_bytes: int
+    uploaded_bytes: int
+    pinned: bool
+    labels: dict[str, str]
+    source: str
+    deployment: str | None
+    error: str | None
+
+    @property
+    def file_count(self) -> int: ...
+
+    @property
+    def verified(self) -> bool | None: ...
+
+    def source_positions(self) -> list[SourcePosition]: ...
+
+
+def summary_of(snapshot: Listed) -> dict[str, Any]:
+    """The machine-readable row of a snapshot (`savepoints list --json`, XComs, the page), without files."""
+    return {
+        "id": snapshot.id,
+        "job": snapshot.job,
+        "kind": str(snapshot.kind),
+        "trigger": str(snapshot.trigger),
+        "status": str(snapshot.status),
+        "batch_id": snapshot.batch_id,
+        "created_at": snapshot.created_at,
+        "completed_at": snapshot.completed_at,
+        "files": snapshot.file_count,
+        "bytes": snapshot.total_bytes,
+        "uploaded_bytes": snapshot.uploaded_bytes,
+        "pinned": snapshot.pinned,
+        "labels": snapshot.labels,
+        "source": snapshot.source,
+        "deployment": snapshot.deployment,
+        "verified": snapshot.verified,
+        "error": snapshot.error,
+        "source_positions": [p.to_dict() for p in snapshot.source_positions()],
+    }

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import BrokerUnavailable, SourceGap
 from ..sources import SourcePosition
@@ -38,11 +38,19 @@ _NO_BROKER = (
 )
 
 
-def kafka_of(manifest: Manifest) -> list[SourcePosition]:
+class Positioned(Protocol):
+    """Where a snapshot's sources stood: a manifest has it, and so has its catalog entry."""
+
+    id: str
+    offsets_version: int
+    source_offsets: list[str]
+
+
+def kafka_of(manifest: Positioned) -> list[SourcePosition]:
     return kafka_positions(manifest.offsets_version, manifest.source_offsets)
 
 
-def assess(manifests: Iterable[Manifest], kafka: KafkaSettings | None) -> dict[str, SourceCheck]:
+def assess(manifests: Iterable[Positioned], kafka: KafkaSettings | None) -> dict[str, SourceCheck]:
     """Snapshot id -> its check, for the snapshots with Kafka sources, from ONE broker query. Never raises: a
     broker that is unknown or does not answer makes every check `unchecked`, with the reason."""
     positions = {m.id: kafka_of(m) for m in manifests}
@@ -142,7 +150,6 @@ def _alternatives(store: SnapshotStore, manifest: Manifest, kafka: KafkaSettings
 
 
 def record_gap(store: SnapshotStore, manifest: Manifest, gap: dict[str, Any]) -> None:
-    """Add an accepted gap to the snapshot's history (re-read first: pin and labels may have changed)."""
-    current = store.get(manifest.job, manifest.id)
-    current.history.append(gap)
-    store.put(current)
+    """Add an accepted gap to the snapshot's history (on the manifest as it is now: pin and labels may have
+    changed)."""
+    store.update(manifest.job, manifest.id, lambda current: current.history.append(gap))

@@ -93,10 +93,9 @@ def verify_snapshot(
         report.deep = _deep(store, job, manifest, concurrency, spark_conf or {})
         report.problems.extend(report.deep.get("problems", []))
     report.seconds = round(time.monotonic() - started, 3)
-    # read again right before writing: a repack may have moved contents while this ran (retention/repack.py)
-    current = store.get(job, manifest.id)
-    current.verification = {"ok": report.ok, "deep": deep, "at": utc_now(), "problems": report.problems[:20]}
-    store.put(current)
+    # only the verdict is written, on the manifest as it is now: a repack may have moved contents meanwhile
+    verdict = {"ok": report.ok, "deep": deep, "at": utc_now(), "problems": report.problems[:20]}
+    store.update(job, manifest.id, lambda current: setattr(current, "verification", verdict))
     return report
 
 

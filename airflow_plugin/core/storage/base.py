@@ -21,6 +21,9 @@ class ObjectInfo:
     key: str
     size: int
     mtime: float  # seconds since the epoch; S3: LastModified
+    # which content of the key this is, as the backend names it (S3: the ETag; local: inode, mtime and size):
+    # the token conditional writes take; a listing shows it, so a listing tells which objects changed
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +82,12 @@ class Storage(ABC):
     def write(self, key: str, data: bytes) -> None:
         """Replace `key` atomically: a reader sees the old or the new content, never a mix."""
 
-    # Conditional writes: the building blocks of a lease. A token is opaque and stands for one content of
-    # `key` (S3: its ETag; local: the SHA-256 of its bytes), so writers whose identity matters must write
-    # content unique to them (a nonce): S3 recognizes its own write by it when a retried request whose first
-    # attempt succeeded answers 412. A lost race raises errors.Conflict (a Refused: exit 4), nothing written.
+    # Conditional writes: the building blocks of a lease and of the catalogs (core/index.py). A token is
+    # opaque and stands for one write of `key` (S3: its ETag; local: the inode, mtime and size of the file a
+    # write renamed into place); `stat` and `list` show it as `ObjectInfo.version`. Writers whose identity
+    # matters write content unique to them (a nonce): S3 recognizes its own write by it when a retried
+    # request whose first attempt succeeded answers 412. A lost race raises errors.Conflict (a Refused: exit
+    # 4), nothing written.
 
     @abstractmethod
     def create(self, key: str, data: bytes) -> str:
@@ -102,6 +107,19 @@ class Storage(ABC):
     def delete_if(self, key: str, token: str) -> bool:
         """Delete `key` only if it still holds the content `token` stands for. False if it was already gone
         (also when a retried delete had succeeded); Conflict if it holds something else."""
+
+    def read_if_changed(self, key: str, version: str) -> tuple[bytes, str] | None:
+        """The content of `key` and its token, or None when it still is the content `version` stands for (S3:
+        a conditional GET, answered 304 without a body). FileNotFoundError if missing."""
+        info = self.stat(key)
+        if info is None:
+            raise FileNotFoundError(f"{self.uri}/{key}")
+        return None if info.version == version else self.read_with_token(key)
+
+    @abstractmethod
+    def children(self, prefix: str) -> list[str]:
+        """The names directly under `prefix` (which ends with '/') that have objects below them, sorted: one
+        request per thousand names on S3 (a delimited listing), whatever lies deeper."""
 
     @abstractmethod
     def upload(self, path: Path, key: str) -> None:

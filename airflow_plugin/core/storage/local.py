@@ -5,12 +5,12 @@ Conditional writes: `create` writes a private temp file completely, then hard-li
 `replace` and `delete_if` compare and swap under an exclusive flock of the key's DIRECTORY (a lock
 file beside the key would have to stay forever: removing one that others may be waiting on would let two
 lockers in); the swap itself is a rename, so readers (who take no lock) see the old or the new content.
-The token is the SHA-256 of the content."""
+The token (`ObjectInfo.version`) is the inode, mtime and size of the file: every write renames a new file
+into place, so it names one write, even of the same bytes, and a listing's stat shows it."""
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import shutil
 import tempfile
@@ -23,8 +23,9 @@ from ..parallel import chunked, run_parallel
 from .base import ObjectInfo, Storage, check_key
 
 
-def content_token(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def version_of(st: os.stat_result) -> str:
+    """The token of the file `st` describes: which write put it there (a new inode each time)."""
+    return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
 
 
 class LocalStorage(Storage):
@@ -55,14 +56,21 @@ class LocalStorage(Storage):
                     st = os.stat(os.path.join(dirpath, name))
                 except FileNotFoundError:  # deleted between listing and stat (Spark cleanup)
                     continue
-                yield ObjectInfo(key, st.st_size, st.st_mtime)
+                yield ObjectInfo(key, st.st_size, st.st_mtime, version_of(st))
 
     def stat(self, key: str) -> ObjectInfo | None:
         try:
             st = self._path(key).stat()
         except FileNotFoundError:
             return None
-        return ObjectInfo(key, st.st_size, st.st_mtime)
+        return ObjectInfo(key, st.st_size, st.st_mtime, version_of(st))
+
+    def children(self, prefix: str) -> list[str]:
+        directory = self.root / prefix.strip("/") if prefix.strip("/") else self.root
+        try:
+            return sorted(e.name for e in os.scandir(directory) if e.is_dir() and not e.name.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def read(self, key: str) -> bytes:
         return self._path(key).read_bytes()
@@ -80,23 +88,30 @@ class LocalStorage(Storage):
         path = self._path(key)
         tmp = _complete_temp_file(path, data)
         try:
+            written = tmp.stat()
             os.link(tmp, path)  # atomic, and fails if the key exists: the content is complete when it appears
         except FileExistsError:
             raise Conflict(f"{self.uri}/{key} already exists: someone else created it first") from None
         finally:
             tmp.unlink(missing_ok=True)
-        return content_token(data)
+        return version_of(written)
 
     def replace(self, key: str, data: bytes, token: str) -> str:
         path = self._path(key)
         with _locked(path):
             self._check_token(path, key, token, missing_ok=False)
-            self.write(key, data)
-        return content_token(data)
+            tmp = _complete_temp_file(path, data)
+            try:
+                written = tmp.stat()
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+        return version_of(written)
 
     def read_with_token(self, key: str) -> tuple[bytes, str]:
-        data = self.read(key)
-        return data, content_token(data)
+        with self._path(key).open("rb") as handle:  # the open file is the one written: its stat is its token
+            return handle.read(), version_of(os.fstat(handle.fileno()))
 
     def delete_if(self, key: str, token: str) -> bool:
         path = self._path(key)
@@ -109,12 +124,12 @@ class LocalStorage(Storage):
     def _check_token(self, path: Path, key: str, token: str, *, missing_ok: bool) -> bool:
         """Whether `key` exists and holds the content `token` stands for; Conflict if it holds another."""
         try:
-            current = path.read_bytes()
+            current = version_of(path.stat())
         except FileNotFoundError:
             if missing_ok:
                 return False
             raise Conflict(f"{self.uri}/{key} no longer exists: someone else deleted it") from None
-        if content_token(current) != token:
+        if current != token:
             raise Conflict(f"{self.uri}/{key} was changed by someone else since it was read")
         return True
 

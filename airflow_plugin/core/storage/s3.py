@@ -176,9 +176,12 @@ def s3_errors(action: str, uri: str, bucket: str, endpoint: str = "") -> Iterato
     from botocore.exceptions import ConnectionError as BotoConnectionError
     from botocore.parsers import ResponseParserError
     from s3transfer.exceptions import RetriesExceededError, S3DownloadFailedError
+    from urllib3.exceptions import ProtocolError
 
-    # A connection reset, closed or timed out, a body cut short or garbled, a download that kept breaking:
+    # A connection reset, closed or timed out, a body cut short or garbled, a download that kept breaking (an
+    # error answer's body broken while botocore reads it, a 404's say, reaches us as urllib3's own error):
     transport = (
+        ProtocolError,
         BotoConnectionError,
         HTTPClientError,
         IncompleteReadError,
@@ -262,7 +265,17 @@ class S3Storage(Storage):
                 for obj in page.get("Contents", ()):
                     if obj["Key"].endswith("/"):
                         continue  # a directory marker (S3A writes them for mkdirs): not a file
-                    yield ObjectInfo(obj["Key"][len(root) :], obj["Size"], obj["LastModified"].timestamp())
+                    info = obj["Key"][len(root) :], obj["Size"], obj["LastModified"].timestamp(), obj.get("ETag")
+                    yield ObjectInfo(*info)
+
+    def children(self, prefix: str) -> list[str]:
+        under = (f"{self.prefix}/" if self.prefix else "") + prefix
+        paginator = self.client.get_paginator("list_objects_v2")
+        names = []
+        with self._errors("list", prefix):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=under, Delimiter="/"):
+                names += [common["Prefix"][len(under) :].rstrip("/") for common in page.get("CommonPrefixes", ())]
+        return sorted(name for name in names if name)
 
     def stat(self, key: str) -> ObjectInfo | None:
         try:
@@ -270,7 +283,25 @@ class S3Storage(Storage):
                 head = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
         except FileNotFoundError:
             return None
-        return ObjectInfo(key, head["ContentLength"], head["LastModified"].timestamp())
+        return ObjectInfo(key, head["ContentLength"], head["LastModified"].timestamp(), head.get("ETag"))
+
+    def read_if_changed(self, key: str, version: str) -> tuple[bytes, str] | None:
+        """One conditional GET (If-None-Match): a 304 answers without a body. A body that breaks while it is
+        read (botocore does not retry that) is read again through `read_with_token`, s3transfer's retries."""
+        from botocore.exceptions import ClientError
+
+        with self._errors("read", key):
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=self._key(key), IfNoneMatch=version)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("304", "NotModified"):
+                    return None
+                raise
+        try:
+            with self._errors("read", key):
+                return response["Body"].read(), str(response["ETag"])
+        except StoreUnavailable:
+            return self.read_with_token(key)
 
     def read(self, key: str) -> bytes:
         return self.read_with_token(key)[0]

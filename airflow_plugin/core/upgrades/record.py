@@ -139,17 +139,23 @@ class Upgrades:
         try:
             return Upgrade.from_json(self.storage.read(key), f"{self.storage.uri}/{key}")
         except FileNotFoundError:
-            raise NotFound(
-                f"upgrade {upgrade_id} of job {job} does not exist: see `savepoints upgrade {job} --list`"
-            ) from None
+            known = ", ".join(self.ids(job)) or "none yet"
+            raise NotFound(f"job {job} has no upgrade {upgrade_id}: its upgrades are {known}") from None
 
-    def list(self, job: str) -> list[Upgrade]:
-        """A job's upgrades, oldest first (ids sort by time)."""
+    def ids(self, job: str) -> list[str]:
+        """A job's upgrade ids, oldest first (ids sort by time): one listing, no record read."""
         prefix = layout.upgrades_prefix(job)
-        keys = sorted(info.key for info in self.storage.list(prefix) if info.key.endswith(".json"))
-        return [Upgrade.from_json(self.storage.read(key), key) for key in keys]
+        return sorted(
+            info.key[len(prefix) : -len(".json")] for info in self.storage.list(prefix) if info.key.endswith(".json")
+        )
+
+    def newest(self, job: str) -> Upgrade | None:
+        """The job's newest upgrade: the only one that may not have ended (begin refuses a second one), so a
+        page or a resume reads one record however many upgrades the job had."""
+        ids = self.ids(job)
+        return self.get(job, ids[-1]) if ids else None
 
     def in_progress(self, job: str) -> Upgrade | None:
-        """The job's upgrade that has not ended, if any (there is at most one: the lease sees to it)."""
-        unfinished = [u for u in self.list(job) if not u.phase.terminal]
-        return unfinished[-1] if unfinished else None
+        """The job's upgrade that has not ended, if any (there is at most one, and it is the newest)."""
+        newest = self.newest(job)
+        return newest if newest is not None and not newest.phase.terminal else None

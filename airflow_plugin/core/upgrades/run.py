@@ -30,10 +30,10 @@ def begin(
         raise InvalidInput(f"invalid upgrade mode {mode!r}: use {modes}, or {AUTO} (the pre-flight's choice)")
     upgrades = Upgrades(ctx.store.storage)
     request_id = ctx.settings.request_id
-    earlier = [u for u in upgrades.list(ctx.name) if request_id and u.request_id == request_id]
-    if earlier:
-        return earlier[-1]
-    current = upgrades.in_progress(ctx.name)
+    newest = upgrades.newest(ctx.name)
+    if request_id and newest is not None and newest.request_id == request_id:
+        return newest  # a retried task adopts what its dead try began
+    current = newest if newest is not None and not newest.phase.terminal else None
     if current is not None:
         raise Refused(
             f"job {ctx.name} has upgrade {current.id} to {current.to_version} in progress ({current.phase}): resume "

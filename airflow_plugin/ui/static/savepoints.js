@@ -14,6 +14,9 @@ const state = {
   me: null,
   jobs: [],
   jobsFile: "",
+  view: "", // "fleet": every job at a glance; "job": one job
+  fleet: [], // the last overview rows (api/fleet)
+  fleetSort: { key: "health", descending: false }, // unhealthy first, then by name
   job: params.get("job") || "",
   focus: params.get("snapshot") || "", // asked for once, on the first load of the job
   highlight: params.get("snapshot") || "", // stays highlighted afterwards
@@ -183,33 +186,118 @@ function copyButton(text) {
   }, "Copy");
 }
 
-// --- jobs --------------------------------------------------------------------------------------------
+// --- the fleet: every job at a glance ------------------------------------------------------------------
 
-function renderJobs() {
-  const nav = $("jobs");
-  nav.replaceChildren(
-    ...state.jobs.map((job) =>
-      el("button", {
-        type: "button",
-        "aria-current": job.name === state.job ? "true" : "false",
-        onclick: () => selectJob(job.name),
-      }, job.name),
+function fleetValue(row, key) {
+  if (key === "health") return [row.unhealthy || row.error ? 0 : 1, row.job];
+  return row[key];
+}
+
+// Missing values (no deployment, no savepoint) sort last whichever the direction.
+function compareRows(a, b) {
+  const { key, descending } = state.fleetSort;
+  const [x, y] = [fleetValue(a, key), fleetValue(b, key)];
+  if (x === null || x === undefined) return y === null || y === undefined ? a.job.localeCompare(b.job) : 1;
+  if (y === null || y === undefined) return -1;
+  const order = Array.isArray(x) ? x[0] - y[0] || x[1].localeCompare(y[1])
+    : typeof x === "number" ? x - y : String(x).localeCompare(String(y));
+  return (descending ? -order : order) || a.job.localeCompare(b.job);
+}
+
+function renderFleet() {
+  const rows = [...state.fleet].sort(compareRows);
+  const unhealthy = rows.filter((r) => r.unhealthy || r.error).length;
+  $("fleet-count").textContent = `${num(rows.length)}`;
+  $("fleet-summary").replaceChildren(
+    unhealthy ? el("span", { class: "error-text" }, `${num(unhealthy)} unhealthy`) : el("span", { class: "muted" },
+      "all healthy"),
+  );
+  for (const button of document.querySelectorAll("#fleet-table th button.sort")) {
+    const sorted = button.dataset.sort === state.fleetSort.key;
+    button.setAttribute("aria-sort", sorted ? (state.fleetSort.descending ? "descending" : "ascending") : "none");
+  }
+  $("fleet-table").tBodies[0].replaceChildren(
+    ...rows.map((r) =>
+      el("tr", {
+        "data-job": r.job,
+        class: r.unhealthy || r.error ? "unhealthy" : "",
+        tabindex: 0,
+        title: `Open ${r.job}`,
+        onclick: () => selectJob(r.job),
+        onkeydown: (event) => {
+          if (event.key === "Enter") selectJob(r.job);
+        },
+      },
+        el("td", {},
+          el("span", { class: "mono" }, r.job),
+          r.unhealthy || r.error ? el("div", { class: "error-text small reason" }, r.error || r.unhealthy) : null,
+        ),
+        el("td", {}, badge(r.state), r.version ? el("span", { class: "muted small" }, ` ${r.version}`) : null),
+        el("td", { class: "num" }, num(r.last_batch_id)),
+        el("td", { class: "num" }, r.heartbeat_age_s === null || r.heartbeat_age_s === undefined ? ""
+          : `${age(r.heartbeat_age_s)} ago`),
+        el("td", { class: "num", title: r.last_savepoint || "no COMPLETED savepoint" },
+          r.last_savepoint_age_s === null || r.last_savepoint_age_s === undefined ? "none"
+            : `${age(r.last_savepoint_age_s)} ago`),
+        el("td", { class: "num" }, num(r.kafka_lag)),
+        el("td", { class: r.failed_snapshots ? "num error-text" : "num" }, num(r.failed_snapshots)),
+      ),
     ),
   );
 }
 
-function selectJob(name) {
-  if (name === state.job) return;
+function sortFleet(key) {
+  const same = state.fleetSort.key === key;
+  state.fleetSort = { key, descending: same ? !state.fleetSort.descending : false };
+  renderFleet();
+}
+
+async function loadFleet() {
+  try {
+    const data = await api("api/fleet");
+    state.fleet = data.jobs;
+    renderFleet();
+    setError("fleet", null);
+  } catch (err) {
+    setError("fleet", err);
+  }
+}
+
+function showFleet() {
+  state.view = "fleet";
+  state.job = "";
+  state.errors.clear();
+  history.replaceState(null, "", "?");
+  $("job").hidden = true;
+  $("fleet").hidden = false;
+  renderNav();
+  refresh();
+}
+
+// --- jobs --------------------------------------------------------------------------------------------
+
+function renderNav() {
+  $("to-fleet").hidden = state.jobs.length < 2 || state.view === "fleet";
+  $("nav-job").textContent = state.view === "job" ? state.job : "";
+}
+
+// `focus`: a snapshot to open the job at (the page's ?snapshot=, the extra links)
+function selectJob(name, { focus = "" } = {}) {
+  if (name === state.job && state.view === "job") return;
+  state.view = "job";
   state.job = name;
   state.offset = 0;
-  state.focus = "";
-  state.highlight = "";
+  state.focus = focus;
+  state.highlight = focus;
   state.open.clear();
   state.errors.clear();
   state.savepoint = null;
   state.upgrade = null;
-  history.replaceState(null, "", `?${new URLSearchParams({ job: name })}`);
-  renderJobs();
+  const query = focus ? { job: name, snapshot: focus } : { job: name };
+  history.replaceState(null, "", `?${new URLSearchParams(query)}`);
+  $("fleet").hidden = true;
+  $("job").hidden = false;
+  renderNav();
   refresh();
 }
 
@@ -542,6 +630,7 @@ async function loadDeployments() {
     state.lastDeployments = data.deployments;
     state.savepoint = data.savepoint;
     renderDeployments(data.deployments);
+    $("deployments-older").textContent = data.older ? `(and ${num(data.older)} older retired ones)` : "";
     setError("deployments", null);
   } catch (err) {
     setError("deployments", err);
@@ -624,6 +713,11 @@ async function loadUpgrade() {
 
 async function refresh() {
   clearTimeout(state.timer);
+  if (state.view === "fleet") {
+    await loadFleet();
+    if (state.view === "fleet") schedule();
+    return;
+  }
   if (!state.job) return;
   renderJobHead();
   const job = state.job;
@@ -717,8 +811,12 @@ async function start() {
     });
   }
   document.addEventListener("visibilitychange", () => {
-    if (document.visibilityState === "visible" && state.job) refresh();
+    if (document.visibilityState === "visible" && state.view) refresh();
   });
+  $("to-fleet").addEventListener("click", showFleet);
+  for (const button of document.querySelectorAll("#fleet-table th button.sort")) {
+    button.addEventListener("click", () => sortFleet(button.dataset.sort));
+  }
   try {
     const [me, jobs] = await Promise.all([api("api/me"), api("api/jobs")]);
     state.me = me;
@@ -736,14 +834,15 @@ async function start() {
     $("no-jobs").hidden = false;
     return;
   }
-  if (!state.jobs.some((j) => j.name === state.job)) {
-    if (state.job) setError("job", new Error(`job ${state.job} is not declared in ${state.jobsFile}`));
-    state.job = state.jobs[0].name;
-    state.focus = state.highlight = "";
+  const asked = state.job;
+  const focus = state.focus;
+  state.job = "";
+  if (state.jobs.some((j) => j.name === asked)) selectJob(asked, { focus });
+  else if (state.jobs.length === 1) selectJob(state.jobs[0].name);
+  else showFleet();
+  if (asked && !state.jobs.some((j) => j.name === asked)) {
+    setError("job", new Error(`job ${asked} is not declared in ${state.jobsFile}`));
   }
-  $("job").hidden = false;
-  renderJobs();
-  refresh();
 }
 
 start();

@@ -1,0 +1,204 @@
+"""The fleet overview of the savepoints page, with 100 jobs in one S3 store written as savepoints wrote stores
+before catalogs (records only: the first read builds the catalogs). Through the API: every job's row, the
+unhealthy ones first with why. In Debian's chromium (playwright), on the page served by uvicorn with
+Airflow's authentication: 100 rows, unhealthy first, sorting by a column (both ways, jobs without a value
+last), a row opening today's job view, and back."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, State
+from airflow_plugin.core.layout import deployment_key, status_key
+from airflow_plugin.core.parallel import run_parallel
+from airflow_plugin.core.snapshots.manifest import SnapshotStatus
+from airflow_plugin.core.storage import open_storage
+from airflow_plugin.ui.app import create_app
+from airflow_plugin.ui.views import PageSettings
+from devtools.embedded_s3 import EmbeddedS3
+from tests.support.catalogs import manifest
+from tests.support.ui_support import bearer, free_port
+
+JOBS = 100
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+
+
+def job_name(n: int) -> str:
+    return f"job-{n:03d}"
+
+
+def expected_trouble(n: int) -> str | None:
+    """What each job's records say is wrong (None: healthy)."""
+    if n % 10 == 3:
+        return "LOST"
+    if n % 10 == 7:
+        return "FAILED"
+    if n % 25 == 5:
+        return "skipped them as already written"
+    return None
+
+
+def records(n: int, checkpoints: Path) -> dict[str, bytes]:
+    """Job n's objects: a retired deployment, a running one (LOST, FAILED, skipping batches, or none at all for
+    every tenth), two COMPLETED savepoints taken n and n+1 minutes ago, and for every fourth job a FAILED one."""
+    job, now = job_name(n), time.time()
+    objects: dict[str, bytes] = {}
+    old = Deployment(f"dp-{n:03d}-a", job, "v1", f"{checkpoints}/{job}/a", retired_at="2026-11-20T10:00:00Z")
+    objects[deployment_key(job, old.id)] = old.to_json()
+    objects[status_key(job, old.id)] = json.dumps({"state": "STOPPED", "updated_at": now - 86400}).encode()
+    if n % 10 != 9:
+        live = Deployment(f"dp-{n:03d}-b", job, "v2", f"{checkpoints}/{job}/b")
+        status = DeploymentStatus(State.RUNNING, now, last_batch_id=n * 10, kafka_lag=(n * 37) % 100)
+        if n % 10 == 3:
+            status.updated_at = now - 3600  # no heartbeat for an hour
+        if n % 10 == 7:
+            status.state, status.error_class, status.error_message = State.FAILED, "BOOM", "the job failed"
+        if n % 25 == 5:
+            status.unprocessed = {"first": 10, "last": 12, "batches": 3, "streak": 3, "records": 0}
+        objects[deployment_key(job, live.id)] = live.to_json()
+        objects[status_key(job, live.id)] = json.dumps({**vars(status), "state": str(status.state)}).encode()
+    at = datetime.now(UTC) - timedelta(minutes=n + 2)
+    made = [manifest(job, at=at, pack=n), manifest(job, at=at + timedelta(minutes=1), pack=n)]
+    if n % 4 == 0:
+        made.append(manifest(job, at=at + timedelta(seconds=30), status=SnapshotStatus.FAILED, pack=n))
+    for m in made:
+        objects[f"jobs/{job}/snapshots/{m.id}/manifest.json"] = m.to_json()
+    return objects
+
+
+@pytest.fixture(scope="module")
+def fleet(s3_server: EmbeddedS3, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("fleet")
+    store = s3_server.create_bucket("fleet-store") + "/savepoints"
+    storage = open_storage(store)
+    objects = {key: data for n in range(JOBS) for key, data in records(n, root / "checkpoints").items()}
+    list(run_parallel(lambda item: storage.write(*item), objects.items(), concurrency=32))
+    jobs_file = root / "jobs.toml"
+    body = f'[defaults]\nstore = "{store}"\ncheckpoint_root = "{root}/checkpoints"\n'
+    for n in range(JOBS):
+        body += f'\n[jobs.{job_name(n)}]\nversions.v1 = {{ application = "job.py" }}\n'
+    jobs_file.write_text(body)
+    return {"jobs_file": jobs_file, "store": store}
+
+
+@pytest.fixture(scope="module")
+def page(fleet: dict[str, Any], airflow_app: FastAPI) -> FastAPI:
+    return create_app(PageSettings(jobs_file=str(fleet["jobs_file"])))
+
+
+def unhealthy_first() -> list[str]:
+    trouble = sorted(job_name(n) for n in range(JOBS) if expected_trouble(n))
+    return trouble + sorted(job_name(n) for n in range(JOBS) if not expected_trouble(n))
+
+
+def test_the_fleet_lists_every_job_unhealthy_first_with_why(page: FastAPI) -> None:
+    with TestClient(page) as client:
+        response = client.get("/api/fleet", headers=bearer("viewer", "viewer"))
+    assert response.status_code == 200, response.text
+    rows = response.json()["jobs"]
+    assert [r["job"] for r in rows] == unhealthy_first()
+    for row in rows:
+        n = int(row["job"].split("-")[1])
+        trouble = expected_trouble(n)
+        assert (trouble in row["unhealthy"]) if trouble else row["unhealthy"] is None, row
+        assert row["failed_snapshots"] == (1 if n % 4 == 0 else 0) and row["snapshots"] == 2 + (n % 4 == 0)
+        assert row["last_savepoint_age_s"] == pytest.approx(60 * (n + 1), abs=120)
+        if n % 10 == 9:
+            assert (row["state"], row["deployment"], row["last_batch_id"]) == ("STOPPED", f"dp-{n:03d}-a", None)
+        else:
+            assert (row["deployment"], row["last_batch_id"], row["kafka_lag"]) == (
+                f"dp-{n:03d}-b",
+                n * 10,
+                n * 37 % 100,
+            )
+
+
+class Served:
+    """The page's app behind a real HTTP server on 127.0.0.1 (uvicorn in a thread)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def served(page: FastAPI) -> Iterator[str]:
+    with Served(page) as url:
+        yield url
+
+
+def test_a_person_finds_the_unhealthy_jobs_sorts_them_and_opens_one(served: str) -> None:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (`make test` tries to)", pytrace=False)
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        context = browser.new_context(
+            viewport={"width": 1440, "height": 1000}, extra_http_headers=bearer("ops", "user")
+        )
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(f"{served}/")
+
+        rows = page.locator("#fleet-table tbody tr")
+        expect(rows).to_have_count(JOBS)
+        order = unhealthy_first()
+        troubled = sum(1 for n in range(JOBS) if expected_trouble(n))
+        assert rows.evaluate_all("rows => rows.map(r => r.dataset.job)") == order
+        expect(page.locator("#fleet-table tbody tr.unhealthy")).to_have_count(troubled)
+        expect(page.locator("#fleet-summary")).to_have_text(f"{troubled} unhealthy")
+        expect(rows.first.locator(".reason")).to_contain_text("LOST")
+        page.screenshot(path=str(ARTIFACTS / "fleet.png"))
+
+        # sort by Kafka lag, both ways; jobs with no running deployment (no lag) stay last
+        lags = {job_name(n): n * 37 % 100 for n in range(JOBS) if n % 10 != 9}
+        page.locator('button.sort[data-sort="kafka_lag"]').click()
+        ascending = rows.evaluate_all("rows => rows.map(r => r.dataset.job)")
+        assert [lags[j] for j in ascending[: len(lags)]] == sorted(lags.values())
+        assert set(ascending[len(lags) :]) == {job_name(n) for n in range(JOBS) if n % 10 == 9}
+        expect(page.locator('button.sort[data-sort="kafka_lag"]')).to_have_attribute("aria-sort", "ascending")
+        page.locator('button.sort[data-sort="kafka_lag"]').click()
+        descending = rows.evaluate_all("rows => rows.map(r => r.dataset.job)")
+        assert [lags[j] for j in descending[: len(lags)]] == sorted(lags.values(), reverse=True)
+
+        # a row opens today's job view; "All jobs" comes back
+        page.locator('#fleet-table tbody tr[data-job="job-042"]').click()
+        expect(page.locator("#job-name")).to_have_text("job-042")
+        expect(page.locator("#fleet")).to_be_hidden()
+        expect(page.locator("#deployments tbody tr")).to_have_count(2)
+        expect(page.locator("#snapshots tbody tr")).to_have_count(2)
+        assert page.url.endswith("?job=job-042")
+        page.locator("#to-fleet").click()
+        expect(rows).to_have_count(JOBS)
+        expect(page.locator("#job")).to_be_hidden()
+        browser.close()

@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -62,6 +63,13 @@ def _terminal_apart_from_airflow(log: Path) -> Console:
     return Console(file=terminal, highlight=False, width=None if terminal.isatty() else 160)
 
 
+def _took(started: str, ended: str | None) -> str:
+    if not ended:
+        return "-"
+    took = datetime.fromisoformat(ended.replace("Z", "+00:00")) - datetime.fromisoformat(started.replace("Z", "+00:00"))
+    return f"{took.total_seconds():.1f}s"
+
+
 def _summary(console: Console, lifecycle: Lifecycle, started: float) -> None:
     snapshots = Table(title="snapshots", header_style="bold")
     for column in ("id", "kind", "trigger", "status", "batch", "files", "bytes", "uploaded", "time", "kafka", "labels"):
@@ -75,10 +83,10 @@ def _summary(console: Console, lifecycle: Lifecycle, started: float) -> None:
             str(m.trigger),
             str(m.status),
             str(m.batch_id),
-            str(len(m.files)),
+            str(m.file_count),
             f"{m.total_bytes:,}",
             f"{m.uploaded_bytes:,}",
-            f"{m.timings.get('total_s', 0):.2f}s",
+            _took(m.created_at, m.completed_at),
             source_text(checks.get(m.id)),
             ",".join(f"{k}={v}" for k, v in m.labels.items()) + (" pinned" if m.pinned else ""),
         )

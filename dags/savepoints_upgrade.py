@@ -3,15 +3,18 @@ a record in the store (core/upgrades) that these tasks advance, step by step, as
 
     begin      a live savepoint; the pre-flight of the new version on a throwaway copy, which also decides
                the mode (the form's `mode`, or with `auto` its choice: blue_green where both versions can write through
-               the gate, else stop_restore)
+               the gate, else stop_restore; when the new version cannot take over the old state: migrate where the
+               version declares a migration function, else replay); migrate: the migration, checked on a throwaway run
     [approve]  a person approves (optional)
     launch     blue_green: the new version (green) starts beside the old one from the savepoint, staging its
-               output; stop_restore: its driver is pre-started with the savepoint restored
-    catch_up   blue_green: green catches up (new batches, a falling Kafka lag)
-    cutover    blue_green: a window boundary T; the old version writes the windows up to T, green publishes
-               what it staged after T and writes from there: no gap, every window once.
+               output; replay: green starts with empty state from earlier Kafka positions; migrate: green starts at
+               the savepoint's positions with the migrated state; stop_restore: its driver is pre-started with the
+               savepoint restored
+    catch_up   green catches up (new batches, a falling Kafka lag, its event time up with the old version's)
+    cutover    a window boundary T; the old version writes the windows up to T, green publishes what it staged
+               after T and writes from there: no gap, every window once.
                stop_restore: the old version stops with a savepoint, the new one starts from it
-    retire     blue_green: the old version writes its last windows up to T, then stops with a savepoint
+    retire     the old version writes its last windows up to T, then stops with a savepoint
     confirm    the health gate after the cutover
     recover    on any failure: before the cutover an abort (the old version never stopped: the new one and
                what it staged removed), after it a rollback (the old version back from a savepoint, the sink
@@ -39,7 +42,7 @@ UPGRADE = "{{ (ti.xcom_pull(task_ids='begin') or ti.xcom_pull(task_ids='begin', 
 
 with DAG(
     dag_id="savepoints_upgrade",
-    description="Upgrade a running job to another version (blue/green or stop/restore), with pre-flight and rollback",
+    description="Upgrade a running job to another version (blue/green, stop/restore, replay, migrate), with rollback",
     schedule=None,
     catchup=False,
     tags=["savepoints"],
@@ -49,15 +52,19 @@ with DAG(
         "mode": Param(
             "auto",
             type="string",
-            enum=["auto", "blue_green", "stop_restore"],
+            enum=["auto", "blue_green", "stop_restore", "replay", "migrate"],
             title="Mode",
             description="blue_green: the new version beside the old one, an exactly-once cutover without a gap; "
-            "stop_restore: stop with a savepoint, start from it; auto: the pre-flight's choice (blue_green where "
-            "it applies)",
+            "stop_restore: stop with a savepoint, start from it; replay: the new version rebuilds its state from "
+            "earlier Kafka records beside the old one; migrate: the version's migration function turns the old state "
+            "into the new one's; auto: the pre-flight's choice (blue_green where it applies; when the state cannot "
+            "be taken over, migrate or replay)",
             values_display={
                 "auto": "the pre-flight's choice",
                 "blue_green": "blue/green",
                 "stop_restore": "stop/restore",
+                "replay": "replay (rebuild the state)",
+                "migrate": "migrate (the version's migration function)",
             },
         ),
         "allow_renames": Param(

@@ -61,7 +61,7 @@ class UpgradeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: str = Field(..., min_length=1, max_length=128, description="the new version, declared in the jobs file")
-    mode: Literal["auto", "blue_green", "stop_restore"] = "auto"
+    mode: Literal["auto", "blue_green", "stop_restore", "replay", "migrate"] = "auto"
 
 
 class PinRequest(BaseModel):

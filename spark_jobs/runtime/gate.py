@@ -15,7 +15,9 @@ writes (`txnAppId` = the query id, `txnVersion` = the batch id): what Spark's ow
 table's exactly-once is the same, and a deployment may switch between the two across a restore.
 
 T is chosen by blue itself, at a batch boundary: the latest window end it has written (plus a margin, if the
-upgrade asks for one). So blue never has to decline for having written past a T chosen elsewhere a moment
+upgrade asks for one), and no earlier than the floor the upgrade names (a green that rebuilt its state by replay
+holds every window only from the live savepoint's watermark on: the windows up to it are all blue's, already
+written by then). So blue never has to decline for having written past a T chosen elsewhere a moment
 earlier; the windows of that batch ending after T are left to green, which holds every one of them.
 
 Roles (`status.gate`): `sole` writes every window of its interval (a deployment on its own; an interval
@@ -143,7 +145,8 @@ class GatedWriter:
             if gate.role == STAGING:
                 declined = "it is staging, not writing the live table"
             else:
-                t = max(gate.max_written or 0, gate.after or 0) + int(values.get("margin", 0))
+                floor = int(values.get("floor", 0))  # a green that did not start from this state holds no earlier
+                t = max(gate.max_written or 0, gate.after or 0, floor) + int(values.get("margin", 0))
                 gate.role, gate.until = BLUE, t
         elif request.action == "ungate":
             if gate.role == BLUE and gate.dropped:

@@ -40,7 +40,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "--mode",
         choices=[AUTO, *(m.value for m in Mode)],
         default=AUTO,
-        help="auto (default): the pre-flight's choice, blue_green where it applies, else stop_restore",
+        help="auto (default): the pre-flight's choice: blue_green where it applies, else stop_restore; when the new "
+        "version cannot take over the old state: migrate where the version declares a migration function, else replay",
     )
     defaults = UpgradeSettings()
     upgrade_cmd.add_argument("--min-batches", type=int, default=defaults.min_batches, help="healthy after N batches")
@@ -53,8 +54,16 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "--catch-up-timeout",
         type=float,
         default=defaults.catch_up_seconds,
-        help="blue/green: seconds for the new version to catch up before the upgrade aborts "
+        help="blue_green, replay, migrate: seconds for the new version to catch up before the upgrade aborts "
         f"(default {defaults.catch_up_seconds:.0f})",
+    )
+    upgrade_cmd.add_argument(
+        "--replay-margin",
+        type=float,
+        default=defaults.replay_margin_seconds,
+        metavar="SECONDS",
+        help="replay by Kafka timestamps: how much earlier than its event time a record's timestamp may be "
+        f"(default {defaults.replay_margin_seconds:.0f})",
     )
     upgrade_cmd.set_defaults(run=run_upgrade_command)
 
@@ -70,12 +79,15 @@ def run_upgrade_command(args: argparse.Namespace, ctx: Context) -> Output:
     if args.version:
         if args.min_batches < 1:
             raise InvalidInput(f"--min-batches {args.min_batches}: give a positive number")
+        if args.replay_margin < 0:
+            raise InvalidInput(f"--replay-margin {args.replay_margin}: give seconds, 0 or more")
         settings = UpgradeSettings(
             min_batches=args.min_batches,
             lag_must_fall=not args.no_lag_must_fall,
             allow_renames=args.allow_renames,
             accept_source_gap=args.accept_source_gap,
             catch_up_seconds=args.catch_up_timeout,
+            replay_margin_seconds=args.replay_margin,
         )
         upgrade = begin(job, args.version, mode=args.mode, settings=settings)
     else:
@@ -111,6 +123,8 @@ def _show(upgrade: Upgrade) -> None:
                 "mode": upgrade.mode or f"(asked: {upgrade.requested_mode or 'the pre-flight decides'})",
                 "phase": str(upgrade.phase),
                 "savepoint": upgrade.savepoint,
+                "replay": (upgrade.replay or {}).get("note"),
+                "migration": (upgrade.migration or {}).get("reason"),
                 "cutover": upgrade.cutover_at,
                 "stop savepoint": upgrade.stop_savepoint,
                 "error": upgrade.error,

@@ -21,16 +21,19 @@ claims, launch and wait); they stay together."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from ..context import JobContext
 from ..errors import CheckpointError, InvalidInput, NotFound, Refused
 from ..sinks.guard import execute_rewind
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, utc_now
-from ..snapshots.restore import RestorePlan, execute_restore, plan_restore
+from ..snapshots.restore import METADATA, RestorePlan, execute_restore, plan_restore
 from .deployments import ControlRequest, Deployment, DeploymentStatus, State, new_deployment_id, new_request_id
 from .fresh_start import build_of, fresh_start
 from .launcher import SubmitSpec, alive, on_this_host
@@ -209,12 +212,22 @@ def gate_args(source: Manifest | None, staging: str | None = None) -> tuple[str,
 
 
 def launch_beside(
-    ctx: JobContext, version_name: str, snapshot_id: str, staging: str, *, wait_seconds: float = 180.0
+    ctx: JobContext,
+    version_name: str,
+    snapshot_id: str,
+    staging: str,
+    *,
+    fresh: bool = False,
+    seed: dict[str, Any] | None = None,
+    initial_state: str | None = None,
+    wait_seconds: float = 180.0,
 ) -> Deployment:
-    """A deployment of a version beside the running one (a blue/green upgrade's green): restored from the
-    running one's live savepoint under a query id of its own (sinks tell the two apart by it), its Kafka
-    positions checked like any restore's, writing into `staging` until it publishes (its runtime checks its
-    sink before its query starts). Under the job's lease: the upgrade holds it."""
+    """A deployment of a version beside the running one (an upgrade's green), writing into `staging` until it
+    publishes (its runtime checks its sink before its query starts), under a query id of its own (sinks tell the
+    two apart by it). Restored from the running one's live savepoint `snapshot_id`, its Kafka positions checked
+    like any restore's; or, `fresh`, on an empty checkpoint: started at `seed`'s positions (the runtime's
+    `--seed`: a replay's or a migration's start) with `initial_state` (a migration's), or from the start of its
+    sources. Under the job's lease: the upgrade holds it."""
     version = ctx.spec.launchable(version_name)
     with ctx.operation("deploy"):
         earlier = _earlier_attempt(ctx)
@@ -224,31 +237,40 @@ def launch_beside(
         source = ctx.store.get(ctx.name, snapshot_id)
         deployment_id = new_deployment_id()
         checkpoint = _claimable_location(ctx, deployment_id)
-        plan = plan_restore(
-            ctx.store,
-            ctx.name,
-            source.id,
-            ctx.open(checkpoint),
-            check_sinks=False,  # it writes its staging table; the live table is the old version's until the cutover
-            open_location=ctx.open,
-            kafka=ctx.kafka,
-            new_query_id=True,
-        )
+        plan, conf = None, {**ctx.spec.conf, **version.conf}
+        if not fresh:
+            plan = plan_restore(
+                ctx.store,
+                ctx.name,
+                source.id,
+                ctx.open(checkpoint),
+                check_sinks=False,  # it writes its staging table; the live table is the old version's until the cutover
+                open_location=ctx.open,
+                kafka=ctx.kafka,
+                new_query_id=True,
+            )
+            conf |= plan.spark_conf
         deployment = Deployment(
             id=deployment_id,
             job=ctx.name,
             version=version.name,
             checkpoint=checkpoint,
-            restored_from=source.id,
-            restored_batch_id=source.batch_id,
-            spark_conf={**ctx.spec.conf, **version.conf, **plan.spark_conf},
+            restored_from=None if fresh else source.id,
+            restored_batch_id=(0 if seed else None) if fresh else source.batch_id,
+            spark_conf=conf,
             request_id=ctx.settings.request_id,
-            source_gap=plan.source_gap,
+            source_gap=plan.source_gap if plan else None,
             build=build_of(ctx, version),
         )
         ctx.deployments.put(deployment)
-        execute_restore(ctx.store, plan, progress=ctx.progress)
-        spec = submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, gate_args(source, staging))
+        args = gate_args(source, staging)
+        if plan is not None:
+            execute_restore(ctx.store, plan, progress=ctx.progress)
+        else:  # its own query id from the start: the runtime's sink check and Delta's txn tell it apart
+            ctx.open(checkpoint).write(METADATA, json.dumps({"id": str(uuid.uuid4())}).encode())
+            args += ("--seed", json.dumps(seed, separators=(",", ":"))) if seed else ()
+            args += ("--initial-state", initial_state) if initial_state else ()
+        spec = submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, args)
         launch_deployment(ctx, deployment, spec)
         wait_until_started(ctx, deployment, wait_seconds)
         return deployment

@@ -116,6 +116,12 @@ class DeploymentStatus:
     gate: dict[str, Any] | None = None
     # requests that may be declined (gate, publish): request id -> "accepted", or the reason it was declined
     answers: dict[str, str] = field(default_factory=dict)
+    # what the query declares for a replay (its pre-flight run reports it): {"state_horizon_ms": int | None}
+    replay: dict[str, Any] | None = None
+    # the event time the first batch that read rows began with (ISO): a replay checks its start against it
+    first_event_time: str | None = None
+    # a migration run's report (spark_jobs/runtime: the initial state made and checked)
+    migration: dict[str, Any] | None = None
 
     def skipping(self) -> str | None:
         """Why a deployment that commits batches is not healthy: its last batches read input by their
@@ -142,7 +148,8 @@ class DeploymentStatus:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeploymentStatus:
-        return cls(**{**data, "state": State(data["state"])})
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}  # a newer runtime may add fields
+        return cls(**{**known, "state": State(data["state"])})
 
 
 @dataclass

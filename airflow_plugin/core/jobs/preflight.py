@@ -34,8 +34,9 @@ from ..sources.kafka import Broker
 from ..sources.subscription import topic_changes
 from ..storage import Storage
 from .deploy import submit_spec
-from .deployments import State
+from .deployments import DeploymentStatus, State
 from .launcher import exit_code, force_kill, launch, log_tail
+from .spec import VersionSpec
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,21 @@ _MISSING_STATE = re.compile(
     r"CANNOT_READ_STREAMING_STATE_FILE|CANNOT_READ_DELTA_FILE_NOT_EXISTS|CANNOT_READ_SNAPSHOT_FILE_NOT_EXISTS|"
     r"CANNOT_LOAD_STATE_STORE.*does not exist",
     re.DOTALL,
+)
+
+
+# Spark's errors for a new version whose state is not the old one's (a key, a value, an operator changed): an
+# upgrade that must rebuild the state (replay) or convert it (migrate), not one that cannot run at all
+STATE_INCOMPATIBLE = frozenset(
+    {
+        "STATE_STORE_COLUMN_FAMILY_SCHEMA_INCOMPATIBLE",
+        "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION",
+        "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+        "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+        "STATE_STORE_VALUE_SCHEMA_EVOLUTION_THRESHOLD_EXCEEDED",
+        "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY",
+        "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+    }
 )
 
 
@@ -136,6 +152,10 @@ class PreflightReport:
     # it, and its gate (the gate column) or why its writes cannot be gated (`not_gated`): an upgrade's mode
     sink: str | None = None
     gate: dict[str, Any] | None = None
+    # the new version's state cannot take over the snapshot's (Spark's check, or renamed fields): a replay or a
+    # migration may still (core/upgrades/mode.py); and what the version declares for a replay (its state_horizon)
+    state_incompatible: bool = False
+    replay: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "renames": [r.describe() for r in self.renames]}
@@ -201,21 +221,64 @@ def _prepare(ctx: JobContext, manifest: Manifest, location: Storage, *, drop_sch
     return schemas
 
 
-def _wait_for_exit(ctx: JobContext, run_id: str, handle: dict[str, Any], timeout: float) -> State:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = ctx.deployments.status(ctx.name, run_id)
-        if status is not None and status.state in (State.STOPPED, State.FAILED):
-            return status.state
-        if exit_code(handle) is not None:
-            status = ctx.deployments.status(ctx.name, run_id)
-            return status.state if status is not None and status.state is State.STOPPED else State.FAILED
-        time.sleep(0.25)
-    force_kill(handle)
-    raise Refused(
-        f"pre-flight of job {ctx.name} did not finish within {timeout:.0f}s (log {handle.get('log')}); it was "
-        "killed. The running deployment was not touched"
-    )
+@dataclass(frozen=True)
+class ThrowawayRun:
+    """How a run of a job version on a throwaway checkpoint ended (the pre-flight's, a migration's): its final
+    status, and for a failure its error class and first line."""
+
+    state: State
+    status: DeploymentStatus | None
+    log: str
+    error_class: str | None = None
+    detail: str = ""
+
+    @property
+    def first_line(self) -> str:
+        first = (self.detail.strip().splitlines() or ["(no output)"])[0].rstrip(".")
+        return first if first.startswith(f"[{self.error_class}]") else f"[{self.error_class}] {first}"
+
+
+def run_throwaway(
+    ctx: JobContext,
+    version: VersionSpec,
+    run_id: str,
+    checkpoint: str,
+    conf: dict[str, str],
+    runtime_args: tuple[str, ...],
+    *,
+    what: str,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> ThrowawayRun:
+    """Run `version` under the runtime with `runtime_args` (`--preflight ...`, `--migration ...`) on `checkpoint`
+    until it ends (STOPPED or FAILED in its status), killed after `timeout`; its status is removed afterwards."""
+    job = ctx.spec
+    spec = submit_spec(ctx, version, run_id, checkpoint, conf, runtime_args)
+    spec = replace(spec, name=f"{job.name}-{version.name}-{what}")
+    log_path = Path(job.log_dir) / job.name / f"{run_id}.log"
+    handle = launch(spec, log_path, ctx.command_builder)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = ctx.deployments.status(job.name, run_id)
+            if status is not None and status.state in (State.STOPPED, State.FAILED):
+                break
+            if exit_code(handle) is not None:
+                status = ctx.deployments.status(job.name, run_id)
+                break
+            time.sleep(0.25)
+        else:
+            force_kill(handle)
+            raise Refused(
+                f"the {what} of job {job.name} did not finish within {timeout:.0f}s (log {log_path}); it was killed. "
+                "The running deployment was not touched"
+            )
+        if status is not None and status.state is State.STOPPED:
+            return ThrowawayRun(State.STOPPED, status, str(log_path))
+        error_class = (status.error_class if status else None) or f"{what.upper().replace('-', '_')}_FAILED"
+        detail = (status.error_message if status else None) or log_tail(handle)
+        return ThrowawayRun(State.FAILED, status, str(log_path), error_class, detail)
+    finally:
+        ctx.deployments.remove(job.name, run_id)
 
 
 def preflight(
@@ -250,24 +313,16 @@ def preflight(
         stored = _prepare(ctx, manifest, spark_check, drop_schemas=False)
         _prepare(ctx, manifest, probe, drop_schemas=True)
         conf = {**job.conf, **spec_version.conf, **manifest.spark_conf, **manifest.restore_conf}
-        spec = submit_spec(ctx, spec_version, run_id, check_uri, conf, ("--preflight", probe_uri))
-        spec = replace(spec, name=f"{job.name}-{spec_version.name}-preflight")
-        log_path = Path(job.log_dir) / job.name / f"{run_id}.log"
-        report.log = str(log_path)
         log.info("pre-flight of %s %s on snapshot %s (batch %s)", job.name, version, manifest.id, manifest.batch_id)
-        handle = launch(spec, log_path, ctx.command_builder)
-        state = _wait_for_exit(ctx, run_id, handle, timeout)
-        status = ctx.deployments.status(job.name, run_id)
+        run = run_throwaway(ctx, spec_version, run_id, check_uri, conf, ("--preflight", probe_uri), what="preflight")
+        report.log, status = run.log, run.status
         if status is not None:
-            report.sink, report.gate = status.sink, status.gate
-        if state is not State.STOPPED:
-            report.error_class = (status.error_class if status else None) or "PREFLIGHT_FAILED"
-            detail = (status.error_message if status else None) or log_tail(handle)
-            first_line = detail.strip().splitlines()[0].rstrip(".")
-            if not first_line.startswith(f"[{report.error_class}]"):
-                first_line = f"[{report.error_class}] {first_line}"
-            report.reason = incomplete_state(manifest, report.error_class, detail, first_line)
-            report.reason = report.reason or f"Spark refused the state: {first_line}"
+            report.sink, report.gate, report.replay = status.sink, status.gate, status.replay
+        if run.state is not State.STOPPED:
+            report.error_class = run.error_class
+            report.reason = incomplete_state(manifest, str(run.error_class), run.detail, run.first_line)
+            report.reason = report.reason or f"Spark refused the state: {run.first_line}"
+            report.state_incompatible = report.error_class in STATE_INCOMPATIBLE
             return report
         compare_schemas(report, stored, _stored_schemas(probe, _state_keys(probe)))
         if guarded.check is not None and ctx.kafka is not None and status is not None:
@@ -281,6 +336,7 @@ def preflight(
                 )
                 return report
         if report.renames and not allow_renames:
+            report.state_incompatible = True
             report.reason = (
                 "the new version's state schema renames fields that Spark's own check ignores (the old state "
                 f"would be read under the new names): {'; '.join(r.describe() for r in report.renames)}. If the "
@@ -297,7 +353,6 @@ def preflight(
         report.seconds = round(time.monotonic() - started, 3)
         for location in (spark_check, probe):
             location.delete([info.key for info in location.list("")])
-        ctx.deployments.remove(job.name, run_id)
 
 
 def incomplete_state(manifest: Manifest, error_class: str, detail: str, first_line: str) -> str | None:

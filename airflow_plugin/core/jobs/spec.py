@@ -59,6 +59,9 @@ class VersionSpec:
     application: str  # a .py file given to spark-submit
     conf: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
+    # "package.module:function": turns the old state into this version's initial state in an upgrade whose state
+    # changes (core/upgrades/migration.py); None: such an upgrade replays instead, where it can
+    migrate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,17 @@ def _known(table: Any, allowed: frozenset[str] | set[str], where: str) -> None:
         raise InvalidInput(f"{where} has unknown key(s) {', '.join(unknown)}: known are {', '.join(sorted(allowed))}")
 
 
+_FUNCTION = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def _migrate(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _FUNCTION.match(value):
+        raise InvalidInput(f'{where} = {value!r}: give a function as "package.module:function"')
+    return value
+
+
 def _application(base: Path, value: str) -> str:
     """A job's .py file: next to the jobs file, else in an installed package, else (missing) next to it."""
     resolved = _resolve(base, value)
@@ -219,6 +233,7 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
                 application=_application(base, str(spec["application"])),
                 conf=_conf(spec.get("conf", {}), base, f"{where} versions.{version}.conf"),
                 args=_args(spec.get("args", []), base, f"{where} versions.{version}.args"),
+                migrate=_migrate(spec.get("migrate"), f"{where} versions.{version}.migrate"),
             )
         if not versions:
             raise InvalidInput(f'{where} declares no versions: add e.g. versions.v1 = {{ application = "job.py" }}')

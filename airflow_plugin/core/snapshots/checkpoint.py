@@ -185,6 +185,58 @@ def read_position(storage: Storage) -> Position | None:
     return Position(query_id, last, pending, stateful)
 
 
+@dataclass(frozen=True)
+class LoggedBatch:
+    """One entry of a checkpoint's offset log: batch N's end positions and the watermark it ran with."""
+
+    batch_id: int
+    watermark_ms: int
+    offsets_version: int
+    source_offsets: list[str]
+
+
+class OffsetLog:
+    """A checkpoint's offset log (`offsets/`), read one batch at a time on demand: Spark keeps the newest
+    `spark.sql.streaming.minBatchesToRetain` (100) of them, and a replay's start needs only a few."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.batch_ids = sorted(_batches(storage.list("offsets/"), "offsets"))
+
+    def read(self, batch_id: int) -> LoggedBatch:
+        where = f"{self.storage.uri}/offsets/{batch_id}"
+        try:
+            version, meta, lines = _offsets(self.storage.read(f"offsets/{batch_id}"), where)
+        except FileNotFoundError:
+            raise CheckpointError(f"{where} is gone (the query's cleanup deleted it meanwhile): try again") from None
+        return LoggedBatch(batch_id, int(meta.get("batchWatermarkMs") or 0), version, lines)
+
+    def initial_offsets(self, source: str) -> str | None:
+        """The Kafka position a source started the query at (`sources/<id>/0`), or None where there is none."""
+        try:
+            raw = self.storage.read(f"sources/{source}/0")
+        except FileNotFoundError:
+            return None
+        return parse_kafka_initial_offsets(raw)
+
+
+# Spark's Kafka source records the positions a fresh query starts at in `sources/<id>/0` (its
+# KafkaSourceInitialOffsetWriter): a zero byte (SPARK-19517), "v1", a newline, the offset JSON
+KAFKA_INITIAL_OFFSETS_PREFIX = b"\x00v1\n"
+
+
+def parse_kafka_initial_offsets(raw: bytes) -> str | None:
+    text = raw.removeprefix(b"\x00")
+    if not text.startswith(b"v1\n"):
+        return None
+    return text[3:].decode().strip() or None
+
+
+def kafka_initial_offsets(offset_json: str) -> bytes:
+    """What `sources/<id>/0` holds for a Kafka source starting at `offset_json`."""
+    return KAFKA_INITIAL_OFFSETS_PREFIX + offset_json.encode()
+
+
 def read_restart_point(storage: Storage) -> RestartPoint:
     """Decide N and the exact files that restart the query at N. Raises CheckpointError for anything that
     is not a usable checkpoint, and CheckpointChanged when a needed file is already gone."""

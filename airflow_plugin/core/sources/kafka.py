@@ -273,5 +273,26 @@ class Broker:
             held[tp.partition] = (ends["earliest"][key], ends["latest"][key])
         return found
 
+    def offsets_for_times(self, partitions: Iterable[tuple[str, int]], timestamp_ms: int) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> the offset of its first record whose Kafka timestamp is at or after
+        `timestamp_ms` (the partition's latest offset when none is): Kafka's offsets-for-times."""
+        admin = self._client()
+        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        wanted = [TopicPartition(topic, partition) for topic, partition in sorted(set(partitions))]
+        timeout = self.settings.timeout_s
+        found: dict[tuple[str, int], int] = {}
+        try:
+            for spec in (OffsetSpec.for_timestamp(timestamp_ms), OffsetSpec.latest()):
+                futures = admin.list_offsets({tp: spec for tp in wanted}, request_timeout=timeout) if wanted else {}
+                for tp, future in futures.items():
+                    offset = future.result(timeout=timeout).offset
+                    if offset >= 0 and (tp.topic, tp.partition) not in found:
+                        found[(tp.topic, tp.partition)] = offset  # -1: no record that late: the latest
+        except KafkaException as exc:
+            raise self._unreachable(exc) from None
+        return found
+
     def check(self, kafka: Sequence[SourcePosition]) -> SourceCheck:
         return compare(kafka, self.watermarks(topics_of(kafka)), self.settings.bootstrap_servers)

@@ -1,11 +1,14 @@
 """Which upgrade mode applies, and why (a pure decision from what was observed: the running deployment's
-status, the new version's pre-flight, the machine).
+status, the new version's pre-flight, where a replay would start, the machine).
 
 blue_green needs both versions to write through the gate (spark_jobs/runtime/gate.py): each appends to the
 same Delta table and names the same gate column (the window's end), in append mode, so that every window is
 written by exactly one of them; and room for two drivers at once. Everything else (a file sink, whose log
 takes one writer; update or complete mode, which rewrites windows; Kafka and foreachBatch sinks) upgrades by
-stop_restore, which is always possible."""
+stop_restore, which is possible whenever the new version takes over the old state. When it cannot (a new
+grouping key, another operator), the state is rebuilt or converted instead, beside the old version and through the
+same gate: `migrate` where the version declares a migration function, `replay` where the source still holds
+the records the new state needs (replay.py); otherwise the upgrade is blocked, saying what would unblock it."""
 
 from __future__ import annotations
 
@@ -33,6 +36,12 @@ class Observed:
     master: str  # spark_master of the job
     driver_memory: str | None  # spark.driver.memory of the new version, as configured
     available_memory: int | None  # bytes this machine has free now (local masters only)
+    # why the new version cannot take over the old state (the pre-flight's reason), None when it can
+    state_problem: str | None = None
+    replay: str | None = None  # None: a replay is possible (replay.py); else why not
+    replay_reason: str = ""  # what a possible replay reads
+    migrate: str | None = None  # the version's migration function (jobs file `migrate`), if it declares one
+    kafka_only: bool = False  # every source of the snapshot is Kafka (green can be started at its positions)
 
 
 @dataclass(frozen=True)
@@ -43,7 +52,7 @@ class Decision:
 
 
 def blue_green_problem(seen: Observed) -> str | None:
-    """Why blue/green cannot run for this upgrade, or None when it can."""
+    """Why the new version cannot run beside the old one and take over through the gate, or None when it can."""
     old_gate, new_gate = seen.old_gate or {}, seen.new_gate or {}
     if not new_gate.get("column"):
         return f"the new version's writes cannot be gated: {new_gate.get('not_gated') or 'its pre-flight said nothing'}"
@@ -76,20 +85,52 @@ def room_for_two(seen: Observed) -> str | None:
     return None
 
 
-def decide(requested: str | None, seen: Observed) -> Decision:
-    problem = blue_green_problem(seen)
-    reasons = {
-        Mode.BLUE_GREEN: f"not possible: {problem}"
-        if problem
-        else f"both versions write {seen.new_sink} through the gate on {seen.new_gate['column']}"  # type: ignore[index]
-        " (append mode): the new version runs beside the old one and takes over at a window boundary, no gap",
-        Mode.STOP_RESTORE: "always possible: the old version stops with a savepoint, the new one starts from it",
+def _problems(seen: Observed) -> dict[Mode, str | None]:
+    """Per mode, why it is not possible (None: it is)."""
+    beside = blue_green_problem(seen)
+    state = f"the new version cannot take over the old state: {seen.state_problem}" if seen.state_problem else None
+    migrate = beside
+    if not seen.migrate:
+        migrate = 'the version declares no migration function (jobs file: migrate = "package.module:function")'
+    elif not seen.kafka_only:
+        migrate = "the new version can start at the savepoint's positions only on Kafka sources"
+    return {
+        Mode.BLUE_GREEN: state or beside,
+        Mode.STOP_RESTORE: state,
+        Mode.MIGRATE: migrate,
+        Mode.REPLAY: beside or seen.replay,
     }
-    if requested == Mode.BLUE_GREEN and problem:
-        return Decision(None, reasons, f"blue_green was asked for but is {reasons[Mode.BLUE_GREEN]}")
+
+
+def decide(requested: str | None, seen: Observed) -> Decision:
+    """The requested mode if it is possible; else (auto) blue_green, or stop_restore, when the new version takes
+    over the old state; when it cannot: migrate where the version declares how, else replay; else blocked."""
+    problems = _problems(seen)
+    gate = seen.new_gate["column"] if seen.new_gate and seen.new_gate.get("column") else "-"
+    possible = {
+        Mode.BLUE_GREEN: f"both versions write {seen.new_sink} through the gate on {gate} (append mode): the new "
+        "version runs beside the old one and takes over at a window boundary, no gap",
+        Mode.STOP_RESTORE: "the old version stops with a savepoint, the new one starts from it (always possible "
+        "when the new version takes over the old state)",
+        Mode.MIGRATE: f"{seen.migrate} turns the old state into the new version's initial state (checked on a "
+        "throwaway run first); the new version runs beside the old one and takes over through the gate",
+        Mode.REPLAY: f"the new version rebuilds its state: it {seen.replay_reason}, beside the old one, and takes "
+        "over through the gate",
+    }
+    reasons = {
+        mode: possible[mode] if problem is None else f"not possible: {problem}" for mode, problem in problems.items()
+    }
     if requested:
-        return Decision(Mode(requested), reasons)
-    return Decision(Mode.STOP_RESTORE if problem else Mode.BLUE_GREEN, reasons)
+        mode = Mode(requested)
+        if problems[mode]:
+            return Decision(None, reasons, f"{mode} was asked for but is {reasons[mode]}")
+        return Decision(mode, reasons)
+    order = [Mode.MIGRATE, Mode.REPLAY] if seen.state_problem else [Mode.BLUE_GREEN, Mode.STOP_RESTORE]
+    for mode in order:
+        if problems[mode] is None:
+            return Decision(mode, reasons)
+    why = "; ".join(f"{mode}: {problems[mode]}" for mode in (Mode.REPLAY, Mode.MIGRATE))
+    return Decision(None, reasons, f"the new version cannot take over the old state ({seen.state_problem}), and {why}")
 
 
 def parse_size(text: str | None) -> int:

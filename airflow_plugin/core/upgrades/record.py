@@ -8,6 +8,10 @@ status). Written whole on every change; the job's lease (held as `upgrade:<id>`)
     blue_green    SAVEPOINTING -> PREFLIGHT -> LAUNCHING (green from the live savepoint, staging) -> CATCHING_UP
                   (green's health) -> CUTTING_OVER (T chosen; blue gated at T; green publishes) -> RETIRING
                   (blue writes its last windows up to T, then stops with a savepoint) -> CONFIRMING -> DONE
+    replay        as blue_green, but green starts with empty state from earlier source positions (replay.py)
+    migrate       as blue_green, with MIGRATING after PREFLIGHT (the version's migration function makes green's
+                  initial state from the savepoint's, checked on a throwaway run: migration.py); green starts
+                  from the savepoint's positions with that state
     before the cutover: ABORTING -> ABORTED (the old version untouched, the new one and what it staged removed)
     after the cutover:  ROLLING_BACK -> ROLLED_BACK (the old version back from a savepoint, the sink rewound)
     BLOCKED: the pre-flight refused the new version (nothing changed). FAILED: a recovery itself failed."""
@@ -30,11 +34,19 @@ from ..storage import Storage
 class Mode(StrEnum):
     BLUE_GREEN = "blue_green"  # the new version beside the old one, an exactly-once cutover: no gap
     STOP_RESTORE = "stop_restore"  # stop the old version with a savepoint, start the new one from it
+    REPLAY = "replay"  # the new version beside the old one with empty state, rebuilt from earlier source positions
+    MIGRATE = "migrate"  # ... with its initial state made from the old state by the version's migration function
+
+    @property
+    def beside(self) -> bool:
+        """The new version runs beside the old one and takes over through the gate (no gap)."""
+        return self is not Mode.STOP_RESTORE
 
 
 class Phase(StrEnum):
     SAVEPOINTING = "SAVEPOINTING"
     PREFLIGHT = "PREFLIGHT"
+    MIGRATING = "MIGRATING"
     LAUNCHING = "LAUNCHING"
     CATCHING_UP = "CATCHING_UP"
     CUTTING_OVER = "CUTTING_OVER"
@@ -58,7 +70,7 @@ class Phase(StrEnum):
 
 
 # before the cutover a failure aborts (the old version never stopped writing); from it on, it rolls back
-BEFORE_CUTOVER = frozenset({Phase.SAVEPOINTING, Phase.PREFLIGHT, Phase.LAUNCHING, Phase.CATCHING_UP})
+BEFORE_CUTOVER = frozenset({Phase.SAVEPOINTING, Phase.PREFLIGHT, Phase.MIGRATING, Phase.LAUNCHING, Phase.CATCHING_UP})
 
 
 def new_upgrade_id(now: datetime | None = None) -> str:
@@ -86,6 +98,8 @@ class Upgrade:
     modes: dict[str, str] = field(default_factory=dict)  # mode -> why it applies, or why not
     new_deployment: str | None = None
     staging: str | None = None  # blue/green: green's staging table until it publishes
+    replay: dict[str, Any] | None = None  # replay: where green starts (replay.py ReplayStart)
+    migration: dict[str, Any] | None = None  # migrate: the migration run's report (its initial state, the check)
     cutover_ms: int | None = None  # blue/green: T, epoch ms: windows ending at or before it are the old version's
     cutover_at: str | None = None  # when the cutover happened (blue/green: green published; else the new started)
     stop_savepoint: str | None = None  # the old version's stop-with-savepoint
@@ -148,6 +162,10 @@ class Upgrades:
         return sorted(
             info.key[len(prefix) : -len(".json")] for info in self.storage.list(prefix) if info.key.endswith(".json")
         )
+
+    def list(self, job: str) -> list[Upgrade]:
+        """Every upgrade of a job, oldest first (a record read each)."""
+        return [self.get(job, upgrade_id) for upgrade_id in self.ids(job)]
 
     def newest(self, job: str) -> Upgrade | None:
         """The job's newest upgrade: the only one that may not have ended (begin refuses a second one), so a

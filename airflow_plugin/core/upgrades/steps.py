@@ -33,8 +33,11 @@ from ..lease import LeaseHeld, LeaseLost
 from ..sinks import DELTA, from_description
 from ..sinks import delta as delta_sink
 from ..snapshots.manifest import Kind, Trigger, utc_now
+from ..sources import KAFKA, positions
+from .migration import run_migration
 from .mode import Observed, available_memory, decide
 from .record import Mode, Phase, Upgrade, Upgrades
+from .replay import DEFAULT_MARGIN_SECONDS, ReplayStart, check_first_batch, observe_replay
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,9 @@ class UpgradeSettings:
     # new version's publish clean (it has left nothing to the new one yet)
     margin_seconds: float = 0.0
     answer_seconds: float = 120.0  # a gate or publish request answered within this
+    # replay by broker timestamps: a record's Kafka timestamp is assumed at most this much earlier than its event
+    # time (replay.py); checked against green's first records
+    replay_margin_seconds: float = DEFAULT_MARGIN_SECONDS
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> UpgradeSettings:
@@ -102,11 +108,15 @@ def preflighting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         accept_source_gap=settings.accept_source_gap,
     )
     upgrade.preflight = report.to_dict()
-    if not report.passed:
+    if not report.passed and not report.state_incompatible:
         upgrade.error = report.reason
         return upgrade.move(Phase.BLOCKED, f"pre-flight: {report.reason}")
-    old_status = ctx.deployments.status(ctx.name, str(upgrade.old_deployment))
+    old = _deployment(ctx, upgrade.old_deployment)
+    old_status = ctx.deployments.status(ctx.name, old.id)
     version = ctx.spec.version(upgrade.to_version)
+    manifest = ctx.store.get(ctx.name, upgrade.savepoint)
+    replay = observe_replay(ctx, manifest, ctx.open(old.checkpoint), report.replay, settings.replay_margin_seconds)
+    sources = positions(manifest.offsets_version, manifest.source_offsets)
     seen = Observed(
         old_sink=old_status.sink if old_status else None,
         old_gate=old_status.gate if old_status else None,
@@ -115,6 +125,11 @@ def preflighting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         master=ctx.spec.spark_master,
         driver_memory={**ctx.spec.conf, **version.conf}.get("spark.driver.memory"),
         available_memory=available_memory(),
+        state_problem=None if report.passed else report.reason,
+        replay=None if replay.start else replay.reason,
+        replay_reason=replay.reason,
+        migrate=version.migrate,
+        kafka_only=bool(sources) and all(p.kind == KAFKA for p in sources),
     )
     decision = decide(upgrade.requested_mode, seen)
     upgrade.modes = {str(mode): reason for mode, reason in decision.reasons.items()}
@@ -122,7 +137,27 @@ def preflighting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         upgrade.error = decision.blocked
         return upgrade.move(Phase.BLOCKED, str(decision.blocked))
     upgrade.mode = str(decision.mode)
-    return upgrade.move(Phase.LAUNCHING, f"pre-flight passed; mode {decision.mode}: {decision.reasons[decision.mode]}")
+    if decision.mode is Mode.REPLAY:
+        assert replay.start is not None
+        upgrade.replay = replay.start.to_dict()
+    passed = "pre-flight passed" if report.passed else "the state cannot be taken over"
+    note = f"{passed}; mode {decision.mode}: {decision.reasons[decision.mode]}"
+    return upgrade.move(Phase.MIGRATING if decision.mode is Mode.MIGRATE else Phase.LAUNCHING, note)
+
+
+def migrating(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
+    """The version's migration function makes green's initial state from the savepoint's, checked on a throwaway
+    run (migration.py); a failure blocks the upgrade before anything was started."""
+    assert upgrade.savepoint is not None
+    version = ctx.spec.version(upgrade.to_version)
+    manifest = ctx.store.get(ctx.name, upgrade.savepoint)
+    report = run_migration(ctx, manifest, version.name, str(version.migrate), initial_state_location(ctx, upgrade))
+    upgrade.migration = report.to_dict()
+    if not report.passed:
+        _remove_scratch(ctx, upgrade)
+        upgrade.error = report.reason
+        return upgrade.move(Phase.BLOCKED, report.reason)
+    return upgrade.move(Phase.LAUNCHING, report.reason)
 
 
 def launching(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
@@ -133,12 +168,23 @@ def launching(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         upgrade.new_deployment = standby.id
         return upgrade.move(Phase.CUTTING_OVER, f"pre-started {standby.id} in STANDBY, the savepoint restored into it")
     upgrade.staging = upgrade.staging or staging_location(ctx, upgrade)
-    green = launch_beside(ctx, upgrade.to_version, upgrade.savepoint, upgrade.staging)
+    if upgrade.mode == Mode.REPLAY:
+        start = ReplayStart.of(upgrade.replay or {})
+        green = launch_beside(ctx, upgrade.to_version, upgrade.savepoint, upgrade.staging, fresh=True, seed=start.seed)
+        began = f"with empty state, {start.note} ({start.records if start.records is not None else 'all'} records)"
+    elif upgrade.mode == Mode.MIGRATE:
+        migration = upgrade.migration or {}
+        seed, initial = migration.get("seed"), migration.get("initial_state")
+        green = launch_beside(
+            ctx, upgrade.to_version, upgrade.savepoint, upgrade.staging, fresh=True, seed=seed, initial_state=initial
+        )
+        began = f"at {upgrade.savepoint}'s positions with the migrated state {initial}"
+    else:
+        green = launch_beside(ctx, upgrade.to_version, upgrade.savepoint, upgrade.staging)
+        began = f"from {upgrade.savepoint}"
     upgrade.new_deployment = green.id
     upgrade.deadline = time.time() + settings.catch_up_seconds
-    return upgrade.move(
-        Phase.CATCHING_UP, f"green {green.id} started from {upgrade.savepoint}, staging into {upgrade.staging}"
-    )
+    return upgrade.move(Phase.CATCHING_UP, f"green {green.id} started {began}, staging into {upgrade.staging}")
 
 
 def catching_up(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
@@ -147,7 +193,13 @@ def catching_up(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     if (state := ctx.state_of(old)) is not State.RUNNING:
         return _abort(upgrade, f"the old deployment {old.id} is {state}")
     health = new_health(ctx, upgrade, settings)
-    behind = _behind(ctx, old, _deployment(ctx, upgrade.new_deployment))
+    new = _deployment(ctx, upgrade.new_deployment)
+    if upgrade.mode == Mode.REPLAY and upgrade.replay:
+        status = ctx.deployments.status(ctx.name, new.id)
+        first = _millis(status.first_event_time if status else None)
+        if (problem := check_first_batch(ReplayStart.of(upgrade.replay), first)) is not None:
+            return _abort(upgrade, problem)
+    behind = _behind(ctx, old, new)
     if health.verdict is Verdict.HEALTHY and behind is None:
         return upgrade.move(Phase.CUTTING_OVER, f"green healthy: {health.reason}; its event time caught up")
     if health.verdict is Verdict.UNHEALTHY:
@@ -222,7 +274,7 @@ def confirming(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     settings = UpgradeSettings.of(upgrade.settings)
     health = new_health(ctx, upgrade, settings)
     if health.verdict is Verdict.HEALTHY:
-        _remove_staging(ctx, upgrade)
+        _remove_scratch(ctx, upgrade)
         return upgrade.move(Phase.DONE, f"{upgrade.to_version} healthy after the cutover: {health.reason}")
     if health.verdict is Verdict.UNHEALTHY:
         upgrade.error = health.reason
@@ -247,7 +299,7 @@ def aborting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         _retire(ctx, new)
         location = ctx.open(new.checkpoint)
         location.delete([info.key for info in location.list()])
-    _remove_staging(ctx, upgrade)
+    _remove_scratch(ctx, upgrade)
     return upgrade.move(Phase.ABORTED, "the new version and what it staged removed; the old version runs on untouched")
 
 
@@ -260,13 +312,14 @@ def rolling_back(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
             _retire(ctx, _deployment(ctx, deployment_id))
     target = upgrade.rollback_savepoint or upgrade.savepoint
     result = rollback(ctx, target)
-    _remove_staging(ctx, upgrade)
+    _remove_scratch(ctx, upgrade)
     return upgrade.move(Phase.ROLLED_BACK, f"{result.reason}")
 
 
 HANDLERS: dict[Phase, Callable[[JobContext, Upgrade], Upgrade]] = {
     Phase.SAVEPOINTING: savepointing,
     Phase.PREFLIGHT: preflighting,
+    Phase.MIGRATING: migrating,
     Phase.LAUNCHING: launching,
     Phase.CATCHING_UP: catching_up,
     Phase.CUTTING_OVER: cutting_over,
@@ -308,7 +361,7 @@ def new_health(ctx: JobContext, upgrade: Upgrade, settings: UpgradeSettings) -> 
     status = ctx.deployments.status(ctx.name, new.id)
     published = ((status.gate if status else None) or {}).get("published_batch")
     judged = replace(new, restored_batch_id=published) if published is not None else new
-    if upgrade.mode == Mode.BLUE_GREEN and upgrade.cut_over and published is None:  # counted from its publish
+    if upgrade.mode and Mode(upgrade.mode).beside and upgrade.cut_over and published is None:  # from its publish
         judged = replace(new, restored_batch_id=(status.last_batch_id if status else None) or 0)
     return assess(
         judged,
@@ -324,12 +377,28 @@ def staging_location(ctx: JobContext, upgrade: Upgrade) -> str:
     return f"{ctx.spec.checkpoint_root.rstrip('/')}/{ctx.name}/_staging/{upgrade.id}"
 
 
+def initial_state_location(ctx: JobContext, upgrade: Upgrade) -> str:
+    """A migration's initial state (Parquet), kept until the upgrade ends: green reads it whenever it starts."""
+    return f"{ctx.spec.checkpoint_root.rstrip('/')}/{ctx.name}/_initial_state/{upgrade.id}"
+
+
+def floor_of(upgrade: Upgrade) -> int:
+    """The earliest T the old version may choose: for a green that did not start from its state, the savepoint's
+    watermark, from which on green holds every window (replay.py); 0 otherwise."""
+    if upgrade.mode == Mode.REPLAY and upgrade.replay:
+        return int(upgrade.replay.get("floor_ms") or 0)
+    if upgrade.mode == Mode.MIGRATE and upgrade.migration:
+        return int((upgrade.migration.get("seed") or {}).get("watermark_ms") or 0)
+    return 0
+
+
 def _gate_and_publish(ctx: JobContext, upgrade: Upgrade, old: Deployment, settings: UpgradeSettings) -> None:
     """The gate at the old deployment, which chooses T at its next batch (the latest window end it wrote, plus
     the margin) and writes nothing after T from then on; then the new one's publish of T: the cutover."""
     new = _deployment(ctx, upgrade.new_deployment)
     if upgrade.cutover_ms is None:
-        answer = _ask(ctx, upgrade, old, "gate", {"margin": int(settings.margin_seconds * 1000)})
+        values = {"margin": int(settings.margin_seconds * 1000), "floor": floor_of(upgrade)}
+        answer = _ask(ctx, upgrade, old, "gate", values)
         if answer != "accepted":
             _abort(upgrade, f"the old deployment did not take the gate: {answer or 'it is no longer running'}")
             return
@@ -437,10 +506,13 @@ def _retire(ctx: JobContext, deployment: Deployment) -> None:
             kill(ctx, deployment.id)
 
 
-def _remove_staging(ctx: JobContext, upgrade: Upgrade) -> None:
-    if upgrade.staging:
-        staging = ctx.open(upgrade.staging)
-        staging.delete([info.key for info in staging.list()])
+def _remove_scratch(ctx: JobContext, upgrade: Upgrade) -> None:
+    """What the upgrade made beside the job's checkpoints: green's staging table, a migration's initial state."""
+    initial = (upgrade.migration or {}).get("initial_state")
+    for location in (upgrade.staging, initial):
+        if location:
+            scratch = ctx.open(location)
+            scratch.delete([info.key for info in scratch.list()])
 
 
 def _deployment(ctx: JobContext, deployment_id: str | None) -> Deployment:

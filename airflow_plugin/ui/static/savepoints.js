@@ -342,8 +342,23 @@ function renderUpgrade(upgrade) {
     ` ${upgrade.id}: ${upgrade.from_version || "?"} to ${upgrade.to_version}`,
     upgrade.mode ? ` (${upgrade.mode})` : "",
     el("div", { class: outcome === "failed" ? "error-text small" : "muted small" }, upgrade.error || upgrade.note),
+    upgradePaths(upgrade),
   );
   return !upgrade.ended;
+}
+
+// What the pre-flight found for each mode: why it applies, or why not (the chosen one first).
+function upgradePaths(upgrade) {
+  const modes = Object.entries(upgrade.modes || {});
+  if (!modes.length) return "";
+  modes.sort(([a], [b]) => (b === upgrade.mode) - (a === upgrade.mode));
+  return el(
+    "ul",
+    { class: "small upgrade-paths" },
+    ...modes.map(([mode, reason]) =>
+      el("li", { class: mode === upgrade.mode ? "" : "muted" }, el("strong", {}, mode), `: ${reason}`),
+    ),
+  );
 }
 
 // Enabled only when the person may trigger the DAG AND a deployment runs; otherwise it says why, in words

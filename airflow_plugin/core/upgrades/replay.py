@@ -1,0 +1,256 @@
+"""Where a replay starts: the new version ("green") begins with empty state from source positions early enough
+to rebuild every state it needs by the cutover, and runs beside the old one until it takes over at T.
+
+What green needs. The job declares how far behind the newest event time its state reaches, `state_horizon` H
+(a tumbling window plus its watermark delay). Green writes the windows ending after T, and T is at least the
+old version's watermark W at the live savepoint (the floor the gate gets), so green needs every record whose
+event time is at or after W - window, and W - H is earlier still.
+
+Where those records start. Exact, from the old version's own offset log: batch k ran with watermark W_k =
+(the newest event time of batches before k) - delay, so every record read before batch k has an event time at
+most W_k + delay. The latest logged batch with W_k < W - H therefore starts at positions before which no record
+green needs can lie: green starts at batch k's start (batch k-1's end, or the query's initial positions for
+k = 0), with the watermark W_k (so it drops as late what the old version dropped). This holds for a query with
+one event-time watermark (`withWatermark` once, on one stream).
+
+When the offset log no longer reaches back that far (Spark keeps the newest 100 batches), the broker's
+offsets-for-times instead: the first record whose Kafka timestamp is at or after W - H - margin. That assumes a
+record's Kafka timestamp is at most `margin` earlier than its event time (producers that set the timestamp
+from the event time, or write soon after it); green's first batch is checked against it once it has read
+(`check_first_batch`), and the upgrade aborts if its records begin after the event time green must cover.
+
+Unbounded state (no horizon declared: a running total since the beginning) can be replayed only from the
+start of every partition, and only while the topic still holds it (nothing deleted). A file source is replayed
+from the start of its directory (a fresh start reads every file in it).
+
+The positions are then checked against the broker like any restore's (sources/kafka.py `compare`): records
+retention deleted since make replay impossible, named per partition."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..context import JobContext
+from ..snapshots.checkpoint import LoggedBatch, OffsetLog
+from ..snapshots.manifest import Manifest
+from ..sources import FILE, KAFKA, SourcePosition, offsets_by_source, positions
+from ..sources.kafka import Broker, SourceCheck, Watermarks, compare, topics_of
+from ..storage import Storage
+
+DEFAULT_MARGIN_SECONDS = 60.0
+HISTORY = "offset log"
+TIMESTAMPS = "broker timestamps"
+TOPIC_START = "topic start"
+FILES = "file source"
+
+
+@dataclass(frozen=True)
+class ReplayStart:
+    """Where green starts: its seed (spark_jobs/runtime: an empty batch 0 at `offsets` with `watermark_ms`;
+    `offsets` None: a plain fresh start, for a file source), what T may not be earlier than, and how it was found."""
+
+    offsets: list[str] | None
+    watermark_ms: int
+    floor_ms: int
+    cutoff_ms: int  # the event time green must hold every record from
+    found: str  # HISTORY, TIMESTAMPS, TOPIC_START or FILES
+    note: str
+    check: dict[str, Any] | None = None  # the positions against the broker (SourceCheck.to_dict)
+    records: int | None = None  # records to replay up to the live savepoint's positions
+
+    @property
+    def seed(self) -> dict[str, Any] | None:
+        """The runtime's `--seed` (spark_jobs/runtime): None for a plain fresh start."""
+        if self.offsets is None:
+            return None
+        return {"offsets": self.offsets, "watermark_ms": self.watermark_ms}
+
+    @property
+    def by_timestamps(self) -> bool:
+        return self.found == TIMESTAMPS
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> ReplayStart:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    start: ReplayStart | None  # None: replay is not a path
+    reason: str  # why it is one (what it reads), or why not and what would make it one
+
+
+def _kafka_lines(snapshot: Sequence[SourcePosition], offsets: Mapping[tuple[str, int], int]) -> list[str]:
+    """Per source of the snapshot, the position JSON with `offsets` for its topics' partitions."""
+    lines = []
+    for position in snapshot:
+        chosen = {
+            topic: {str(p): offsets[(topic, int(p))] for p in sorted(partitions, key=int)}
+            for topic, partitions in sorted(position.offset.items())
+        }
+        lines.append(json.dumps(chosen, separators=(",", ":")))
+    return lines
+
+
+def partitions_of(snapshot: Sequence[SourcePosition]) -> list[tuple[str, int]]:
+    return sorted({(topic, int(p)) for s in snapshot for topic, parts in s.offset.items() for p in parts})
+
+
+def from_history(
+    log_batches: Sequence[int], read: Callable[[int], LoggedBatch], initial: Callable[[str], str | None], before_ms: int
+) -> tuple[LoggedBatch, list[str]] | None:
+    """The latest logged batch k whose watermark is before `before_ms`, and where it started: batch k-1's end
+    positions, or the query's initial positions for k = 0. A binary search: watermarks never fall. None when no
+    logged batch qualifies (or its start is no longer logged)."""
+    low, high, found = 0, len(log_batches) - 1, None
+    while low <= high:
+        middle = (low + high) // 2
+        batch = read(log_batches[middle])
+        if batch.watermark_ms < before_ms:
+            found, low = (middle, batch), middle + 1
+        else:
+            high = middle - 1
+    if found is None:
+        return None
+    index, batch = found
+    if batch.batch_id == 0:
+        sources = offsets_by_source(batch.offsets_version, batch.source_offsets)
+        starts = [initial(source) for source in sources]
+        return (batch, [s for s in starts if s is not None]) if all(starts) else None
+    if index == 0 or log_batches[index - 1] != batch.batch_id - 1:
+        return None  # batch k-1 is no longer logged: its end positions are unknown
+    previous = read(batch.batch_id - 1)
+    return batch, list(offsets_by_source(previous.offsets_version, previous.source_offsets).values())
+
+
+def plan_replay(
+    *,
+    horizon_ms: int | None,
+    snapshot_watermark_ms: int | None,
+    snapshot_sources: Sequence[SourcePosition],
+    history: OffsetLog | None,
+    watermarks: Watermarks | None,
+    by_time: Callable[[list[tuple[str, int]], int], dict[tuple[str, int], int]] | None,
+    margin_ms: int,
+) -> ReplayPlan:
+    """Decide where green starts (see the module's doc). `history`: the old version's live checkpoint;
+    `watermarks`: what the broker holds now (None: no broker known); `by_time`: the broker's offsets-for-times."""
+    kinds = {p.kind for p in snapshot_sources}
+    if not snapshot_sources:
+        return ReplayPlan(None, "the snapshot records no source positions: nothing to replay from")
+    if kinds == {FILE}:
+        start = ReplayStart(None, 0, int(snapshot_watermark_ms or 0), 0, FILES, "a fresh start reads every file")
+        return ReplayPlan(start, "the new version starts fresh and reads every file of its source directory again")
+    if kinds != {KAFKA}:
+        other = ", ".join(sorted(kinds - {KAFKA}))
+        return ReplayPlan(
+            None, f"only Kafka sources (or a single file source) can be replayed; this query also reads {other}"
+        )
+    if watermarks is None:
+        return ReplayPlan(
+            None, "no Kafka broker is known to check the replay's positions against: declare the job's kafka"
+        )
+    kafka = list(snapshot_sources)
+    watermark = int(snapshot_watermark_ms or 0)
+    if horizon_ms is None:
+        earliest = {(t, p): held[p][0] for t, held in watermarks.items() if held for p in held}
+        deleted = {tp: e for tp, e in earliest.items() if e > 0 and tp in set(partitions_of(kafka))}
+        if deleted:
+            where = ", ".join(f"{t}-{p} starts at offset {e}" for (t, p), e in sorted(deleted.items()))
+            return ReplayPlan(
+                None,
+                "the new version declares no state_horizon (its state is unbounded, or it does not say): a replay "
+                f"must read every partition from its first record, but retention deleted records ({where}): declare "
+                "the state's horizon in the job (StreamingJob(state_horizon=...)), or migrate the state",
+            )
+        lines = _kafka_lines(kafka, dict.fromkeys(partitions_of(kafka), 0))
+        start = ReplayStart(lines, 0, watermark, 0, TOPIC_START, "every partition from offset 0")
+        return _checked(start, kafka, watermarks, "the state is unbounded: every record from the topic's start")
+    cutoff = watermark - horizon_ms
+    logged = from_history(history.batch_ids, history.read, history.initial_offsets, cutoff) if history else None
+    if logged is not None:
+        batch, lines = logged
+        note = f"where batch {batch.batch_id} of the old version began (its watermark {batch.watermark_ms} ms)"
+        start = ReplayStart(lines, batch.watermark_ms, watermark, cutoff, HISTORY, note)
+        return _checked(start, kafka, watermarks, f"from {note}, found in its offset log")
+    if by_time is None:
+        return ReplayPlan(
+            None,
+            "the old version's offset log no longer reaches back to where the replay must start (Spark keeps its "
+            "newest 100 batches), and no broker is known to find the positions by time",
+        )
+    target = cutoff - margin_ms
+    offsets = by_time(partitions_of(kafka), target)
+    missing = [tp for tp in partitions_of(kafka) if tp not in offsets]
+    if missing:
+        return ReplayPlan(None, f"the broker gave no offset for {', '.join(f'{t}-{p}' for t, p in missing)}")
+    note = f"the first records with a Kafka timestamp at or after {target} ms (the horizon and a {margin_ms} ms margin)"
+    start = ReplayStart(_kafka_lines(kafka, offsets), max(cutoff, 0), watermark, cutoff, TIMESTAMPS, note)
+    return _checked(start, kafka, watermarks, f"from {note}, by the broker's offsets-for-times")
+
+
+def _checked(start: ReplayStart, snapshot: Sequence[SourcePosition], watermarks: Watermarks, why: str) -> ReplayPlan:
+    """The start against what the broker holds: records gone before it make replay impossible."""
+    assert start.offsets is not None
+    replayed = positions(1, start.offsets)
+    check: SourceCheck = compare(replayed, watermarks)
+    records = _between(replayed, snapshot)
+    start = ReplayStart(**{**asdict(start), "check": check.to_dict(), "records": records})
+    if not check.restorable:
+        problems = "; ".join(p.describe().replace("the snapshot resumes", "the replay starts") for p in check.problems)
+        return ReplayPlan(
+            None,
+            f"the replay must start {start.note}, but the broker no longer holds those records: {problems}. Raise the "
+            "topic's retention (retention.ms) above the state's horizon plus the time an upgrade takes, or migrate",
+        )
+    return ReplayPlan(start, f"replays {records} records, {why}")
+
+
+def _between(start: Sequence[SourcePosition], end: Sequence[SourcePosition]) -> int:
+    """Records from `start` up to the snapshot's positions `end`, over every partition."""
+    ends = {(t, int(p)): int(o) for s in end for t, parts in s.offset.items() for p, o in parts.items()}
+    begins = {(t, int(p)): int(o) for s in start for t, parts in s.offset.items() for p, o in parts.items()}
+    return sum(max(ends[tp] - o, 0) for tp, o in begins.items() if tp in ends)
+
+
+def observe_replay(
+    ctx: JobContext, manifest: Manifest, old_checkpoint: Storage, declared: dict[str, Any] | None, margin_s: float
+) -> ReplayPlan:
+    """Where a replay from the live savepoint `manifest` would start (`plan_replay`), from what is there: the old
+    version's live checkpoint (its offset log), the broker, and what the new version declared in its pre-flight
+    (`declared`: its state horizon)."""
+    sources = positions(manifest.offsets_version, manifest.source_offsets)
+    kafka = [p for p in sources if p.kind == KAFKA]
+    watermarks: Watermarks | None = None
+    by_time = None
+    if kafka and ctx.kafka is not None:
+        broker = Broker(ctx.kafka)
+        watermarks = broker.watermarks(topics_of(kafka))
+        by_time = broker.offsets_for_times
+    return plan_replay(
+        horizon_ms=(declared or {}).get("state_horizon_ms"),
+        snapshot_watermark_ms=manifest.watermark_ms,
+        snapshot_sources=sources,
+        history=OffsetLog(old_checkpoint) if old_checkpoint.stat("metadata") is not None else None,
+        watermarks=watermarks,
+        by_time=by_time,
+        margin_ms=int(margin_s * 1000),
+    )
+
+
+def check_first_batch(start: ReplayStart, first_event_ms: int | None) -> str | None:
+    """Green's first records against what a replay found by broker timestamps assumed: they must begin at or
+    before the event time green must cover. Why not, or None (also while green has read nothing yet)."""
+    if not start.by_timestamps or first_event_ms is None or first_event_ms <= start.cutoff_ms:
+        return None
+    return (
+        f"the replay's first records have event time {first_event_ms} ms, after the {start.cutoff_ms} ms it must cover "
+        "from: records before its start may have been needed (their Kafka timestamps are further from their event "
+        "times than the margin assumes): raise the replay margin (--replay-margin)"
+    )

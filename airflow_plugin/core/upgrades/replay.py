@@ -190,6 +190,18 @@ def plan_replay(
     missing = [tp for tp in partitions_of(kafka) if tp not in offsets]
     if missing:
         return ReplayPlan(None, f"the broker gave no offset for {', '.join(f'{t}-{p}' for t, p in missing)}")
+    trimmed = sorted(
+        f"{t}-{p} (offset {o})"
+        for (t, p), o in offsets.items()
+        if o > 0 and o == ((watermarks.get(t) or {}).get(p) or (0,))[0]
+    )
+    if trimmed:  # the first record it still holds is already after the start time: what came before is unknown
+        return ReplayPlan(
+            None,
+            f"the replay must start at the first records with a Kafka timestamp at or after {target} ms, but the "
+            f"first records Kafka still holds are already later ({', '.join(trimmed)}): retention deleted records "
+            "that may be needed. Raise the topic's retention (retention.ms), or migrate",
+        )
     note = f"the first records with a Kafka timestamp at or after {target} ms (the horizon and a {margin_ms} ms margin)"
     start = ReplayStart(_kafka_lines(kafka, offsets), max(cutoff, 0), watermark, cutoff, TIMESTAMPS, note)
     return _checked(start, kafka, watermarks, f"from {note}, by the broker's offsets-for-times")

@@ -14,7 +14,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -82,15 +82,22 @@ class Summary:
     events: int  # the sum of the counts
     duplicates: list[tuple[object, ...]]  # keys that appear more than once
     versions: dict[str, int]  # rows per emitting version
+    # windows (their start) with rows of more than one version: across an upgrade each window has one writer,
+    # also when the versions group differently (per user, per user and country, per country)
+    shared_windows: list[object] = field(default_factory=list)
 
 
 def summarize(rows: Iterable[dict[str, Any]]) -> Summary:
-    """What an exactly-once check compares: events == events fed and no duplicates."""
+    """What an exactly-once check compares: events == events fed, no duplicates, one version per window."""
     rows = list(rows)
     keys = Counter(row_key(row) for row in rows)
+    writers: dict[object, set[str]] = {}
+    for row in rows:
+        writers.setdefault(row["window_start"], set()).add(str(row.get("version")))
     return Summary(
         rows=len(rows),
         events=sum(int(row["events"]) for row in rows),
         duplicates=sorted((k for k, n in keys.items() if n > 1), key=str),
         versions=dict(Counter(str(row.get("version")) for row in rows)),
+        shared_windows=sorted((w for w, versions in writers.items() if len(versions) > 1), key=str),
     )

@@ -29,6 +29,7 @@ DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # seconds without a status update before a liv
 # consecutive batches that advanced their sources but processed no row before a deployment reads as skipping
 # (one alone can be an empty input file; an exactly-once sink that skips batches it already holds makes a run)
 SKIP_STREAK = 2
+WRITE_ATTEMPTS = 20  # a record written by others this many times while we wrote it: give up
 
 
 class State(StrEnum):
@@ -217,7 +218,7 @@ class Deployments:
         key = layout.deployment_key(deployment.job, deployment.id)
         final = self.final(deployment)
         with self.index(deployment.job).changing([deployment.id]) as known:
-            while True:
+            for _ in range(WRITE_ATTEMPTS):
                 current = self.storage.stat(key)
                 try:
                     if current is None or current.version is None:
@@ -229,6 +230,21 @@ class Deployments:
                 prior = current.version if current else None
                 known[deployment.id] = Known(prior, written, DeploymentEntry(deployment, final, written))
                 return
+        raise Conflict(f"deployment {deployment.id} of job {deployment.job} kept changing while it was written: retry")
+
+    def adopt_unlisted(self, job: str) -> list[str]:
+        """Settle into the job's index the records it does not list (an older savepoints keeps no index): their
+        ids from one delimited listing of the job's deployments. What an operation under the job's lease does
+        first, so that a deploy never misses a deployment an older savepoints started."""
+        index = self.index(job)
+        unlisted = sorted(set(self.storage.children(layout.deployments_prefix(job))) - set(index.view()))
+        if not unlisted:
+            return []
+        index.settle(unlisted)  # a directory without a record (a pre-flight's throwaway run) stays unlisted
+        adopted = sorted(set(unlisted) & set(index.view()))
+        if adopted:
+            log.warning("job %s: deployments %s were not in its index (an older savepoints?): added", job, adopted)
+        return adopted
 
     def final(self, deployment: Deployment) -> DeploymentStatus | None:
         """The heartbeat of a retired deployment, once its driver ended (a terminal state): it changes no more."""

@@ -24,7 +24,10 @@ included), or the index holds a MARK for that id. Kept by:
 
 Records are changed only by conditional writes (storage/base.py: a record version is a token), so a deleted
 record is never written back by a late writer, and a settle can tell a write it knows from another's.
-Pure engine code: no airflow, no pyspark."""
+Pure engine code: no airflow, no pyspark.
+
+Over 300 lines: one protocol; marking, settling, reading, rebuilding and validating share its state, its
+object's form and the argument above."""
 
 from __future__ import annotations
 

@@ -3,7 +3,10 @@ and the control channel through which it is asked to stop. This is the whole con
 engine (Airflow, CLI) and a running job (spark_jobs/runtime): no network path to the driver is needed.
 Where each lives in the store: layout.py. What a deployment looks like to a person or a DAG (status rows,
 XComs, the CLI's JSON): `describe`, the one shape. A job's records are listed through its deployment index
-(deployment_index.py), which also keeps the final heartbeat of each retired deployment."""
+(`DeploymentRecords`, kept by core/index.py), which also keeps the final heartbeat of each retired deployment.
+
+Over 300 lines: the record, its heartbeat and its index entry are one contract (the index holds the record
+and, once retired, its final heartbeat; reading one needs the others)."""
 
 from __future__ import annotations
 

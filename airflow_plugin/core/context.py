@@ -267,6 +267,7 @@ class JobContext:
         self._held.lease = lease
         try:
             with lease:
+                self.deployments.adopt_unlisted(self.name)  # what it decides on must not miss a deployment
                 yield
                 if self.settings.keep_lease:
                     lease.keep()

@@ -24,7 +24,10 @@ included), or the index holds a MARK for that id. Kept by:
 
 Records are changed only by conditional writes (storage/base.py: a record version is a token), so a deleted
 record is never written back by a late writer, and a settle can tell a write it knows from another's.
-Pure engine code: no airflow, no pyspark."""
+Pure engine code: no airflow, no pyspark.
+
+Over 300 lines: one protocol; marking, settling, reading, rebuilding and validating share its state, its
+object's form and the argument above."""
 
 from __future__ import annotations
 
@@ -230,20 +233,18 @@ class RecordIndex(Generic[E]):
         """Mark `ids`, let the caller change those records (reporting what it did in the yielded dict), then
         settle them. A settle that fails leaves the marks: readers read those records until one settles."""
         wanted = sorted(set(ids))
-        marks = self._mark(wanted)
         known: dict[str, Known] = {}
-        failed = True
+        if not wanted:
+            yield known
+            return
+        marks = self._mark(wanted)
         try:
             yield known
-            failed = False
         finally:
             try:
                 self._settle(set(wanted), known, marks)
-            except Exception as exc:
-                if not failed:
-                    log.warning(
-                        "%s: %s left marked (%s); readers read them until it is settled", self.where, wanted, exc
-                    )
+            except Exception as exc:  # the change stands: its marks make readers read those records
+                log.warning("%s: %s left marked (%s); readers read them until it is settled", self.where, wanted, exc)
 
     def settle(self, ids: Iterable[str]) -> None:
         """Set the entries of `ids` from their records as they are now."""
@@ -253,10 +254,9 @@ class RecordIndex(Generic[E]):
 
     def _mark(self, ids: list[str]) -> list[Mark]:
         holder = default_holder()
-        while True:
-            marks = [Mark(i, holder, time.time()) for i in ids]
-            if self._swap(lambda state, new=marks: _State(state.entries, [*state.marks, *new])) is not None:
-                return marks
+        marks = [Mark(i, holder, time.time()) for i in ids]
+        self._swap(lambda state: _State(state.entries, [*state.marks, *marks]))
+        return marks
 
     def _settle(self, ids: set[str], known: Mapping[str, Known], drop: list[Mark]) -> _State:
         """Set the entries of `ids` from their records, read after the index version written against; drop
@@ -288,10 +288,7 @@ class RecordIndex(Generic[E]):
             dropped = {(m.id, m.nonce) for m in drop}
             return _State(entries, [m for m in state.marks if (m.id, m.nonce) not in dropped])
 
-        while True:
-            state = self._swap(change)
-            if state is not None:
-                return state
+        return self._swap(change)
 
     def _current(self, record_id: str, state: _State, known: Mapping[str, Known]) -> tuple[str, E] | None:
         """The record as it is now: from what the index or the writer already knows of its version (one
@@ -307,9 +304,10 @@ class RecordIndex(Generic[E]):
             return version, self.records.load(data, version)
         return self._read_record(record_id)
 
-    def _swap(self, change: Callable[[_State], _State]) -> _State | None:
-        """Read the index, apply `change`, write it conditionally; None when another writer came first (the
-        caller starts over). A missing or damaged index is rebuilt first."""
+    def _swap(self, change: Callable[[_State], _State]) -> _State:
+        """Read the index, apply `change`, write it conditionally; when another writer came first, all again
+        (after a random pause that grows: many writers at once spread out). A missing or damaged index is
+        rebuilt first."""
         for attempt in range(MAX_ATTEMPTS):
             state, token = self._read(writing=True)
             if token is None:
@@ -319,7 +317,7 @@ class RecordIndex(Generic[E]):
                 written = self.storage.replace(self.key, new.to_bytes(), token)
             except Conflict:
                 time.sleep(random.uniform(0, min(1.0, 0.01 * 2**attempt)))
-                return None
+                continue
             _remember(self.storage, self.key, written, new)
             return new
         raise Conflict(

@@ -17,9 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_plugin.core.context import JobContext
 from airflow_plugin.core.errors import NotFound, StoreUnavailable
 from airflow_plugin.core.index import DEAD_AFTER, Known, Mark
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.spec import JobSpec
 from airflow_plugin.core.layout import manifest_key, snapshot_catalog_key
 from airflow_plugin.core.lease import default_holder
 from airflow_plugin.core.snapshots.catalog import SnapshotEntry
@@ -213,3 +215,16 @@ def test_deployments_are_listed_from_the_index_with_the_final_heartbeat_of_retir
     (tmp_path / "jobs" / JOB / "deployments" / "dp-0" / "status.json").unlink()  # not read again
     assert reader.status(JOB, "dp-0").last_batch_id == 0 and reader.status(JOB, "dp-4").last_batch_id == 40
     assert reader.index(JOB).stored()[1] == []
+
+
+def test_an_operation_under_the_lease_first_adds_deployments_an_older_savepoints_started(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    Deployments(storage).put(Deployment("dp-0", JOB, "v1", "/c/0"))
+    started_elsewhere = Deployment("dp-1", JOB, "v1", "/c/1")  # written without the index, as before catalogs
+    storage.write(f"jobs/{JOB}/deployments/dp-1/deployment.json", started_elsewhere.to_json())
+    storage.write(f"jobs/{JOB}/deployments/dp-9/status.json", b"{}")  # a pre-flight's run: no record
+    context = JobContext(JobSpec.undeclared(JOB), SnapshotStore(storage))
+    assert [d.id for d in Deployments(storage).list(JOB)] == ["dp-0"]
+    with context.operation("deploy"):
+        assert [d.id for d in context.deployments.list(JOB)] == ["dp-0", "dp-1"]
+    assert [d.id for d in Deployments(storage).list(JOB)] == ["dp-0", "dp-1"]

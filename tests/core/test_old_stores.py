@@ -31,17 +31,24 @@ from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapsho
 from airflow_plugin.core.snapshots.lifecycle import delete_snapshot, set_pinned
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
-store_uri, checkpoint, deployments = sys.argv[1], sys.argv[2], sys.argv[3] == "with-deployments"
+store_uri, checkpoint, first = sys.argv[1], sys.argv[2], sys.argv[3] == "first"
 store = SnapshotStore(open_storage(store_uri))
 made = [create_snapshot(store, open_storage(checkpoint), SnapshotRequest(job="orders")).id for _ in range(3)]
-if deployments:
+records = Deployments(store.storage)
+if first:
     set_pinned(store, "orders", made[0], True)
     delete_snapshot(store, "orders", made[1])
-    records = Deployments(store.storage)
     for n, state in enumerate(["STOPPED", "RUNNING"]):
         retired = "2026-11-20T10:00:00Z" if n == 0 else None
         records.put(Deployment(f"dp-{n}", "orders", "v1", f"/c/{n}", retired_at=retired))
         records.write_status("orders", f"dp-{n}", DeploymentStatus(State(state), time.time(), last_batch_id=n))
+else:  # it retires the running deployment and starts another
+    old = records.get("orders", "dp-1")
+    old.retired_at = "2026-11-21T10:00:00Z"
+    records.write_status("orders", "dp-1", DeploymentStatus(State.STOPPED, time.time(), last_batch_id=1))
+    records.put(old)
+    records.put(Deployment("dp-2", "orders", "v1", "/c/2"))
+    records.write_status("orders", "dp-2", DeploymentStatus(State.RUNNING, time.time(), last_batch_id=2))
 print(json.dumps(made))
 """
 
@@ -66,9 +73,9 @@ def old_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def old_writer(old_code: Path, store: str, checkpoint: Path, *, deployments: bool) -> list[str]:
+def old_writer(old_code: Path, store: str, checkpoint: Path, *, first: bool) -> list[str]:
     env = {**os.environ, "PYTHONPATH": str(old_code)}
-    args = [store, str(checkpoint), "with-deployments" if deployments else "-"]
+    args = [store, str(checkpoint), "first" if first else "later"]
     command = [sys.executable, "-c", OLD_WRITES, *args]
     done = subprocess.run(command, cwd=old_code, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
@@ -86,7 +93,7 @@ def test_a_store_written_before_catalogs(
     old_code: Path, s3_store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     checkpoint = write_checkpoint(tmp_path / "ckpt", batches=2)
-    made = old_writer(old_code, s3_store, checkpoint, deployments=True)
+    made = old_writer(old_code, s3_store, checkpoint, first=True)
     store = SnapshotStore(open_storage(s3_store))
     assert (
         store.storage.stat(snapshot_catalog_key(JOB)) is None and store.storage.stat(deployment_index_key(JOB)) is None
@@ -109,10 +116,13 @@ def test_a_store_written_before_catalogs(
 
     # an older savepoints keeps writing: what compares with the manifests finds it and settles it
     add_batch(checkpoint, 2)
-    later = old_writer(old_code, s3_store, checkpoint, deployments=False)
+    later = old_writer(old_code, s3_store, checkpoint, first=False)
     report = cli(capsys, "catalog", "check", "--store", s3_store)
-    assert report["jobs"][0]["differed"] == {"snapshots": later}
+    assert report["jobs"][0]["differed"] == {"snapshots": later, "deployments": ["dp-1", "dp-2"]}
+    status = cli(capsys, "status", "--jobs", str(jobs), "--all")
+    states = [(r["deployment"], r["state"]) for r in status]
+    assert states == [("dp-0", "STOPPED"), ("dp-1", "STOPPED"), ("dp-2", "RUNNING")]
     assert listed(store.list(JOB)) == truth(store, JOB)
     assert cli(capsys, "show", "--store", s3_store, "--job", JOB, "latest")["id"] == later[-1]
     rebuilt = cli(capsys, "catalog", "rebuild", "--store", s3_store)
-    assert rebuilt["jobs"][0]["snapshots"] == 5 and rebuilt["jobs"][0]["deployments"] == 2
+    assert rebuilt["jobs"][0]["snapshots"] == 5 and rebuilt["jobs"][0]["deployments"] == 3

@@ -3,7 +3,10 @@ and the control channel through which it is asked to stop. This is the whole con
 engine (Airflow, CLI) and a running job (spark_jobs/runtime): no network path to the driver is needed.
 Where each lives in the store: layout.py. What a deployment looks like to a person or a DAG (status rows,
 XComs, the CLI's JSON): `describe`, the one shape. A job's records are listed through its deployment index
-(deployment_index.py), which also keeps the final heartbeat of each retired deployment."""
+(`DeploymentRecords`, kept by core/index.py), which also keeps the final heartbeat of each retired deployment.
+
+Over 300 lines: the record, its heartbeat and its index entry are one contract (the index holds the record
+and, once retired, its final heartbeat; reading one needs the others)."""
 
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # seconds without a status update before a liv
 # consecutive batches that advanced their sources but processed no row before a deployment reads as skipping
 # (one alone can be an empty input file; an exactly-once sink that skips batches it already holds makes a run)
 SKIP_STREAK = 2
+WRITE_ATTEMPTS = 20  # a record written by others this many times while we wrote it: give up
 
 
 class State(StrEnum):
@@ -227,7 +231,7 @@ class Deployments:
         key = layout.deployment_key(deployment.job, deployment.id)
         final = self.final(deployment)
         with self.index(deployment.job).changing([deployment.id]) as known:
-            while True:
+            for _ in range(WRITE_ATTEMPTS):
                 current = self.storage.stat(key)
                 try:
                     if current is None or current.version is None:
@@ -239,6 +243,21 @@ class Deployments:
                 prior = current.version if current else None
                 known[deployment.id] = Known(prior, written, DeploymentEntry(deployment, final, written))
                 return
+        raise Conflict(f"deployment {deployment.id} of job {deployment.job} kept changing while it was written: retry")
+
+    def adopt_unlisted(self, job: str) -> list[str]:
+        """Settle into the job's index the records it does not list (an older savepoints keeps no index): their
+        ids from one delimited listing of the job's deployments. What an operation under the job's lease does
+        first, so that a deploy never misses a deployment an older savepoints started."""
+        index = self.index(job)
+        unlisted = sorted(set(self.storage.children(layout.deployments_prefix(job))) - set(index.view()))
+        if not unlisted:
+            return []
+        index.settle(unlisted)  # a directory without a record (a pre-flight's throwaway run) stays unlisted
+        adopted = sorted(set(unlisted) & set(index.view()))
+        if adopted:
+            log.warning("job %s: deployments %s were not in its index (an older savepoints?): added", job, adopted)
+        return adopted
 
     def final(self, deployment: Deployment) -> DeploymentStatus | None:
         """The heartbeat of a retired deployment, once its driver ended (a terminal state): it changes no more."""

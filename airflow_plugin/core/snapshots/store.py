@@ -84,16 +84,6 @@ class SnapshotStore:
         entries = [entry for _, view, _ in checked for entry in view.values()]
         return Listing(_oldest_first(entries), {name: ids for name, _, ids in checked if ids})
 
-    def entry(self, job: str, snapshot_id: str) -> SnapshotEntry:
-        """A snapshot's catalog entry, by id or `latest` (COMPLETED)."""
-        if snapshot_id == LATEST:
-            return self.latest_entry(job)
-        check_name(snapshot_id, "snapshot id")
-        found = self.catalog(job).view().get(snapshot_id)
-        if found is None:
-            raise self._missing(job, snapshot_id)
-        return found
-
     def latest_entry(self, job: str, kind: str | None = None) -> SnapshotEntry:
         check_name(job, "job name")
         completed = [

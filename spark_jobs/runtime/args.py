@@ -53,7 +53,7 @@ class Trigger:
 
 
 def parse_duration(text: str, what: str = "duration") -> float:
-    """Seconds of '2 seconds', '500 ms', '1 minute', '1.5 hours'; ArgumentTypeError (a ValueError) naming
+    """Seconds of '2 seconds', '500 ms', '1 minute', '1.5 hours'; ArgumentTypeError naming
     `what` otherwise. The one parser of the runtime's durations: trigger intervals, a job's state horizon."""
     match = _INTERVAL.match(text)
     if not match or match.group(2).lower() not in _UNIT_SECONDS:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.tools.state_check import read_state, state_reads
+from spark_jobs.tools.state_reader import read_state, state_reads
 
 from .initial import InitialState
 

@@ -27,10 +27,11 @@ from spark_jobs.jobs.windowed.common import JOB_CONF, STATE_HORIZON
 from spark_jobs.jobs.windowed.migrations import per_country
 from spark_jobs.jobs.windowed.output import read_output
 from spark_jobs.runtime import Runner, StreamingJob, parse_args
+from spark_jobs.runtime.initial import INITIAL_STATE_CONF
 from spark_jobs.runtime.migration import MIGRATION_FAILED, OldState, StateOperator
 from spark_jobs.runtime.runner import declared_replay
 from spark_jobs.runtime.seed import Seed, SeedRefused, apply_seed
-from tests.runtime.test_runtime import launch
+from tests.runtime.test_runtime import LAUNCH_TIMEOUT, launch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -122,7 +123,10 @@ def _migration_run(
     job = ["--input", str(tmp_path / "input"), "--output", str(tmp_path / "output")]
     args, job_args = parse_args([*runtime, "--migration", json.dumps(request), *job])
     runner = Runner(by_country.build, args, job_args)
-    code = runner.run(lambda: spark)
+    try:
+        code = runner.run(lambda: spark)
+    finally:  # the run tells the build through the session, which outlives it here (not in an application)
+        spark.conf.unset(INITIAL_STATE_CONF)
     status = runner.deployments.status(JOB, "mg-1")
     assert status is not None
     return status, code
@@ -288,7 +292,9 @@ def test_a_seeded_start_reads_exactly_from_the_seed_positions(
         conf=spark_conf(["spark-kafka"]),
     )
     try:
-        status = started.wait_for(lambda s: s.state in (State.STOPPED, State.FAILED), "the run's end")
+        # the timeout covers the driver's start and the whole run, on a shared machine
+        ended = (State.STOPPED, State.FAILED)
+        status = started.wait_for(lambda s: s.state in ended, "the run's end", LAUNCH_TIMEOUT * 2)
     finally:
         started.kill()
     assert status.state is State.STOPPED, f"{status.error_class}: {status.error_message}\n{started.tail()}"

@@ -212,6 +212,10 @@ def _closed_port() -> int:
             lambda j: DeployJobOperator(task_id="t", job="orders", restore="sp-20260101T000000000Z-dead", jobs_file=j),
             "sp-20260101T000000000Z-dead",
         ),
+        (  # a job with history and no state: the deploy DAG's user is told the form's field, not a CLI flag
+            lambda j: DeployJobOperator(task_id="t", job="orders", restore="latest-state", jobs_file=j),
+            'no state to take over.*set "Restore from" to none in the DAG\'s trigger form',
+        ),
         (lambda j: VerifySnapshotOperator(task_id="t", job="orders", snapshot_id="sp-x", jobs_file=j), "sp-x"),
         (lambda j: SavepointOperator(task_id="t", job="orders", jobs_file=j), "no running deployment"),
         (lambda j: SavepointOperator(task_id="t", job="orders", kind="delta", jobs_file=j), "invalid snapshot kind"),

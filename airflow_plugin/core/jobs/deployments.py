@@ -76,6 +76,8 @@ class Deployment:
     source_gap: dict[str, Any] | None = None  # records its restore accepted to lose (snapshots/source_guard.py)
     # the application and the arguments it was built with: deployments of the same build write the same sink
     build: list[str] = field(default_factory=list)
+    # why it started without state although state was asked for (deploy.py: latest-state of a job that never ran)
+    fresh_start: str | None = None
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()
@@ -404,6 +406,7 @@ def describe(deployment: Deployment, status: DeploymentStatus | None, state: Sta
         "checkpoint": deployment.checkpoint,
         "restored_from": deployment.restored_from,
         "restored_batch_id": deployment.restored_batch_id,
+        "fresh_start": deployment.fresh_start,
         "heartbeat_age_s": round(status.age(), 1) if status else None,
         "last_batch_id": status.last_batch_id if status else None,
         "rows_per_second": _rows_per_second(status),

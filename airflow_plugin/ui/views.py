@@ -181,6 +181,7 @@ def snapshots_page(
                 "batch_id": m.batch_id,
                 "created_at": m.created_at,
                 "pinned": m.pinned,
+                "deployment": m.deployment,  # the page draws each deployment's progress through its snapshots
             }
             for m in manifests
         ],

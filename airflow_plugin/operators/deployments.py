@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import Context
 
+from .. import stats
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..core.context import JobContext
 from ..core.errors import NoState
@@ -73,6 +75,7 @@ class DeployJobOperator(SavepointsBaseOperator):
         self.standby_deployment = standby_deployment
 
     def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
+        started = time.monotonic()
         try:
             deployment = self._deploy(ctx)
         except NoState as exc:  # the engine names the CLI's flag: a DAG user has a form field instead
@@ -80,6 +83,8 @@ class DeployJobOperator(SavepointsBaseOperator):
                 f'set "{RESTORE_TITLE}" to none in the DAG\'s trigger form (restore="none" for a DeployJobOperator) '
                 "for a fresh start; the earlier state is then not used"
             ) from None
+        if deployment.restored_from:
+            stats.timing(stats.RESTORE, started, job=ctx.name)
         if deployment.fresh_start:
             self.log.info("%s starts fresh: %s", deployment.id, deployment.fresh_start)
         restored = deployment.restored_from or "nothing"

@@ -5,6 +5,9 @@ and a scrape's cost independent of the history's length."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -194,3 +197,25 @@ def test_a_store_that_cannot_be_read_is_a_job_down(tmp_path: Path) -> None:
         env.setenv("AWS_MAX_ATTEMPTS", "1")
         found = samples(metrics.render(metrics.observe(Settings(jobs_file=str(jobs)).resolve())).decode())
     assert value(found, "savepoints_job_up", job="orders") == 0
+
+
+RULES = Path(__file__).resolve().parents[2] / "docs" / "prometheus"
+
+
+def test_the_alert_rules_pass_promtool_and_name_only_exported_metrics(
+    store_with_history: tuple[Path, SnapshotStore],
+) -> None:
+    """The example rules load (`promtool check rules`), each alert fires on the series it is for and not on
+    healthy ones (`promtool test rules`), and every metric they name is one `savepoints metrics` exports."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is missing: `make prometheus` installs Debian's prometheus package", pytrace=False)
+    for command in (["check", "rules", "alerts.yml"], ["test", "rules", "alerts_test.yml"]):
+        result = subprocess.run([promtool, *command], cwd=RULES, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+    jobs, _ = store_with_history
+    text = metrics.render(metrics.observe(Settings(jobs_file=str(jobs)).resolve())).decode()
+    exported = {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
+    expressions = [line for line in (RULES / "alerts.yml").read_text().splitlines() if "expr:" in line]
+    named = set(re.findall(r"\bsavepoints_[a-z_]+", "\n".join(expressions)))
+    assert named and named <= exported, named - exported

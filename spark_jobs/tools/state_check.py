@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.tools.app import run_tool
 
 
-def _state_reads(metadata_row: Any) -> list[tuple[str, dict[str, str]]]:
+def state_reads(metadata_row: Any) -> list[tuple[str, dict[str, str]]]:
     """(label, reader options) for each state instance of one operator/store row of `state-metadata`."""
     options = {"operatorId": str(metadata_row.operatorId)}
     if "transformWithState" in (metadata_row.operatorName or ""):
@@ -28,7 +28,7 @@ def _state_reads(metadata_row: Any) -> list[tuple[str, dict[str, str]]]:
     return [("default", options)]
 
 
-def _read(spark: SparkSession, location: str, batch: int, options: dict[str, str]) -> DataFrame:
+def read_state(spark: SparkSession, location: str, batch: int, options: dict[str, str]) -> DataFrame:
     reader = spark.read.format("statestore").option("batchId", batch)
     for key, value in options.items():
         reader = reader.option(key, value)
@@ -43,11 +43,11 @@ def check(spark: SparkSession, checkpoint: str, batch: int, original: str | None
         result["problems"].append(f"state-metadata unreadable: {type(exc).__name__}: {str(exc)[:300]}")
         return result
     for row in metadata:
-        for label, options in _state_reads(row):
+        for label, options in state_reads(row):
             entry: dict[str, Any] = {"operator": row.operatorId, "name": row.operatorName, "store": label}
             result["operators"].append(entry)
             try:
-                restored = _read(spark, checkpoint, batch, options).drop("partition_id").cache()
+                restored = read_state(spark, checkpoint, batch, options).drop("partition_id").cache()
                 entry["rows"] = restored.count()
                 entry["partitions"] = row.numPartitions
             except Exception as exc:
@@ -59,7 +59,7 @@ def check(spark: SparkSession, checkpoint: str, batch: int, original: str | None
             if original is None:
                 continue
             try:
-                source = _read(spark, original, batch, options).drop("partition_id")
+                source = read_state(spark, original, batch, options).drop("partition_id")
                 source_rows = source.count()
             except Exception as exc:  # the original has moved on and no longer holds batch N
                 entry["matches_original"] = None

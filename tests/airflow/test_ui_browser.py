@@ -4,10 +4,10 @@ deployment of the windowed job runs against the embedded S3 store. Log in throug
 open the savepoint and upgrade DAGs' trigger forms (ready to send, no internal field; the upgrade's new
 version left to choose), open "Savepoints" from Airflow's navigation (the running deployment's rows per
 second, not the 0 of Spark's no-data batches; the timeline from the deployment's start, before its first
-snapshot), click "Take savepoint", see the new snapshot COMPLETED and the banner saying its run succeeded, pin
-it, see the Upgrade action offer the other versions; follow the savepoint task's extra link to the page opened
-at that snapshot; stop the job and see "Take savepoint" and "Upgrade" disabled with the reason. Screenshots
-are kept in tests/artifacts/."""
+snapshot), click "Take savepoint", see the new snapshot COMPLETED, the banner saying its run succeeded and
+its state in the chart, pin it, see the Upgrade action offer the other versions; follow the savepoint task's
+extra link to the page opened at that snapshot; stop the job and see "Take savepoint" and "Upgrade" disabled
+with the reason. Screenshots are kept in tests/artifacts/."""
 
 from __future__ import annotations
 
@@ -167,6 +167,12 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                 assert new_id and new_id not in before
                 # the banner follows the run it announced as queued, to its end
                 expect(frame.locator("#banner")).to_contain_text("succeeded: its savepoint is in the list below")
+                # the state chart: what the snapshots recorded per operator (rows from the running query's progress)
+                recorded = store.get(job.name, new_id).state
+                assert recorded and all(op["bytes"] > 0 and op["rows"] is not None for op in recorded), recorded
+                expect(frame.locator("#state-section")).to_be_visible()
+                expect(frame.locator("#state-chart polyline")).to_have_count(len(recorded))
+                expect(frame.locator("#state-skew")).to_contain_text("largest/mean")
 
                 # pin it from the page: the manifest in the store says so
                 new_row.first.locator("button.pin").click()

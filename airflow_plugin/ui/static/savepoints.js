@@ -574,6 +574,7 @@ function renderSnapshots(page) {
   $("prev").disabled = page.offset === 0;
   $("next").disabled = last >= page.total;
   renderTimeline(page.timeline);
+  renderState(page.timeline);
   return page.snapshots.some((s) => s.status === "IN_PROGRESS");
 }
 
@@ -605,14 +606,20 @@ function deploymentPath(d, points, now) {
   return path.sort((a, b) => a[0] - b[0]);
 }
 
+// The axes of a chart in a W x H view box with these margins, the y axis labelled 0 and `yLabel` at `yMax`.
+function axes({ W, H, left, right, top, bottom }, y, yMax, yLabel) {
+  return [
+    svg("line", { class: "axis", x1: left, y1: H - bottom, x2: W - right, y2: H - bottom }),
+    svg("line", { class: "axis", x1: left, y1: top, x2: left, y2: H - bottom }),
+    svg("text", { x: left - 6, y: y(0) + 4, "text-anchor": "end" }, "0"),
+    svg("text", { x: left - 6, y: y(yMax) + 4, "text-anchor": "end" }, yLabel),
+  ];
+}
+
 function renderTimeline(points) {
   const chart = $("timeline");
-  const W = 900;
-  const H = 200;
-  const left = 56;
-  const right = 16;
-  const top = 26;
-  const bottom = 28;
+  const box = { W: 900, H: 200, left: 56, right: 16, top: 26, bottom: 28 };
+  const { W, H, left, right, top, bottom } = box;
   const times = points.map((p) => Date.parse(p.created_at));
   const now = Date.now();
   const deployments = (state.lastDeployments || []).filter((d) => d.created_at);
@@ -626,10 +633,7 @@ function renderTimeline(points) {
   const x = (t) => left + ((t - t0) / Math.max(1, t1 - t0)) * (W - left - right);
   const y = (b) => H - bottom - (b / maxBatch) * (H - top - bottom);
   const nodes = [
-    svg("line", { class: "axis", x1: left, y1: H - bottom, x2: W - right, y2: H - bottom }),
-    svg("line", { class: "axis", x1: left, y1: top, x2: left, y2: H - bottom }),
-    svg("text", { x: left - 6, y: y(0) + 4, "text-anchor": "end" }, "0"),
-    svg("text", { x: left - 6, y: y(maxBatch) + 4, "text-anchor": "end" }, `batch ${maxBatch}`),
+    ...axes(box, y, maxBatch, `batch ${maxBatch}`),
     svg("text", { x: left, y: H - 8 }, new Date(t0).toLocaleString()),
     svg("text", { x: W - right, y: H - 8, "text-anchor": "end" }, "now"),
   ];
@@ -672,6 +676,51 @@ function renderTimeline(points) {
     if (p.pinned) nodes.push(svg("circle", { class: "pin-ring", cx, cy, r: 8 }));
   });
   chart.replaceChildren(...nodes);
+}
+
+// --- state: each stateful operator's state bytes over the snapshots (recorded at snapshot time, no Spark) -
+
+const operatorName = (op) => `operator ${op.id}${op.name ? ` (${op.name})` : ""}`;
+
+function renderState(points) {
+  const recorded = points.filter((p) => p.status === "COMPLETED" && p.state && p.state.length);
+  $("state-section").hidden = recorded.length === 0;
+  if (!recorded.length) return;
+  const box = { W: 900, H: 160, left: 70, right: 16, top: 16, bottom: 24 };
+  const { W, H, left, right, top, bottom } = box;
+  const times = recorded.map((p) => Date.parse(p.created_at));
+  const t0 = Math.min(...times);
+  const t1 = Math.max(t0 + 1, ...times);
+  const maxBytes = Math.max(1, ...recorded.flatMap((p) => p.state.map((op) => op.bytes || 0)));
+  const x = (t) => left + ((t - t0) / (t1 - t0)) * (W - left - right);
+  const y = (b) => H - bottom - (b / maxBytes) * (H - top - bottom);
+  const ids = [...new Set(recorded.flatMap((p) => p.state.map((op) => op.id)))].sort((a, b) => a - b);
+  const colours = ["var(--accent)", "var(--ok)", "var(--warn)", "var(--bad)", "var(--fg)"];
+  const nodes = axes(box, y, maxBytes, bytes(maxBytes));
+  ids.forEach((id, i) => {
+    const series = recorded
+      .map((p, j) => [times[j], p.state.find((op) => op.id === id)])
+      .filter(([, op]) => op);
+    const line = series.map(([t, op]) => `${x(t).toFixed(1)},${y(op.bytes || 0).toFixed(1)}`).join(" ");
+    const last = series[series.length - 1][1];
+    const rows = last.rows === null || last.rows === undefined ? "" : `, ${num(last.rows)} rows`;
+    nodes.push(svg("polyline", { points: line, stroke: colours[i % colours.length], "data-operator": id },
+      svg("title", {}, `${operatorName(last)}: ${bytes(last.bytes)}${rows}`)));
+    nodes.push(svg("text", { x: W - right, y: top + 12 * (i + 1), "text-anchor": "end", fill: colours[i % colours.length] },
+      `${operatorName(last)}: ${bytes(last.bytes)}${rows}`));
+  });
+  $("state-chart").replaceChildren(...nodes);
+  // the skew of the newest snapshot: its largest partitions by bytes against the mean
+  const newest = recorded[recorded.length - 1];
+  $("state-skew").replaceChildren(
+    `Skew at ${newest.id}: `,
+    ...newest.state.map((op, i) => {
+      const spread = op.skew || {};
+      const largest = (spread.largest || []).map(([p, b]) => `partition ${p} ${bytes(b)}`).join(", ");
+      const ratio = spread.ratio === null || spread.ratio === undefined ? "-" : `${spread.ratio}×`;
+      return `${i ? "; " : ""}${operatorName(op)}: largest/mean ${ratio} (${largest || "no files"})`;
+    }),
+  );
 }
 
 function focusSnapshot(id) {

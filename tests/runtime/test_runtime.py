@@ -30,7 +30,15 @@ from typing import Any
 
 import pytest
 
-from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State, new_request_id
+from airflow_plugin.core.jobs.deployments import (
+    ControlRequest,
+    Deployment,
+    Deployments,
+    DeploymentStatus,
+    State,
+    new_request_id,
+)
+from airflow_plugin.core.jobs.deployments import describe as describe_deployment
 from airflow_plugin.core.storage import open_storage
 from devtools.embedded_s3 import EmbeddedS3
 from spark_jobs import generate
@@ -164,6 +172,8 @@ def test_the_listener_reports_sources_and_kafka_lag_from_sparks_progress(tmp_pat
     assert status is not None and status.state is State.RUNNING and status.last_batch_id == 8
     assert status.sources == ["KafkaV2[Subscribe[events]]", "FileStreamSource[file:/in]"]
     assert (status.kafka_lag, status.kafka_lag_first) == (300, 1200)
+    shown = describe_deployment(Deployment("d", "j", "v1", "c"), status, status.state)  # the page's and status' row
+    assert shown["kafka_lag"] == 300
     assert kafka_lag(progress(9, None)["sources"]) is None and kafka_lag([]) is None
 
 

@@ -309,3 +309,50 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
         f"{REPO / 'jobs.toml'}`"
     ) in log_text, log_text
     assert airflow.leftover_processes() == []
+
+
+def test_at_shutdown_a_job_reading_the_broker_is_stopped_and_the_others_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make airflow`'s shutdown report (devtools/airflow_ui.py) without Airflow: a deployment of a job that reads
+    the broker it is about to stop is stopped through its control channel (a stand-in runtime honours it); one
+    of another job is named, with the command that stops it."""
+    from devtools.airflow_ui import still_running
+    from spark_jobs.runtime.control import ControlChannel
+    from tests.support.jobs import write_jobs
+
+    jobs = write_jobs(tmp_path, extra='[jobs.other]\nversions.v1 = { application = "job.py" }')
+    monkeypatch.delenv("SAVEPOINTS_STORE", raising=False)
+    store = str(tmp_path / "store")
+    records = Deployments(open_storage(store))
+    brokered = Deployment("dp-20261125T000000000Z-0001", "orders", "v1", str(tmp_path / "c1"))
+    other = Deployment("dp-20261125T000000000Z-0002", "other", "v1", str(tmp_path / "c2"))
+    for deployment in (brokered, other):
+        records.put(deployment)
+    done = threading.Event()
+
+    def runtime() -> None:  # the brokered one honours a stop at its next "batch"; the other only beats
+        control = ControlChannel(records, "orders", brokered.id)
+        stopped: list[str] = []
+        while not done.is_set():
+            if not stopped and (request := control.next_stop()) is not None:
+                stopped.append(request.id)
+            state = State.STOPPED if stopped else State.RUNNING
+            records.write_status("orders", brokered.id, DeploymentStatus(state, time.time(), handled_requests=stopped))
+            records.write_status("other", other.id, DeploymentStatus(State.RUNNING, time.time()))
+            done.wait(0.2)
+
+    beating = threading.Thread(target=runtime, daemon=True)
+    beating.start()
+    try:
+        time.sleep(0.5)
+        lines = still_running(str(jobs), {"orders"})
+    finally:
+        done.set()
+        beating.join()
+    assert lines == [
+        f"stopped orders's deployment {brokered.id}: it reads the Kafka broker that stops now "
+        "(`savepoints deploy --restore latest-state` continues it)",
+        f"still running: other's deployment {other.id} (v1, RUNNING); its driver is not Airflow's and runs on: "
+        f"stop it with `savepoints stop other --jobs {jobs}`",
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -56,17 +57,16 @@ def run_metrics(args: argparse.Namespace, ctx: Context) -> Output:
     return Output(data, lambda: sys.stdout.write(text))
 
 
-def run_inspect(args: argparse.Namespace, ctx: Context) -> Output:
+def _read_state(
+    args: argparse.Namespace, ctx: Context, read: Callable[..., dict[str, Any]], *ids: str, **options: Any
+) -> dict[str, Any]:
+    """`inspect` or `diff` of the job's snapshots, with the job's Spark settings."""
     job = ctx.snapshots_of(args.job)
-    report = inspect_snapshot(
-        job.store,
-        args.job,
-        args.id,
-        key=args.key,
-        sample=args.sample,
-        spark_conf=job.spark_conf(),
-        concurrency=ctx.settings.concurrency,
-    )
+    return read(job.store, args.job, *ids, spark_conf=job.spark_conf(), concurrency=ctx.settings.concurrency, **options)
+
+
+def run_inspect(args: argparse.Namespace, ctx: Context) -> Output:
+    report = _read_state(args, ctx, inspect_snapshot, args.id, key=args.key, sample=args.sample)
 
     def human() -> None:
         snapshot = report["snapshot"]
@@ -105,16 +105,7 @@ def _unreadable(report: dict[str, Any]) -> SparkToolFailed | None:
 
 
 def run_diff(args: argparse.Namespace, ctx: Context) -> Output:
-    job = ctx.snapshots_of(args.job)
-    report = diff_snapshots(
-        job.store,
-        args.job,
-        args.a,
-        args.b,
-        top=args.top,
-        spark_conf=job.spark_conf(),
-        concurrency=ctx.settings.concurrency,
-    )
+    report = _read_state(args, ctx, diff_snapshots, args.a, args.b, top=args.top)
 
     def human() -> None:
         a, b = report["a"], report["b"]

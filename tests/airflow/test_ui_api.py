@@ -322,7 +322,16 @@ def test_hundreds_of_snapshots_come_in_pages_newest_first(client: TestClient, wo
     assert first["total"] == SNAPSHOTS and first["limit"] == PAGE_SIZE and first["offset"] == 0
     assert [s["id"] for s in first["snapshots"]] == ids[::-1][:PAGE_SIZE]
     assert len(first["timeline"]) == SNAPSHOTS  # the chart gets every snapshot, compactly
-    assert set(first["timeline"][0]) == {"id", "kind", "status", "batch_id", "created_at", "pinned"}
+    assert set(first["timeline"][0]) == {
+        "id",
+        "kind",
+        "status",
+        "batch_id",
+        "created_at",
+        "pinned",
+        "deployment",
+        "state",
+    }
     row = first["snapshots"][0]
     columns = ("id", "kind", "trigger", "status", "batch_id", "bytes", "uploaded_bytes", "age_s", "pinned", "verified")
     assert set(columns) <= set(row)

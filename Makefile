@@ -6,7 +6,7 @@ export PYTHONUNBUFFERED := 1
 # The locked pyspark brings its own Spark: a SPARK_HOME of the user's shell (another Spark) is not for these.
 unexport SPARK_HOME
 
-.PHONY: setup browser demo demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history
+.PHONY: setup browser prometheus demo demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history
 
 setup:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -29,7 +29,10 @@ airflow: setup  # the UI way: `airflow standalone` with the plugin and DAGs (htt
 browser:  # Debian's chromium for the browser test (playwright drives the system browser; no download)
 	@bash devtools/install_debian.sh /usr/bin/chromium chromium "the browser test drives it (tests/airflow/test_ui_browser.py)"
 
-test: setup browser lint
+prometheus:  # Debian's prometheus: promtool checks and unit-tests the alert rules, a real Prometheus scrapes the plugin
+	@bash devtools/install_debian.sh promtool prometheus "the alert rules' tests and the scrape test (tests/core/test_metrics.py, tests/e2e/test_make_airflow.py)"
+
+test: setup browser prometheus lint
 	$(UV) run --frozen pytest -q --durations=15  # the slowest tests: CI (.ci/run) must stay well inside 90 minutes
 
 lint:

@@ -74,11 +74,14 @@ def version_param(jobs: dict[str, JobSpec], title: str = "Version", *, default: 
     )
 
 
+RESTORE_TITLE = "Restore from"  # the field a DAG user is told to change (operators/deployments.py)
+
+
 def restore_param() -> Param:
     return Param(
         "latest-state",
         type="string",
-        title="Restore from",
+        title=RESTORE_TITLE,
         description="none (fresh start), latest-state, latest-savepoint, or a snapshot id (sp-... / ck-...)",
         examples=list(RESTORE_MODES),
         minLength=1,

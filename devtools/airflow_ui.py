@@ -7,21 +7,31 @@ the UI is at http://127.0.0.1:8080 (`make airflow AIRFLOW_PORT=8090` for another
 
 When the jobs file declares a job that reads Kafka (a `kafka` table), a Kafka broker is started for it on a
 free port of 127.0.0.1 ($SAVEPOINTS_KAFKA_BOOTSTRAP points every component and driver at it), its topic is
-created, a round of events is produced every few seconds, and the broker is stopped when standalone ends."""
+created, a round of events is produced every few seconds, and the broker is stopped when standalone ends.
+
+The jobs' drivers are not Airflow's: a deployment made from the UI runs on after standalone ends (as it would
+when a real Airflow restarts). So at shutdown this says which deployments still run and how to stop them, and
+stops the ones that read the broker it is about to stop (they could not run on without it; a plain stop at a
+batch boundary, so `--restore latest-state` continues them later)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from airflow_plugin.core.context import KAFKA_ENV
+from airflow_plugin.core.context import KAFKA_ENV, STORE_ENV, Settings
+from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.jobs.deploy import live_deployments
+from airflow_plugin.core.jobs.deployments import State
 from airflow_plugin.core.jobs.spec import load_jobs
+from airflow_plugin.core.jobs.stop import stop
 from devtools import airflow_env
 from devtools.feeding import BackgroundFeeder
 from devtools.kafka import EmbeddedKafka
@@ -56,17 +66,60 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     with contextlib.ExitStack() as running:
-        _kafka_for_jobs(running)
-        return run_until_interrupted([airflow, "standalone"])
+        brokered = _kafka_for_jobs(running)
+        code = run_until_interrupted([airflow, "standalone"])
+        for line in still_running(os.environ["SAVEPOINTS_JOBS"], brokered):  # before the broker stops
+            print(line, flush=True)
+        return code
 
 
-def _kafka_for_jobs(running: contextlib.ExitStack) -> None:
-    """A broker, topics and a feeder for the jobs that read Kafka; all stopped when `running` closes."""
-    topics = sorted(
-        {t for spec in load_jobs(os.environ["SAVEPOINTS_JOBS"]).values() if spec.kafka and (t := topic_of(spec))}
-    )
+STOP_TIMEOUT = 60.0  # seconds a job reading the broker gets to stop at a batch boundary
+
+
+def still_running(jobs_file: str, brokered: set[str]) -> list[str]:
+    """What still runs once standalone ended, with how to stop it; the deployments of `brokered` jobs (they read
+    the broker `make airflow` stops next) are stopped first."""
+    store = os.environ.get(STORE_ENV)
+    prefix = f"{STORE_ENV}={shlex.quote(store)} " if store else ""
+    lines = []
+    try:
+        context = Settings(jobs_file=jobs_file).resolve()
+        for name in sorted(context.jobs):
+            job = context.job(name)
+            for deployment, state in live_deployments(job):
+                # a LOST one (no heartbeat) may not answer a stop request: kill ends its process
+                verb = "kill" if state is State.LOST else "stop"
+                stop_command = f"{prefix}savepoints {verb} {name} --jobs {shlex.quote(jobs_file)}"
+                if name in brokered and state is not State.LOST:
+                    try:
+                        stop(job, deployment_id=deployment.id, timeout=STOP_TIMEOUT)
+                        lines.append(
+                            f"stopped {name}'s deployment {deployment.id}: it reads the Kafka broker that stops now "
+                            "(`savepoints deploy --restore latest-state` continues it)"
+                        )
+                        continue
+                    except SavepointsError as exc:
+                        lines.append(f"could not stop {name}'s deployment {deployment.id}: {exc}")
+                lines.append(
+                    f"still running: {name}'s deployment {deployment.id} ({deployment.version}, {state}); its driver "
+                    f"is not Airflow's and runs on: {verb} it with `{stop_command}`"
+                )
+    except SavepointsError as exc:
+        lines.append(f"could not check for deployments still running ({jobs_file}): {exc}")
+    return lines
+
+
+def _kafka_for_jobs(running: contextlib.ExitStack) -> set[str]:
+    """A broker, topics and a feeder for the jobs that read Kafka; all stopped when `running` closes. Returns
+    the names of those jobs."""
+    readers = {
+        name: t
+        for name, spec in load_jobs(os.environ["SAVEPOINTS_JOBS"]).items()
+        if spec.kafka and (t := topic_of(spec))
+    }
+    topics = sorted(set(readers.values()))
     if not topics:
-        return
+        return set()
     kafka = running.enter_context(EmbeddedKafka())
     os.environ[KAFKA_ENV] = kafka.bootstrap  # standalone's components and the drivers they launch inherit it
     for topic in topics:
@@ -77,6 +130,7 @@ def _kafka_for_jobs(running: contextlib.ExitStack) -> None:
         f"every {FEED_INTERVAL:.0f}s",
         flush=True,
     )
+    return set(readers)
 
 
 SHIM = """#!/bin/sh

@@ -40,7 +40,7 @@ EXIT_CODES: list[tuple[type[SavepointsError], int, str]] = [
     (StoreUnavailable, 7, "store unreachable, credentials missing or refused"),
     (BrokerUnavailable, 7, "a Kafka broker whose offsets must be checked is unreachable"),
     (ClusterUnavailable, 7, "YARN's ResourceManager is unreachable or refused a kill"),
-    (SparkToolFailed, 8, "a Spark tool failed (deep verify, rescale, a Delta sink's rewind)"),
+    (SparkToolFailed, 8, "a Spark tool failed (deep verify, rescale, a Delta sink's rewind, inspect, diff)"),
     (LaunchFailed, 9, "a job could not be launched, or failed while starting (its Spark error is shown)"),
     (TimedOut, 10, "timed out: a job did not stop in time; the request is withdrawn, the job keeps running"),
     (

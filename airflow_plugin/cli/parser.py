@@ -8,7 +8,7 @@ from ..core.context import KAFKA_ENV, STORE_ENV
 from ..core.jobs.spec import JOBS_ENV
 from ..core.parallel import DEFAULT_CONCURRENCY
 from . import exit_codes
-from .commands import catalog, dags, jobs, retention, snapshots, upgrades
+from .commands import catalog, dags, jobs, observe, retention, snapshots, upgrades
 
 DESCRIPTION = "Consistent, incremental, verified savepoints of Spark Structured Streaming checkpoints."
 
@@ -47,6 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = shared_options()
-    for module in (snapshots, jobs, retention, upgrades, dags, catalog):
+    for module in (snapshots, jobs, retention, upgrades, dags, catalog, observe):
         module.register(commands, common)
     return parser

@@ -16,6 +16,21 @@ class NotFound(SavepointsError):
     """A job, snapshot, checkpoint location or bucket that does not exist."""
 
 
+class NoState(NotFound):
+    """A deploy from the latest state found none usable for a job that has run before (a job with no history
+    starts fresh instead). The message ends with the fix as the command line spells it; `with_fix` words it
+    for another caller (a DAG's form field, an operator's argument)."""
+
+    CLI_FIX = "deploy with --restore none for a fresh start (the earlier state is then not used)"
+
+    def __init__(self, problem: str, fix: str = CLI_FIX) -> None:
+        super().__init__(f"{problem}: {fix}")
+        self.problem = problem
+
+    def with_fix(self, fix: str) -> NoState:
+        return NoState(self.problem, fix)
+
+
 class Refused(SavepointsError):
     """The request is well-formed but would lose or overwrite data (non-empty restore target, a FAILED
     snapshot, a sink that is ahead of the snapshot): nothing was changed."""

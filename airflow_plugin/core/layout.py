@@ -12,6 +12,8 @@ engine, the Airflow layer and the job runtime ask this module.
                                                                  final heartbeat of each retired deployment
     jobs/<job>/upgrades/<upgrade_id>.json                        an upgrade: its mode, state and steps' results
     format.json                                                  the store's format version and packing settings
+    usage.json                                                   what the store held after the last prune: bytes,
+                                                                 objects, unreferenced bytes awaiting gc (metrics)
     blobs/<sha256[:2]>/<sha256>                                  a file's content as one object (large files; stores
                                                                  of format 1: every file)
     packs/<id[:2]>/<id>.pack                                     small files' contents, concatenated (format 2)
@@ -31,6 +33,7 @@ JOBS = "jobs/"
 BLOBS = "blobs/"
 PACKS = "packs/"
 FORMAT = "format.json"
+USAGE = "usage.json"
 MANIFEST = "manifest.json"
 DEPLOYMENT = "deployment.json"
 STATUS = "status.json"

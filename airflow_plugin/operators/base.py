@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from airflow.sdk import BaseOperator, Context
 
+from .. import stats
 from ..compat import AirflowFailException
 from ..core.context import JobContext
 from ..core.errors import InvalidInput, NotFound, Refused
@@ -68,12 +69,14 @@ class SavepointsMixin:
 
 
 @contextmanager
-def task_errors(context: Context | None = None) -> Iterator[None]:
-    """Engine errors no retry can fix (bad input, unknown names, refusals) fail the task at once; with the
-    task's `context` the message is also its XCom `error`, for whoever reads the run (the page, a test)."""
+def task_errors(context: Context | None = None, job: str | None = None) -> Iterator[None]:
+    """Engine errors no retry can fix (bad input, unknown names, refusals) fail the task at once, counted by
+    their class (stats.REFUSED); with the task's `context` the message is also its XCom `error`, for whoever
+    reads the run (the page, a test)."""
     try:
         yield
     except (InvalidInput, NotFound, Refused) as exc:
+        stats.refused(job or "", type(exc).__name__)
         if context is not None:
             context["ti"].xcom_push(key="error", value=str(exc))
         raise AirflowFailException(str(exc)) from exc
@@ -124,7 +127,7 @@ class SavepointsBaseOperator(SavepointsMixin, BaseOperator):
         self.lease_ttl = lease_ttl
 
     def execute(self, context: Context) -> Any:
-        with task_errors(context):
+        with task_errors(context, self.job):
             return self.run(self.job_context(context), context)
 
     @abstractmethod

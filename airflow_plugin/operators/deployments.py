@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import Context
 
+from .. import stats
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..core.context import JobContext
+from ..core.errors import NoState
 from ..core.jobs.deploy import DeployRequest, activate, deploy, prestart
 from ..core.jobs.deployments import Deployment, describe
 from ..core.jobs.stop import stop
 from ..core.snapshots.manifest import parse_labels
+from ..dag_params import RESTORE_TITLE
 from ..links import SnapshotLink, SparkUILink
 from .base import SavepointsBaseOperator, flag, optional_int
 
@@ -71,6 +75,23 @@ class DeployJobOperator(SavepointsBaseOperator):
         self.standby_deployment = standby_deployment
 
     def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
+        started = time.monotonic()
+        try:
+            deployment = self._deploy(ctx)
+        except NoState as exc:  # the engine names the CLI's flag: a DAG user has a form field instead
+            raise exc.with_fix(
+                f'set "{RESTORE_TITLE}" to none in the DAG\'s trigger form (restore="none" for a DeployJobOperator) '
+                "for a fresh start; the earlier state is then not used"
+            ) from None
+        if deployment.restored_from:
+            stats.timing(stats.RESTORE, started, job=ctx.name)
+        if deployment.fresh_start:
+            self.log.info("%s starts fresh: %s", deployment.id, deployment.fresh_start)
+        restored = deployment.restored_from or "nothing"
+        self.log.info("deployed %s %s as %s (restored from %s)", ctx.name, deployment.version, deployment.id, restored)
+        return deployment_xcom(ctx, deployment)
+
+    def _deploy(self, ctx: JobContext) -> Deployment:
         restore, rewind, gap = self.restore or "none", flag(self.rewind_sink), flag(self.accept_source_gap)
         if self.standby_deployment:
             deployment = activate(
@@ -85,9 +106,7 @@ class DeployJobOperator(SavepointsBaseOperator):
             partitions = optional_int(self.partitions, "partitions")
             request = DeployRequest(self.version or None, restore, partitions, self.wait_seconds, rewind, gap)
             deployment = deploy(ctx, request)
-        restored = deployment.restored_from or "nothing"
-        self.log.info("deployed %s %s as %s (restored from %s)", ctx.name, deployment.version, deployment.id, restored)
-        return deployment_xcom(ctx, deployment)
+        return deployment
 
 
 class PrestartJobOperator(SavepointsBaseOperator):

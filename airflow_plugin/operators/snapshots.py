@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from .. import stats
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..compat import AirflowFailException
 from ..core.context import JobContext
@@ -52,16 +53,18 @@ class SavepointOperator(SavepointsBaseOperator):
         self.timeout_seconds = timeout_seconds
 
     def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
-        manifest = take_savepoint(
-            ctx,
-            kind=choice(Kind, self.kind, "snapshot kind"),
-            stop_after=flag(self.stop),
-            drain=self.drain,
-            pin=flag(self.pin),
-            labels=parse_labels(self.labels),
-            trigger=choice(Trigger, self.trigger, "trigger"),
-            timeout=self.timeout_seconds,
-        )
+        kind = choice(Kind, self.kind, "snapshot kind")
+        with stats.timed(stats.SNAPSHOT, job=ctx.name, kind=str(kind)):
+            manifest = take_savepoint(
+                ctx,
+                kind=kind,
+                stop_after=flag(self.stop),
+                drain=self.drain,
+                pin=flag(self.pin),
+                labels=parse_labels(self.labels),
+                trigger=choice(Trigger, self.trigger, "trigger"),
+                timeout=self.timeout_seconds,
+            )
         self.log.info(
             "%s %s of %s at batch %s: %d files, %d bytes (%d uploaded)",
             manifest.kind,

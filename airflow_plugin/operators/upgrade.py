@@ -4,11 +4,13 @@ on their own, the pre-flight of a new version against a snapshot and the rollbac
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
+from .. import stats
 from ..compat import AirflowFailException
 from ..core.context import JobContext
 from ..core.jobs.preflight import DEFAULT_TIMEOUT, preflight
@@ -98,8 +100,11 @@ class UpgradeStepOperator(SavepointsBaseOperator):
 
     def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
         upgrade = Upgrades(ctx.store.storage).get(ctx.name, self.upgrade_id)
+        started, cutting_over = time.monotonic(), upgrade.phase is Phase.CUTTING_OVER and upgrade.phase in self.phases
         while upgrade.phase in self.phases:
             upgrade = advance(ctx, upgrade)
+        if cutting_over and upgrade.phase not in RECOVERING:  # the new version took over
+            stats.timing(stats.CUTOVER, started, job=ctx.name)
         return _settled(upgrade, context)
 
 

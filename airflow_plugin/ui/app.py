@@ -14,6 +14,8 @@
     GET  /api/jobs/{job}/upgrades                    the job's newest upgrade: mode, phase, what it did last
     POST /api/jobs/{job}/upgrades                    trigger the upgrade DAG for the job (version, mode)
     PUT  /api/jobs/{job}/snapshots/{id}/pin          pin or unpin
+    GET  /metrics                                    every job's figures for Prometheus (OpenMetrics text; the
+                                                     same as `savepoints metrics`: core/metrics.py)
 
 Every route requires an authenticated Airflow user; see security.py for the rest.
 """
@@ -30,6 +32,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..core import metrics
 from ..core.snapshots.lifecycle import set_pinned
 from ..core.snapshots.manifest import parse_labels
 from . import runs, views
@@ -104,6 +107,12 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
     @app.get("/api/me")
     def me(request: Request, user: GetUserDep) -> dict[str, Any]:
         return {"user": user.get_name(), "can": permissions(request, user)}
+
+    @app.get("/metrics", include_in_schema=False, dependencies=[Depends(authenticated)])
+    def prometheus_metrics() -> Response:
+        with engine_errors("read the jobs for the metrics"):
+            text = metrics.render(metrics.observe(settings.hook().context))
+        return Response(text, media_type=metrics.CONTENT_TYPE, headers=_NO_STORE)
 
     @app.get("/api/jobs", dependencies=[Depends(authenticated)])
     def jobs() -> dict[str, Any]:

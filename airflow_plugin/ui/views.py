@@ -181,6 +181,9 @@ def snapshots_page(
                 "batch_id": m.batch_id,
                 "created_at": m.created_at,
                 "pinned": m.pinned,
+                "deployment": m.deployment,  # the page draws each deployment's progress through its snapshots
+                # per stateful operator, as the snapshot recorded it (state_stats.py): the page's state chart
+                "state": [{k: op.get(k) for k in ("id", "name", "rows", "bytes", "skew")} for op in m.state],
             }
             for m in manifests
         ],

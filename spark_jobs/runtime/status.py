@@ -12,6 +12,8 @@ import logging
 import math
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TERMINAL = frozenset({State.STOPPED, State.FAILED})
+RATE_WINDOW_S = 60.0  # the rows-per-second figure covers the batches of the last minute
 FINAL_WRITE_ATTEMPTS = 5  # a lost STOPPED/FAILED leaves the engine waiting for a heartbeat timeout
 
 
@@ -110,6 +113,46 @@ def _finite(value: Any) -> float | None:
         return None
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+def state_operators(progress: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Each stateful operator's state as Spark's progress reports it after the batch: rows and memory used."""
+    operators = progress.get("stateOperators")
+    if not operators:
+        return None
+    return [
+        {
+            "name": op.get("operatorName"),
+            "rows": op.get("numRowsTotal"),
+            "memory_bytes": op.get("memoryUsedBytes"),
+            "partitions": op.get("numShufflePartitions"),
+            "batch_id": progress.get("batchId"),
+        }
+        for op in operators
+    ]
+
+
+class RowRate:
+    """Input rows per second over the last RATE_WINDOW_S seconds. Spark's own processedRowsPerSecond is of the
+    last batch alone, and a query with a watermark follows each batch of data with a no-data batch (0 rows)
+    that moves the watermark: read from the last batch, a job busy all the time shows 0 half the time."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._started = clock()
+        self._batches: deque[tuple[float, int]] = deque()
+        self.total = 0
+
+    def add(self, rows: int) -> None:
+        self._batches.append((self._clock(), rows))
+        self.total += rows
+
+    def per_second(self) -> float:
+        now = self._clock()
+        while self._batches and self._batches[0][0] < now - RATE_WINDOW_S:
+            self._batches.popleft()
+        span = min(RATE_WINDOW_S, max(now - self._started, 1.0))
+        return round(sum(rows for _, rows in self._batches) / span, 3)
 
 
 class StatusBoard:
@@ -207,12 +250,13 @@ class ProgressListener(StreamingQueryListener):
     hundred py4j round trips and ~40 ms of Python CPU per batch (plus as much in the JVM), which the
     benchmark measured as the runtime's largest cost. This one reads the progress as ONE JSON string."""
 
-    def __init__(self, board: StatusBoard) -> None:
+    def __init__(self, board: StatusBoard, clock: Callable[[], float] = time.time) -> None:
         self._board = board
         self._query_id: str | None = None
         self._jvm_listener: Any = None
         self.sink: str | None = None  # the sink as the runtime knows it, where Spark names only ForeachBatchSink
         self.batch_done = threading.Event()  # set on every committed batch: the stop logic waits for it
+        self._rate = RowRate(clock)
 
     def follow(self, query_id: str) -> None:
         self._query_id = query_id
@@ -229,15 +273,12 @@ class ProgressListener(StreamingQueryListener):
         lag = kafka_lag(sources)
         current = self._board.current
         first = current.kafka_lag_first
-        unprocessed = tally_unprocessed(
-            current.unprocessed,
-            progress.get("batchId", -1),
-            int(progress.get("numInputRows") or 0),
-            records_read(sources),
-        )
+        rows = int(progress.get("numInputRows") or 0)
+        self._rate.add(rows)
+        unprocessed = tally_unprocessed(current.unprocessed, progress.get("batchId", -1), rows, records_read(sources))
         event_time = progress.get("eventTime") or {}  # min/max exist where the query defines a watermark
         first_event_time = current.first_event_time  # where the first batch that read rows began
-        if first_event_time is None and int(progress.get("numInputRows") or 0) > 0:
+        if first_event_time is None and rows > 0:
             first_event_time = event_time.get("min")
         self._board.update(
             first_event_time=first_event_time,
@@ -248,6 +289,9 @@ class ProgressListener(StreamingQueryListener):
             kafka_lag_first=lag if first is None else first,
             input_rows_per_second=_finite(progress.get("inputRowsPerSecond")),
             processed_rows_per_second=_finite(progress.get("processedRowsPerSecond")),
+            rows_per_second=self._rate.per_second(),
+            input_rows_total=self._rate.total,
+            state_operators=state_operators(progress) or current.state_operators,
             batch_duration_ms=progress.get("batchDuration"),
             watermark=event_time.get("watermark"),
             sink=self.sink or (progress.get("sink") or {}).get("description"),
@@ -258,6 +302,7 @@ class ProgressListener(StreamingQueryListener):
         """A trigger found no data: the query is up and waiting."""
         if self._ours(query_id):
             self._board.promote(State.STARTING, State.RUNNING)
+            self._board.update(rows_per_second=self._rate.per_second())  # nothing arrives: the rate falls
 
     # the StreamingQueryListener interface, for callers that hand in pyspark's event objects
     def onQueryStarted(self, event: QueryStartedEvent) -> None:

@@ -212,6 +212,10 @@ def _closed_port() -> int:
             lambda j: DeployJobOperator(task_id="t", job="orders", restore="sp-20260101T000000000Z-dead", jobs_file=j),
             "sp-20260101T000000000Z-dead",
         ),
+        (  # a job with history and no state: the deploy DAG's user is told the form's field, not a CLI flag
+            lambda j: DeployJobOperator(task_id="t", job="orders", restore="latest-state", jobs_file=j),
+            'no state to take over.*set "Restore from" to none in the DAG\'s trigger form',
+        ),
         (lambda j: VerifySnapshotOperator(task_id="t", job="orders", snapshot_id="sp-x", jobs_file=j), "sp-x"),
         (lambda j: SavepointOperator(task_id="t", job="orders", jobs_file=j), "no running deployment"),
         (lambda j: SavepointOperator(task_id="t", job="orders", kind="delta", jobs_file=j), "invalid snapshot kind"),
@@ -312,3 +316,47 @@ def test_operators_sensors_triggers_and_hooks_are_importable_where_users_look() 
     from airflow_plugin.operators import DeployJobOperator, SavepointOperator  # the issue's own example
 
     assert SavepointOperator.__name__ == "SavepointOperator" and DeployJobOperator.template_fields
+
+
+# ---------------------------------------------------------------- Airflow's metrics
+
+
+def test_the_operators_figures_reach_airflows_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each name stats.py documents, with its tags, sent by the task that owns it (the engine calls are stood in
+    for: what is checked is what reaches Airflow's Stats); timers only for work that succeeded."""
+    from airflow_plugin import stats
+    from airflow_plugin.core.upgrades.record import Phase
+    from airflow_plugin.operators import deployments, snapshots, upgrade
+
+    sent: list[tuple[str, str, dict[str, str]]] = []
+    recorder = SimpleNamespace(
+        timing=lambda name, dt, tags: sent.append(("timing", name, tags)),
+        incr=lambda name, tags: sent.append(("incr", name, tags)),
+    )
+    monkeypatch.setattr(stats, "Stats", recorder)
+    jobs, _ = _deployment(tmp_path, State.STOPPED, 3)
+    common: dict[str, Any] = {"task_id": "t", "job": "orders", "jobs_file": jobs, "aws_conn_id": None}
+
+    with pytest.raises(AirflowFailException, match="no state to take over"):  # history, no state: refused
+        DeployJobOperator(restore="latest-state", spark_conn_id=None, **common).execute(task_context())
+    assert sent == [("incr", "savepoints.refused", {"job": "orders", "reason": "NoState"})]
+
+    sent.clear()
+    restored = Deployment(id="dp-2", job="orders", version="v1", checkpoint="c", restored_from="sp-1")
+    monkeypatch.setattr(deployments, "deploy", lambda ctx, request: restored)
+    monkeypatch.setattr(deployments, "deployment_xcom", lambda ctx, deployment: {})
+    DeployJobOperator(restore="sp-1", spark_conn_id=None, **common).execute(task_context())
+    monkeypatch.setattr(snapshots, "take_savepoint", lambda ctx, **kw: SimpleNamespace(files=[], **dict.fromkeys(
+        ("kind", "id", "batch_id", "total_bytes", "uploaded_bytes"), 0)))  # fmt: skip
+    monkeypatch.setattr(snapshots, "emit_snapshot_event", lambda *a: None)
+    monkeypatch.setattr(snapshots, "snapshot_xcom", lambda *a: {})
+    SavepointOperator(**common).execute(task_context())
+    record = SimpleNamespace(phase=Phase.CUTTING_OVER, to_dict=dict)
+    monkeypatch.setattr(upgrade, "Upgrades", lambda storage: SimpleNamespace(get=lambda job, upgrade_id: record))
+    monkeypatch.setattr(upgrade, "advance", lambda ctx, u: SimpleNamespace(phase=Phase.RETIRING, to_dict=dict))
+    upgrade.UpgradeStepOperator(upgrade_id="up-1", phases=["CUTTING_OVER"], **common).execute(task_context())
+    assert [(kind, name, tags) for kind, name, tags in sent] == [
+        ("timing", "savepoints.restore.duration", {"job": "orders"}),
+        ("timing", "savepoints.snapshot.duration", {"job": "orders", "kind": "savepoint"}),
+        ("timing", "savepoints.cutover.duration", {"job": "orders"}),
+    ]

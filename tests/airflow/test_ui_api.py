@@ -130,6 +130,7 @@ ENDPOINTS = [
     ("GET", "/api/jobs/orders/upgrades", None),
     ("POST", "/api/jobs/orders/upgrades", {"version": "v2"}),
     ("PUT", "/api/jobs/orders/snapshots/latest/pin", {"pinned": True}),
+    ("GET", "/metrics", None),
 ]
 
 
@@ -179,6 +180,13 @@ def test_a_viewer_reads_everything_but_may_not_trigger_or_pin(client: TestClient
 
     assert len(savepoint_runs("orders")) == before
     assert world["store"].get("orders", newest).pinned is False
+
+    # Prometheus' scrape with a viewer's token: OpenMetrics, the figures of `savepoints metrics`
+    scraped = client.get("/metrics", headers=viewer)
+    assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("application/openmetrics-text")
+    newest_savepoint = world["store"].latest("orders", kind=Kind.SAVEPOINT)
+    wanted = f'savepoints_last_snapshot_batch{{job="orders",kind="savepoint"}} {float(newest_savepoint.batch_id)}'
+    assert wanted in scraped.text.splitlines(), scraped.text[:2000]
 
 
 def test_an_admin_triggers_a_run_of_the_savepoint_dag_that_airflow_records(client: TestClient) -> None:
@@ -314,7 +322,16 @@ def test_hundreds_of_snapshots_come_in_pages_newest_first(client: TestClient, wo
     assert first["total"] == SNAPSHOTS and first["limit"] == PAGE_SIZE and first["offset"] == 0
     assert [s["id"] for s in first["snapshots"]] == ids[::-1][:PAGE_SIZE]
     assert len(first["timeline"]) == SNAPSHOTS  # the chart gets every snapshot, compactly
-    assert set(first["timeline"][0]) == {"id", "kind", "status", "batch_id", "created_at", "pinned"}
+    assert set(first["timeline"][0]) == {
+        "id",
+        "kind",
+        "status",
+        "batch_id",
+        "created_at",
+        "pinned",
+        "deployment",
+        "state",
+    }
     row = first["snapshots"][0]
     columns = ("id", "kind", "trigger", "status", "batch_id", "bytes", "uploaded_bytes", "age_s", "pinned", "verified")
     assert set(columns) <= set(row)

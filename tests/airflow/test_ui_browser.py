@@ -2,13 +2,16 @@
 against a real `airflow api-server` with the plugin, a scheduler and a DAG processor, while a real
 deployment of the windowed job runs against the embedded S3 store. Log in through Airflow's login page,
 open the savepoint and upgrade DAGs' trigger forms (ready to send, no internal field; the upgrade's new
-version left to choose), open "Savepoints" from Airflow's navigation, click "Take savepoint", see the new
-snapshot COMPLETED, pin it, see the Upgrade action offer the other versions; follow the savepoint task's extra
-link to the page opened at that snapshot; stop the job and see "Take savepoint" and "Upgrade" disabled with
-the reason. Screenshots are kept in tests/artifacts/."""
+version left to choose), open "Savepoints" from Airflow's navigation (the running deployment's rows per
+second, not the 0 of Spark's no-data batches; the timeline from the deployment's start, before its first
+snapshot), click "Take savepoint", see the new snapshot COMPLETED, the banner saying its run succeeded and
+its state in the chart, pin it, see the Upgrade action offer the other versions; follow the savepoint task's
+extra link to the page opened at that snapshot; stop the job and see "Take savepoint" and "Upgrade" disabled
+with the reason. Screenshots are kept in tests/artifacts/."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -133,6 +136,16 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                 expect(frame.locator("#job-name")).to_have_text("windowed")
                 expect(frame.locator("#deployments tbody tr")).to_have_count(1)
                 expect(frame.locator("#deployments tbody tr").first).to_contain_text("RUNNING")
+                # busy: rows per second over the last minute, though the watermark's no-data batch that follows
+                # each batch of data makes Spark's own figure of the last batch 0 (what the page showed)
+                feed.round()
+                wait_for(lambda: processed(deployment.checkpoint, feed.rounds), "the job to process a fourth round")
+                rate = frame.locator("#deployments tbody tr").first.locator("td").nth(5)
+                expect(rate).to_have_text(re.compile(r"^[1-9][0-9,]*$"), timeout=30_000)
+                expect(frame.locator("#deployments tbody tr").first.locator("td").nth(6)).to_have_text("")  # no Kafka
+                # the timeline starts where the deployment started (batch 0), before its first snapshot
+                line = frame.locator(f'#timeline polyline.live[data-deployment="{deployment.id}"]')
+                expect(line).to_have_attribute("points", re.compile(r"^56\.0,172\.0 "))
                 savepoint_rows = frame.locator('#snapshots tbody tr[data-id^="sp-"]')
                 expect(savepoint_rows.filter(has_text="COMPLETED")).to_have_count(len(before))
                 # the Upgrade action offers every version but the running one (its runs: test_ui_api.py)
@@ -152,6 +165,14 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                     page.wait_for_timeout(500)  # the page polls every 2 s while a run is in flight
                 new_id = new_row.first.get_attribute("data-id")
                 assert new_id and new_id not in before
+                # the banner follows the run it announced as queued, to its end
+                expect(frame.locator("#banner")).to_contain_text("succeeded: its savepoint is in the list below")
+                # the state chart: what the snapshots recorded per operator (rows from the running query's progress)
+                recorded = store.get(job.name, new_id).state
+                assert recorded and all(op["bytes"] > 0 and op["rows"] is not None for op in recorded), recorded
+                expect(frame.locator("#state-section")).to_be_visible()
+                expect(frame.locator("#state-chart polyline")).to_have_count(len(recorded))
+                expect(frame.locator("#state-skew")).to_contain_text("largest/mean")
 
                 # pin it from the page: the manifest in the store says so
                 new_row.first.locator("button.pin").click()

@@ -380,3 +380,48 @@ def test_progress_stages_are_drawn_on_a_terminal_and_nothing_otherwise() -> None
     progress.stage("deployment dp-1: the driver runs, creating its Spark session")
     progress.finish()
     assert piped.getvalue() == ""
+
+
+def test_inspect_and_diff_print_what_the_engine_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The commands' wiring and text (the engine, which runs Spark, is stood in: tests/core/test_inspect.py runs
+    it): the arguments reach it, the report prints, and a state Spark could not read is exit code 8."""
+    from airflow_plugin.cli.commands import observe
+
+    calls: list[tuple] = []
+    op = {"operator": 0, "name": "stateStoreSave", "store": "default", "key_schema": "struct<user:string>"}
+    inspected = {
+        "snapshot": {"id": "sp-1", "batch_id": 4},
+        "problems": [],
+        "operators": [
+            op
+            | {"value_schema": "struct<cnt:bigint>", "rows": 9, "partitions": 3, "operator_bytes": 2048}
+            | {"skew": {"ratio": 1.5, "largest": [[2, 5]]}, "oldest_window_start": "2026-01-01 00:00:00"}
+            | {"oldest_key": '{"user":"u1"}', "sample": [{"partition_id": 2, "key": '{"user":"u1"}', "value": "{}"}]}
+            | {"matches": []}
+        ],
+    }
+    changed = {"added": 1, "removed": 0, "changed": 2, "rows_a": 8, "rows_b": 9, "bytes_a": 80, "bytes_b": 95}
+    changed |= {"bytes_added": 10, "bytes_removed": 0, "operator_bytes_a": 1000, "operator_bytes_b": 2048}
+    changed |= {"growth_by": "numeric value fields", "grew_most": [{"key": "u1", "growth": 3.0, "before": ["1"]}]}
+    changed["grew_most"][0]["after"] = ["4"]
+    diffed = {"a": {"id": "sp-1", "batch_id": 4}, "b": {"id": "sp-2", "batch_id": 6}, "problems": ["x unreadable"]}
+    diffed["operators"] = [op | changed]
+
+    def fake(report: dict) -> object:
+        return lambda store, job, *ids, **options: calls.append((job, ids, sorted(options))) or report
+
+    monkeypatch.setattr(observe, "inspect_snapshot", fake(inspected))
+    monkeypatch.setattr(observe, "diff_snapshots", fake(diffed))
+    store = str(tmp_path / "store")
+    code, out, _ = run(capsys, "inspect", "--store", store, "--job", "j", "latest", "--key", "user=u1")
+    assert code == 0 and "rows: 9 in 3 partitions (largest 2: 5; largest/mean 1.5)" in out
+    assert "oldest window: starts 2026-01-01 00:00:00" in out and "key 'user=u1': 0 row(s)" in out
+    code, out, err = run(capsys, "diff", "--store", store, "--job", "j", "sp-1", "sp-2", "--top", "3")
+    assert code == 8 and "keys: 1 added, 0 removed, 2 changed; rows 8 -> 9" in out and "u1: +3" in out
+    assert "1 state(s) could not be read" in err
+    assert calls == [
+        ("j", ("latest",), ["concurrency", "key", "sample", "spark_conf"]),
+        ("j", ("sp-1", "sp-2"), ["concurrency", "spark_conf", "top"]),
+    ]

@@ -63,12 +63,19 @@ def test_failing_spark_submit_reports_its_log_in_the_status(tmp_path: Path, caps
     app = tmp_path / "job.py"
     app.write_text("import sys\nprint('boom: the input directory is not configured', file=sys.stderr)\nsys.exit(3)\n")
     jobs = str(write_jobs(tmp_path, application=str(app)))
-    code = main(["deploy", "orders", "--jobs", jobs, "--json"])
+    # latest-state (the deploy DAG's default) of a job that never ran: no state to lose, a fresh start, recorded
+    code = main(["deploy", "orders", "--jobs", jobs, "--json", "--restore", "latest-state"])
     captured = capsys.readouterr()
     assert code == 9 and "spark-submit exited with code 3 before the job started" in captured.err
     assert "boom: the input directory is not configured" in captured.err
     [row] = json.loads(main(["status", "orders", "--jobs", jobs, "--json"]) == 0 and capsys.readouterr().out)
     assert row["state"] == "FAILED" and "boom" in row["error"] and row["error"].startswith("LAUNCH_FAILED")
+    assert row["restored_from"] is None and "never ran" in row["fresh_start"]
+    # now it has history but no state (no snapshot, no committed batch): refused, not silently fresh
+    assert main(["deploy", "orders", "--jobs", jobs, "--restore", "latest-state"]) == 3
+    error = capsys.readouterr().err
+    assert "job orders has 1 earlier deployment(s) but no state to take over" in error
+    assert "deploy with --restore none for a fresh start" in error
 
 
 def test_missing_spark_submit(

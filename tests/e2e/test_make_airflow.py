@@ -2,15 +2,20 @@
 through make and uv, i.e. `airflow standalone`) from a user's shell with no Airflow settings: log in with the
 password standalone generated, see the four DAGs with no import errors and the plugin's page behind
 authentication, run a DAG through standalone's own scheduler and executor and read its task log, check that
-nothing listens beyond 127.0.0.1, and stop it with one Ctrl-C (SIGINT to the terminal's foreground process
-group: make, uv and Python all get it) that ends everything gracefully."""
+nothing listens beyond 127.0.0.1, have a real Prometheus (Debian's) scrape the plugin's /savepoints/metrics
+with a bearer token as docs/operations.md configures it and check its answers against the store, and stop it
+with one Ctrl-C (SIGINT to the terminal's foreground process group: make, uv and Python all get it) that ends
+everything gracefully and says which deployment still runs and how to stop it."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,9 +23,14 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.store import SnapshotStore
+from airflow_plugin.core.storage import LocalStorage, open_storage
 from devtools.airflow_env import REPO
 from devtools.windowed import wait_for
 from tests.support.sockets import listening, not_loopback
+from tests.support.synthetic import write_checkpoint
 from tests.support.ui_support import free_port
 
 pytestmark = [pytest.mark.slow]
@@ -131,7 +141,66 @@ def _answers(standalone: Standalone, path: str) -> bool:
         return False
 
 
+class Prometheus:
+    """Debian's prometheus on 127.0.0.1, scraping the plugin every second with the scrape config of
+    docs/operations.md (a bearer token from a file); stopped by its pid."""
+
+    def __init__(self, tmp_path: Path, target: str, token: str) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            pytest.fail("prometheus is missing: `make prometheus` installs Debian's package", pytrace=False)
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "token").write_text(token)
+        config = {
+            "global": {"scrape_interval": "1s"},
+            "scrape_configs": [
+                {
+                    "job_name": "savepoints",
+                    "metrics_path": "/savepoints/metrics",
+                    "honor_labels": True,  # the metrics' own `job` label (the streaming job) is kept as is
+                    "authorization": {"credentials_file": str(tmp_path / "token")},
+                    "static_configs": [{"targets": [target]}],
+                }
+            ],
+        }
+        (tmp_path / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+        self.url = f"http://127.0.0.1:{free_port()}"
+        command = [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address={self.url.removeprefix('http://')}",
+        ]
+        self.log = tmp_path / "prometheus.log"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def query(self, expression: str) -> dict[str, float]:
+        """Each series' labels (as sorted text) -> value, of an instant query."""
+        answer = httpx.get(f"{self.url}/api/v1/query", params={"query": expression}, timeout=10).json()
+        assert answer["status"] == "success", answer
+        return {json.dumps(r["metric"], sort_keys=True): float(r["value"][1]) for r in answer["data"]["result"]}
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def _heartbeat(store: str, deployment: Deployment, stop: threading.Event) -> None:
+    """A running deployment as its runtime reports it (no Spark: a heartbeat every half second)."""
+    records = Deployments(open_storage(store))
+    while not stop.is_set():
+        status = DeploymentStatus(State.RUNNING, time.time(), last_batch_id=7, rows_per_second=3.5, kafka_lag=12)
+        records.write_status(deployment.job, deployment.id, status)
+        stop.wait(0.5)
+
+
 def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path) -> None:
+    store_uri = str(tmp_path / "store")
+    checkpoint = write_checkpoint(tmp_path / "checkpoint", batches=5)
+    savepoint = create_snapshot(
+        SnapshotStore(open_storage(store_uri)), LocalStorage(checkpoint), SnapshotRequest("windowed_counts")
+    )
     with Standalone(tmp_path) as airflow:
 
         def healthy() -> bool:
@@ -166,7 +235,10 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
 
         def finished() -> bool:
             airflow.alive()
-            return airflow.get(run_path).json()["state"] in ("success", "failed")
+            try:
+                return airflow.get(run_path).json()["state"] in ("success", "failed")
+            except httpx.HTTPError:  # an API server slow to answer on a busy machine: ask again
+                return False
 
         airflow.wait_for(finished, f"the retention run {run_id}", timeout=240)
         tasks = airflow.get(f"{run_path}/taskInstances").json()["task_instances"]
@@ -188,10 +260,99 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
         assert not_loopback(addresses) == set(), addresses
         assert not {port for _, port in addresses} & {8793, 8794}, addresses
 
+        # a deployment runs (a heartbeat, no Spark); a real Prometheus scrapes the plugin and answers from the store
+        running = Deployment("dp-20261125T000000000Z-0001", "windowed_counts", "v1", str(checkpoint))
+        Deployments(open_storage(store_uri)).put(running)
+        stop_heartbeat = threading.Event()
+        heartbeat = threading.Thread(target=_heartbeat, args=(store_uri, running, stop_heartbeat), daemon=True)
+        heartbeat.start()
+        prometheus = Prometheus(tmp_path / "prometheus", f"127.0.0.1:{airflow.port}", airflow.token)
+        try:
+
+            def scraped() -> bool:
+                airflow.alive()
+                try:
+                    return bool(prometheus.query("savepoints_deployment_last_committed_batch"))
+                except httpx.HTTPError:
+                    return False
+
+            airflow.wait_for(scraped, f"Prometheus to scrape the plugin ({prometheus.log})", timeout=60)
+            assert prometheus.query('up{job="savepoints"}') == {
+                json.dumps({"__name__": "up", "instance": f"127.0.0.1:{airflow.port}", "job": "savepoints"}): 1.0
+            }
+            batch = prometheus.query(
+                f'savepoints_deployment_last_committed_batch{{job="windowed_counts",deployment="{running.id}"}}'
+            )
+            assert list(batch.values()) == [7.0], batch
+            state = prometheus.query(f'savepoints_deployment_state{{deployment="{running.id}"}} == 1')
+            assert [json.loads(k)["state"] for k in state] == ["RUNNING"], state
+            last = prometheus.query('savepoints_last_snapshot_batch{job="windowed_counts",kind="savepoint"}')
+            assert list(last.values()) == [float(savepoint.batch_id)], last
+            storage = open_storage(store_uri)
+            stored = [*storage.list("blobs/"), *storage.list("packs/")]
+            objects = prometheus.query("savepoints_store_objects")  # as the retention run's prune measured it
+            assert list(objects.values()) == [float(len(stored))], (objects, stored)
+        finally:
+            prometheus.stop()
+
         returncode = airflow.interrupt()
+        stop_heartbeat.set()
         # make, itself interrupted, waits for its recipe and then ends by the same SIGINT
         assert returncode in (0, -signal.SIGINT), (returncode, airflow.log_tail())
     log_text = airflow.log_tail()
     assert "standalone | Complete" in log_text, log_text
     assert "killing airflow standalone" not in log_text, log_text  # one Ctrl-C, handled once
+    # the deployment outlives Airflow, and the shutdown says so and how to stop it (devtools/airflow_ui.py)
+    assert (
+        f"still running: windowed_counts's deployment {running.id} (v1, RUNNING); its driver is not Airflow's and "
+        f"runs on: stop it with `SAVEPOINTS_STORE={store_uri} savepoints stop windowed_counts --jobs "
+        f"{REPO / 'jobs.toml'}`"
+    ) in log_text, log_text
     assert airflow.leftover_processes() == []
+
+
+def test_at_shutdown_a_job_reading_the_broker_is_stopped_and_the_others_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make airflow`'s shutdown report (devtools/airflow_ui.py) without Airflow: a deployment of a job that reads
+    the broker it is about to stop is stopped through its control channel (a stand-in runtime honours it); one
+    of another job is named, with the command that stops it."""
+    from devtools.airflow_ui import still_running
+    from spark_jobs.runtime.control import ControlChannel
+    from tests.support.jobs import write_jobs
+
+    jobs = write_jobs(tmp_path, extra='[jobs.other]\nversions.v1 = { application = "job.py" }')
+    monkeypatch.delenv("SAVEPOINTS_STORE", raising=False)
+    store = str(tmp_path / "store")
+    records = Deployments(open_storage(store))
+    brokered = Deployment("dp-20261125T000000000Z-0001", "orders", "v1", str(tmp_path / "c1"))
+    other = Deployment("dp-20261125T000000000Z-0002", "other", "v1", str(tmp_path / "c2"))
+    for deployment in (brokered, other):
+        records.put(deployment)
+    done = threading.Event()
+
+    def runtime() -> None:  # the brokered one honours a stop at its next "batch"; the other only beats
+        control = ControlChannel(records, "orders", brokered.id)
+        stopped: list[str] = []
+        while not done.is_set():
+            if not stopped and (request := control.next_stop()) is not None:
+                stopped.append(request.id)
+            state = State.STOPPED if stopped else State.RUNNING
+            records.write_status("orders", brokered.id, DeploymentStatus(state, time.time(), handled_requests=stopped))
+            records.write_status("other", other.id, DeploymentStatus(State.RUNNING, time.time()))
+            done.wait(0.2)
+
+    beating = threading.Thread(target=runtime, daemon=True)
+    beating.start()
+    try:
+        time.sleep(0.5)
+        lines = still_running(str(jobs), {"orders"})
+    finally:
+        done.set()
+        beating.join()
+    assert lines == [
+        f"stopped orders's deployment {brokered.id}: it reads the Kafka broker that stops now "
+        "(`savepoints deploy --restore latest-state` continues it)",
+        f"still running: other's deployment {other.id} (v1, RUNNING); its driver is not Airflow's and runs on: "
+        f"stop it with `savepoints stop other --jobs {jobs}`",
+    ]

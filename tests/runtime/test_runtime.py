@@ -30,7 +30,15 @@ from typing import Any
 
 import pytest
 
-from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State, new_request_id
+from airflow_plugin.core.jobs.deployments import (
+    ControlRequest,
+    Deployment,
+    Deployments,
+    DeploymentStatus,
+    State,
+    new_request_id,
+)
+from airflow_plugin.core.jobs.deployments import describe as describe_deployment
 from airflow_plugin.core.storage import open_storage
 from devtools.embedded_s3 import EmbeddedS3
 from spark_jobs import generate
@@ -164,7 +172,32 @@ def test_the_listener_reports_sources_and_kafka_lag_from_sparks_progress(tmp_pat
     assert status is not None and status.state is State.RUNNING and status.last_batch_id == 8
     assert status.sources == ["KafkaV2[Subscribe[events]]", "FileStreamSource[file:/in]"]
     assert (status.kafka_lag, status.kafka_lag_first) == (300, 1200)
+    shown = describe_deployment(Deployment("d", "j", "v1", "c"), status, status.state)  # the page's and status' row
+    assert shown["kafka_lag"] == 300
     assert kafka_lag(progress(9, None)["sources"]) is None and kafka_lag([]) is None
+
+
+def test_rows_per_second_covers_the_last_minute_and_the_state_is_reported_per_operator(tmp_path: Path) -> None:
+    """A query with a watermark follows each batch of data with a no-data batch: Spark's processedRowsPerSecond
+    of the last batch is then 0 while the job is busy (the page showed 0). The runtime's own figure is not."""
+    deployments = Deployments(open_storage(str(tmp_path)))
+    board = StatusBoard(deployments, "j", "d", DeploymentStatus(State.STARTING, time.time()))
+    now = [1000.0]
+    listener = ProgressListener(board, clock=lambda: now[0])
+    state = [{"operatorName": "stateStoreSave", "numRowsTotal": 40, "memoryUsedBytes": 900, "numShufflePartitions": 2}]
+    for batch, rows in enumerate([600, 0, 600, 0]):  # data, then the watermark's no-data batch, every 10 s
+        now[0] += 10
+        listener.progress({"id": "q", "batchId": batch, "numInputRows": rows, "processedRowsPerSecond": 0.0,
+                           "stateOperators": state if rows else []})  # fmt: skip
+    status = deployments.status("j", "d")
+    assert status.processed_rows_per_second == 0.0 and status.rows_per_second == 1200 / 40
+    assert status.input_rows_total == 1200
+    assert status.state_operators == [
+        {"name": "stateStoreSave", "rows": 40, "memory_bytes": 900, "partitions": 2, "batch_id": 2}
+    ]  # a no-data batch that reports no operator keeps the last report
+    now[0] += 100  # nothing for longer than the window: the rate falls to 0
+    listener.idle("q")
+    assert deployments.status("j", "d").rows_per_second == 0
 
 
 def test_the_listener_counts_batches_that_read_input_but_processed_none(tmp_path: Path) -> None:

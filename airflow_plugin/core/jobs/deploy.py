@@ -3,7 +3,10 @@
     none              a fresh start
     latest-savepoint  the newest COMPLETED savepoint of the job
     latest-state      the newest of: the previous deployment's live checkpoint and the job's snapshots
-                      (the live checkpoint is snapshotted first, so it is never claimed by the new one)
+                      (the live checkpoint is snapshotted first, so it is never claimed by the new one); a job
+                      that never ran (no deployment, no snapshot) has no state to lose: it starts fresh, and
+                      its deployment records why (`fresh_start`). A job with history and no usable state is
+                      refused (NoState): starting it fresh would silently drop what it had
     <snapshot id>     that snapshot
 
 Observe (deployments, heartbeats, snapshots) -> decide (refusals, restore source) -> act (restore,
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..context import JobContext
-from ..errors import CheckpointError, InvalidInput, NotFound, Refused
+from ..errors import CheckpointError, InvalidInput, NoState, NotFound, Refused
 from ..sinks.guard import execute_rewind
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, utc_now
@@ -67,10 +70,13 @@ def live_deployments(ctx: JobContext) -> list[tuple[Deployment, State]]:
     return found
 
 
+FIRST_DEPLOYMENT = "latest-state of a job that never ran: no earlier deployment, no snapshot"
+
+
 def _restore_source(ctx: JobContext, mode: str, exclude: str | None = None) -> Manifest | None:
-    """The snapshot a deployment starts from. `exclude`: the deployment being activated (its empty location
-    is no source)."""
-    if mode == "none":
+    """The snapshot a deployment starts from; None for a fresh start (see `first_deployment`). `exclude`: the
+    deployment being activated (its empty location is no source)."""
+    if mode == "none" or first_deployment(ctx, mode, exclude):
         return None
     if mode == "latest-savepoint":
         return ctx.store.latest(ctx.name, kind=Kind.SAVEPOINT)
@@ -104,11 +110,20 @@ def _restore_source(ctx: JobContext, mode: str, exclude: str | None = None) -> M
                 requested_by="deploy --restore latest-state",
             )
     if newest is None:
-        raise NotFound(
-            f"job {ctx.name} has no earlier deployment or snapshot to take its state from: "
-            "deploy with --restore none for a fresh start"
+        what = f"{len(previous)} earlier deployment(s)" if previous else "snapshots"
+        raise NoState(
+            f"job {ctx.name} has {what} but no state to take over: no COMPLETED snapshot (`savepoints list --job "
+            f"{ctx.name}`), and no committed batch in the last deployment's checkpoint"
         )
     return newest
+
+
+def first_deployment(ctx: JobContext, mode: str, exclude: str | None = None) -> bool:
+    """latest-state for a job without any history (no deployment but `exclude`, no snapshot of any status):
+    there is no state to lose, so the deployment starts fresh (the deploy DAG's default, for a first deploy)."""
+    if mode != "latest-state":
+        return False
+    return not any(d.id != exclude for d in ctx.deployments.list(ctx.name)) and not ctx.store.list(ctx.name)
 
 
 def _newest_of_query(ctx: JobContext, query_id: str) -> Manifest | None:
@@ -180,7 +195,10 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec) -> De
         request_id=ctx.settings.request_id,
         source_gap=plan.source_gap if plan else None,
         build=build,
+        fresh_start=FIRST_DEPLOYMENT if source is None and request.restore == "latest-state" else None,
     )
+    if deployment.fresh_start:
+        log.info("deployment %s of job %s starts fresh: %s", deployment_id, ctx.name, deployment.fresh_start)
     if request.partitions:
         deployment.spark_conf[PARTITIONS_CONF] = str(request.partitions)
     ctx.deployments.put(deployment)  # claims the location before anything is written there
@@ -401,6 +419,7 @@ def _activate(
     if source is None:
         for storage, rewind in fresh_start(ctx, deployment.build, deployment.id, rewind_sink):
             execute_rewind(storage, rewind)
+        deployment.fresh_start = FIRST_DEPLOYMENT if restore == "latest-state" else None
     if plan is not None and source is not None:
         execute_restore(ctx.store, plan, progress=ctx.progress)
         deployment.restored_from, deployment.restored_batch_id = source.id, source.batch_id

@@ -76,6 +76,8 @@ class Deployment:
     source_gap: dict[str, Any] | None = None  # records its restore accepted to lose (snapshots/source_guard.py)
     # the application and the arguments it was built with: deployments of the same build write the same sink
     build: list[str] = field(default_factory=list)
+    # why it started without state although state was asked for (deploy.py: latest-state of a job that never ran)
+    fresh_start: str | None = None
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()
@@ -96,7 +98,12 @@ class DeploymentStatus:
     run_id: str | None = None
     last_batch_id: int | None = None
     input_rows_per_second: float | None = None
-    processed_rows_per_second: float | None = None
+    processed_rows_per_second: float | None = None  # of the last batch alone (Spark's)
+    rows_per_second: float | None = None  # input rows per second over the last minute (runtime/status.py RowRate)
+    input_rows_total: int | None = None  # input rows this run has processed
+    # per stateful operator, as Spark's progress reported it at batch `batch_id`: name, rows, memory_bytes,
+    # partitions (what a snapshot records of the state: snapshots/state_stats.py)
+    state_operators: list[dict[str, Any]] | None = None
     batch_duration_ms: int | None = None
     watermark: str | None = None
     app_id: str | None = None
@@ -381,6 +388,13 @@ def ended_by_cluster(status: DeploymentStatus | None, report: AppReport | None) 
     )
 
 
+def _rows_per_second(status: DeploymentStatus | None) -> float | None:
+    """Over the last minute where the runtime reports it, else Spark's figure of the last batch (older runtimes)."""
+    if status is None:
+        return None
+    return status.rows_per_second if status.rows_per_second is not None else status.processed_rows_per_second
+
+
 def describe(deployment: Deployment, status: DeploymentStatus | None, state: State) -> dict[str, Any]:
     """A deployment as people and DAGs see it: `savepoints status` rows, the CLI's JSON, task XComs and the
     savepoints page all use this one shape."""
@@ -392,9 +406,11 @@ def describe(deployment: Deployment, status: DeploymentStatus | None, state: Sta
         "checkpoint": deployment.checkpoint,
         "restored_from": deployment.restored_from,
         "restored_batch_id": deployment.restored_batch_id,
+        "fresh_start": deployment.fresh_start,
         "heartbeat_age_s": round(status.age(), 1) if status else None,
         "last_batch_id": status.last_batch_id if status else None,
-        "rows_per_second": status.processed_rows_per_second if status else None,
+        "rows_per_second": _rows_per_second(status),
+        "kafka_lag": status.kafka_lag if status else None,
         "spark_ui": status.ui_url if status else None,
         "app_id": status.app_id if status else None,
         "error": f"{status.error_class}: {status.error_message}" if status and status.error_class else None,

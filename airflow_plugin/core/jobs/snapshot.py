@@ -42,6 +42,7 @@ def snapshot_deployment(
         request_id=ctx.settings.request_id,
         gate=interval if interval and (interval["after"] is not None or interval["until"] is not None) else None,
         reuse_from=tuple(s for s in (deployment.restored_from, deployment.prerestored_from) if s),
+        state_progress=tuple(status.state_operators or []) if status else (),
     )
     return create_snapshot(
         ctx.store,

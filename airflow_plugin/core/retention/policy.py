@@ -34,6 +34,10 @@ class KindPolicy:
 
     keep_last: int | None = None
     max_age_s: float | None = None
+    # how often a snapshot of this kind is expected (a schedule that takes them: the retention DAG's retained
+    # checkpoints, a DAG of your own for savepoints); retention ignores it, `savepoints metrics` exports it
+    # for alerts ("older than twice its period")
+    period_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,9 @@ class RetentionPolicy:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "checkpoint": {"keep_last": self.checkpoint.keep_last, "max_age_s": self.checkpoint.max_age_s},
-            "savepoint": {"keep_last": self.savepoint.keep_last, "max_age_s": self.savepoint.max_age_s},
+            kind: {"keep_last": limits.keep_last, "max_age_s": limits.max_age_s, "period_s": limits.period_s}
+            for kind, limits in (("checkpoint", self.checkpoint), ("savepoint", self.savepoint))
+        } | {
             "failed_grace_s": self.failed_grace_s,
             "abandoned_after_s": self.abandoned_after_s,
             "on_cancellation": str(self.on_cancellation),
@@ -107,14 +112,19 @@ def _keep_last(value: Any, where: str) -> int:
 def _kind_policy(raw: Any, base: KindPolicy, where: str) -> KindPolicy:
     if not isinstance(raw, Mapping):
         raise InvalidInput(f"{where} must be a table such as {{ keep_last = 3, max_age = '2d' }}; got {raw!r}")
-    unknown = sorted(set(raw) - {"keep_last", "max_age"})
+    unknown = sorted(set(raw) - {"keep_last", "max_age", "period"})
     if unknown:
-        raise InvalidInput(f"{where} has unknown key(s) {', '.join(unknown)}: use keep_last and max_age")
+        raise InvalidInput(f"{where} has unknown key(s) {', '.join(unknown)}: use keep_last, max_age and period")
     policy = base
     if "keep_last" in raw:
         policy = replace(policy, keep_last=_keep_last(raw["keep_last"], f"{where}.keep_last"))
     if "max_age" in raw:
         policy = replace(policy, max_age_s=duration_seconds(raw["max_age"], f"{where}.max_age"))
+    if "period" in raw:
+        period = duration_seconds(raw["period"], f"{where}.period")
+        if period <= 0:
+            raise InvalidInput(f"{where}.period must be longer than 0; got {raw['period']!r}")
+        policy = replace(policy, period_s=period)
     return policy
 
 
@@ -131,7 +141,7 @@ def parse_policy(
 ) -> RetentionPolicy:
     """Validate a retention table (a job's `retention` in jobs.toml, or the CLI's flags) on top of `base`.
 
-    retention.checkpoint = { keep_last = 3, max_age = "2d" }
+    retention.checkpoint = { keep_last = 3, max_age = "2d", period = "30m" }
     retention.savepoint = { keep_last = 10 }
     retention.failed_grace = "1d"; abandoned_after = "6h"; blob_grace = "1h"
     retention.on_cancellation = "retain" | "delete"; retired_retention = "7d"

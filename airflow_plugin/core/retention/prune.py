@@ -1,5 +1,5 @@
-"""Retention, the acting half: observe the store into plain data, execute a plan from retention.py, and
-take retained checkpoints of running deployments.
+"""Retention, the acting half: observe the store into plain data, execute a plan from retention.py, record
+what the store holds afterwards (usage.py), and take retained checkpoints of running deployments.
 
 Observing reads no manifest: each job's snapshot catalog, checked against a listing of its manifests
 (ids and versions; a difference is settled from the manifests), its deployment index and the heartbeats of
@@ -41,6 +41,7 @@ from .plan import Observed, ObservedDeployment, Plan
 from .plan import plan as make_plan
 from .policy import RetentionPolicy
 from .repack import repack
+from .usage import record_usage
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,9 @@ def prune(
     decided = make_plan(observed, policy, datetime.now(UTC), job_policies=job_policies)
     if dry_run:
         return decided, None
-    return decided, execute(store, decided, policy, open_location=open_location)
+    result = execute(store, decided, policy, open_location=open_location)
+    record_usage(store)  # what the store holds now, for `savepoints metrics` (one object to read per scrape)
+    return decided, result
 
 
 # ---------------------------------------------------------------- retained checkpoints

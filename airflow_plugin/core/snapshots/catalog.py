@@ -1,9 +1,9 @@
 """A job's snapshot catalog: what listing needs of each manifest, in one object beside the manifests
 (layout.py `snapshot_catalog_key`), kept true to them by core/index.py. An entry holds the manifest's id,
 kind, trigger, status, batch, sizes, labels, pin, times, source positions, sinks, deployment and version,
-history, verification verdict and error, the store objects its files live in (with their bytes there), and
-the manifest version it was made from. No file list: `show`, restore, verify and garbage collection's
-repacks read the manifest itself, which stays the commit and the truth.
+history, verification verdict and error, the state's size, rows and skew per operator, the store objects its
+files live in (with their bytes there), and the manifest version it was made from. No file list: `show`,
+restore, verify and garbage collection's repacks read the manifest itself, which stays the commit and the truth.
 
 Who reads the catalog: list, latest (show, restore, deploy's latest-savepoint and latest-state), retention
 planning and garbage collection's mark (the objects), the savepoints page, a create's choice of earlier
@@ -56,6 +56,7 @@ class SnapshotEntry:
     verified: bool | None = None
     error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    state: list[dict[str, Any]] = field(default_factory=list)  # per operator: size, rows, skew (state_stats.py)
     objects: dict[str, int] = field(default_factory=dict)  # store object -> bytes of its contents there
     version: str | None = None
 

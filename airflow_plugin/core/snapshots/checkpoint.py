@@ -101,7 +101,7 @@ def _commit(raw: bytes, where: str) -> tuple[int, dict[str, Any]]:
         raise CheckpointError(f"{where} has an unreadable commit entry") from None
 
 
-def _store_of(key: str) -> StateStoreDir | None:
+def store_of(key: str) -> StateStoreDir | None:
     """The store directory a state file belongs to: `state/<op>/<p>/` (default store, with its SSTs/ and
     logs/) or `state/<op>/<p>/<name>/` (named stores of stream-stream joins). None for metadata."""
     parts = key.split("/")  # state/<op>/<p>/...
@@ -312,7 +312,7 @@ def _check_state_complete(where: str, batch_id: int, operators: list[dict[str, A
     version in every one. A store with none at all after a committed batch was never run: the query
     committed batches its sink skipped as already written (docs/spark-checkpoints.md section 6), and a copy
     of it could never be restored."""
-    present = {(s.operator, s.partition, s.name) for info in state if (s := _store_of(info.key)) is not None}
+    present = {(s.operator, s.partition, s.name) for info in state if (s := store_of(info.key)) is not None}
     missing = []
     for operator in operators:
         for store in operator.get("stores") or []:
@@ -356,7 +356,7 @@ def _state_files(
     stores: dict[str, StateStoreDir] = {}
     by_store: dict[str, dict[str, ObjectInfo]] = defaultdict(dict)
     for info in state:
-        store = _store_of(info.key)
+        store = store_of(info.key)
         if store is not None:
             stores.setdefault(store.prefix, store)
             by_store[store.prefix][info.key[len(store.prefix) :]] = info

@@ -46,6 +46,7 @@ from .manifest import (
     sink_log_prefix,
     utc_now,
 )
+from .state_stats import state_stats
 from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ class SnapshotRequest:
     # snapshots whose contents this one likely shares (the one its deployment was restored from), besides the
     # job's newest: a restored checkpoint's files are byte-identical to its snapshot's
     reuse_from: tuple[str, ...] = ()
+    # the query's state as its progress reported it (a managed job's heartbeat: name, rows per operator)
+    state_progress: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -356,6 +359,7 @@ def _attempt(
     manifest.spark_conf = point.spark_conf
     manifest.restore_conf = point.restore_conf
     manifest.operators = point.operators
+    manifest.state = state_stats(((f.key, f.size) for f in point.files), point.operators, list(request.state_progress))
     sink_copiers = _record_sinks(manifest, request.sinks, open_location, copier)
     writer.flush()  # the last pack: every content the manifest references is stored before the commit
     files = sorted([*files, *(f for c in sink_copiers for f in c.files)], key=lambda f: f.path)

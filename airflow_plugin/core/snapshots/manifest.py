@@ -161,6 +161,9 @@ class Manifest:
     spark_conf: dict[str, str] = field(default_factory=dict)  # pinned by Spark in offsets/N
     restore_conf: dict[str, str] = field(default_factory=dict)  # a restored query must set these itself
     operators: list[dict[str, Any]] = field(default_factory=list)
+    # per stateful operator: its state's size at N from the checkpoint's files, rows from the query's progress,
+    # and the skew over its partitions (state_stats.py): what the page charts without Spark
+    state: list[dict[str, Any]] = field(default_factory=list)
     # kind, location; a file sink also last_batch_id (when snapshotted) and log (the prefix of its log files);
     # a Delta table also last_batch_id (of the query) and version (the table version at the sink bound)
     sinks: list[dict[str, Any]] = field(default_factory=list)

@@ -38,7 +38,7 @@ from ..sinks import file as file_sink
 from ..sinks import guard as sink_guard
 from ..sources.kafka import KafkaSettings
 from ..spark_app import SparkAccess
-from ..storage import S3Storage, Storage, open_storage, sha256_file, spark_uri
+from ..storage import LocalStorage, S3Storage, Storage, open_storage, sha256_file, spark_uri
 from . import source_guard
 from .blobs import IN_MEMORY, checksum_problem
 from .manifest import SINK_LOGS, FileEntry, Manifest, SnapshotStatus, sink_log_prefix
@@ -473,3 +473,13 @@ class _Writer:
             self.directories.add(directory)
         name = destination.name if destination is not None else "restore"
         return directory / f".{name}.{secrets.token_hex(8)}.tmp"
+
+
+def restore_scratch(
+    store: SnapshotStore, job: str, snapshot_id: str, directory: Path, *, concurrency: int = DEFAULT_CONCURRENCY
+) -> RestorePlan:
+    """Restore a snapshot into `directory` (new, local) for a Spark tool that only reads it (deep verify,
+    inspect, diff): no sink is checked or written, no source read, and nothing live is ever touched."""
+    plan = plan_restore(store, job, snapshot_id, LocalStorage(directory), check_sinks=False, check_sources=False)
+    execute_restore(store, plan, concurrency=concurrency)
+    return plan

@@ -16,10 +16,10 @@ from ..errors import Refused
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
 from ..spark_app import run_spark_tool
-from ..storage import LocalStorage, open_storage, sha256_file, spark_uri
+from ..storage import open_storage, sha256_file, spark_uri
 from .blobs import IN_MEMORY, checksum_problem
 from .manifest import FileEntry, Manifest, SnapshotStatus, utc_now
-from .restore import execute_restore, plan_restore
+from .restore import restore_scratch
 from .store import SnapshotStore
 
 
@@ -104,12 +104,10 @@ def _deep(
 ) -> dict[str, Any]:
     snapshot_id, batch_id, original = manifest.id, manifest.batch_id, manifest.source
     with tempfile.TemporaryDirectory(prefix="savepoints-deep-") as tmp:
-        scratch = LocalStorage(Path(tmp) / "checkpoint")
-        # a scratch copy that Spark only reads: no sink written, no source read
-        plan = plan_restore(store, job, snapshot_id, scratch, check_sinks=False, check_sources=False)
-        execute_restore(store, plan, concurrency=concurrency)
+        scratch = Path(tmp) / "checkpoint"  # a scratch copy that Spark only reads: no sink written, no source read
+        plan = restore_scratch(store, job, snapshot_id, scratch, concurrency=concurrency)
         result_file = Path(tmp) / "result.json"
-        args = ["--checkpoint", str(scratch.root), "--batch", str(batch_id), "--out", str(result_file)]
+        args = ["--checkpoint", str(scratch), "--batch", str(batch_id), "--out", str(result_file)]
         if original:  # as Spark spells it: s3a:// for a checkpoint the engine recorded as s3://
             args += ["--original", spark_uri(open_storage(original))]
         run_spark_tool("state_check", args, conf={**spark_conf, **plan.spark_conf})

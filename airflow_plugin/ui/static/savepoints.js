@@ -30,6 +30,7 @@ const state = {
   timer: null,
   errors: new Map(), // what failed, by source: shown in the banner until it works again
   info: "", // what just happened, when nothing failed
+  followed: null, // {run_id, dag_paused}: the savepoint run this page triggered, followed in the banner until it ends
 };
 
 const $ = (id) => document.getElementById(id);
@@ -129,10 +130,12 @@ function renderBanner() {
   banner.hidden = lines.length === 0;
 }
 
-function showInfo(message) {
+// `sticky`: stays until replaced (a run still in flight), else it goes after 15 s
+function showInfo(message, { sticky = false } = {}) {
   state.info = message;
   renderBanner();
   clearTimeout(state.infoTimer);
+  if (sticky) return;
   state.infoTimer = setTimeout(() => {
     state.info = "";
     renderBanner();
@@ -293,6 +296,8 @@ function selectJob(name, { focus = "" } = {}) {
   state.errors.clear();
   state.savepoint = null;
   state.upgrade = null;
+  state.followed = null;
+  state.info = "";
   const query = focus ? { job: name, snapshot: focus } : { job: name };
   history.replaceState(null, "", `?${new URLSearchParams(query)}`);
   $("fleet").hidden = true;
@@ -406,6 +411,7 @@ function renderDeployments(rows) {
         el("td", { class: "num" }, d.heartbeat_age_s === null ? "none" : `${age(d.heartbeat_age_s)} ago`),
         el("td", { class: "num" }, num(d.last_batch_id)),
         el("td", { class: "num" }, d.rows_per_second === null ? "" : num(Math.round(d.rows_per_second))),
+        el("td", { class: "num" }, d.kafka_lag === null || d.kafka_lag === undefined ? "" : num(d.kafka_lag)),
         el("td", { class: "mono" }, d.restored_from || ""),
       ),
     ),
@@ -431,7 +437,28 @@ function renderRuns(runs) {
       ),
     ),
   );
+  followRun(runs);
   return runs.some((run) => run.state === "queued" || run.state === "running");
+}
+
+// the banner after "Take savepoint" says where its run is, not "queued" once it has long succeeded
+function runMessage(run, paused) {
+  const id = run.run_id;
+  if (run.state === "success") return `Run ${id} succeeded: its savepoint is in the list below.`;
+  if (run.state === "failed") return `Run ${id} failed: open it in Airflow for the task's log.`;
+  if (run.state === "running") return `Run ${id} is running: the savepoint is being taken.`;
+  return paused
+    ? `Run ${id} is queued, but the ${SAVEPOINT_DAG} DAG is paused: unpause it in Airflow.`
+    : `Run ${id} queued: the new snapshot appears below when its task starts.`;
+}
+
+function followRun(runs) {
+  if (!state.followed) return;
+  const run = runs.find((r) => r.run_id === state.followed.run_id);
+  if (!run) return;
+  const ended = run.state === "success" || run.state === "failed";
+  showInfo(runMessage(run, state.followed.dag_paused), { sticky: !ended });
+  if (ended) state.followed = null;
 }
 
 // --- snapshots ---------------------------------------------------------------------------------------
@@ -547,6 +574,7 @@ function renderSnapshots(page) {
   $("prev").disabled = page.offset === 0;
   $("next").disabled = last >= page.total;
   renderTimeline(page.timeline);
+  renderState(page.timeline);
   return page.snapshots.some((s) => s.status === "IN_PROGRESS");
 }
 
@@ -563,47 +591,69 @@ async function setPinned(snapshot, pinned) {
   refresh();
 }
 
-// --- timeline: every snapshot by time (x) and batch (y), with the running deployment's progress -------
+// --- timeline: every snapshot by time (x) and batch (y), and each deployment's progress from its start ----
 
-function renderTimeline(points) {
-  const chart = $("timeline");
-  const W = 900;
-  const H = 200;
-  const left = 56;
-  const right = 16;
-  const top = 26;
-  const bottom = 28;
-  const times = points.map((p) => Date.parse(p.created_at));
-  const live = (state.lastDeployments || []).find((d) => ["RUNNING", "STARTING", "STOPPING"].includes(d.state));
-  const now = Date.now();
-  const t0 = times.length ? Math.min(...times) : now - 3600e3;
-  const t1 = Math.max(now, ...times);
-  const batches = points.map((p) => p.batch_id ?? 0);
-  const maxBatch = Math.max(1, ...batches, live && live.last_batch_id !== null ? live.last_batch_id : 0);
-  const x = (t) => left + ((t - t0) / Math.max(1, t1 - t0)) * (W - left - right);
-  const y = (b) => H - bottom - (b / maxBatch) * (H - top - bottom);
-  const nodes = [
+// A deployment's path through (time, batch): from its start (the batch it was restored at, else 0), through its
+// own COMPLETED snapshots, to its last heartbeat's batch: the batches before its first snapshot show too.
+function deploymentPath(d, points, now) {
+  const path = [[Date.parse(d.created_at), d.restored_batch_id ?? 0]];
+  for (const p of points) {
+    if (p.deployment === d.deployment && p.status === "COMPLETED" && p.batch_id !== null) {
+      path.push([Date.parse(p.created_at), p.batch_id]);
+    }
+  }
+  if (d.last_batch_id !== null && d.heartbeat_age_s !== null) path.push([now - d.heartbeat_age_s * 1000, d.last_batch_id]);
+  return path.sort((a, b) => a[0] - b[0]);
+}
+
+// The axes of a chart in a W x H view box with these margins, the y axis labelled 0 and `yLabel` at `yMax`.
+function axes({ W, H, left, right, top, bottom }, y, yMax, yLabel) {
+  return [
     svg("line", { class: "axis", x1: left, y1: H - bottom, x2: W - right, y2: H - bottom }),
     svg("line", { class: "axis", x1: left, y1: top, x2: left, y2: H - bottom }),
     svg("text", { x: left - 6, y: y(0) + 4, "text-anchor": "end" }, "0"),
-    svg("text", { x: left - 6, y: y(maxBatch) + 4, "text-anchor": "end" }, `batch ${maxBatch}`),
+    svg("text", { x: left - 6, y: y(yMax) + 4, "text-anchor": "end" }, yLabel),
+  ];
+}
+
+function renderTimeline(points) {
+  const chart = $("timeline");
+  const box = { W: 900, H: 200, left: 56, right: 16, top: 26, bottom: 28 };
+  const { W, H, left, right, top, bottom } = box;
+  const times = points.map((p) => Date.parse(p.created_at));
+  const now = Date.now();
+  const deployments = (state.lastDeployments || []).filter((d) => d.created_at);
+  const paths = deployments.map((d) => ({ d, path: deploymentPath(d, points, now) }));
+  const live = deployments.find((d) => ["RUNNING", "STARTING", "STOPPING"].includes(d.state));
+  const starts = paths.map(({ path }) => path[0][0]);
+  const t0 = times.length || starts.length ? Math.min(...times, ...starts) : now - 3600e3;
+  const t1 = Math.max(now, ...times);
+  const batches = [...points.map((p) => p.batch_id ?? 0), ...paths.flatMap(({ path }) => path.map(([, b]) => b))];
+  const maxBatch = Math.max(1, ...batches);
+  const x = (t) => left + ((t - t0) / Math.max(1, t1 - t0)) * (W - left - right);
+  const y = (b) => H - bottom - (b / maxBatch) * (H - top - bottom);
+  const nodes = [
+    ...axes(box, y, maxBatch, `batch ${maxBatch}`),
     svg("text", { x: left, y: H - 8 }, new Date(t0).toLocaleString()),
     svg("text", { x: W - right, y: H - 8, "text-anchor": "end" }, "now"),
   ];
   if (!points.length) {
     nodes.push(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, "no snapshots yet"));
   }
-  const completed = points.filter((p) => p.status === "COMPLETED" && p.batch_id !== null);
-  if (completed.length > 1) {
-    const path = completed.map((p) => `${x(Date.parse(p.created_at)).toFixed(1)},${y(p.batch_id).toFixed(1)}`);
+  // snapshots of no listed deployment (taken of an unmanaged checkpoint): joined as before
+  const listed = new Set(deployments.map((d) => d.deployment));
+  const loose = points.filter((p) => p.status === "COMPLETED" && p.batch_id !== null && !listed.has(p.deployment));
+  if (loose.length > 1) {
+    const path = loose.map((p) => `${x(Date.parse(p.created_at)).toFixed(1)},${y(p.batch_id).toFixed(1)}`);
     nodes.push(svg("polyline", { class: "progress", points: path.join(" ") }));
   }
+  for (const { d, path } of paths) {
+    if (path.length < 2) continue;
+    const line = path.map(([t, b]) => `${x(t).toFixed(1)},${y(b).toFixed(1)}`).join(" ");
+    nodes.push(svg("polyline", { class: d === live ? "live" : "progress", points: line, "data-deployment": d.deployment }));
+  }
   if (live && live.last_batch_id !== null && live.heartbeat_age_s !== null) {
-    const from = completed.length ? completed[completed.length - 1] : null;
-    const x0 = from ? x(Date.parse(from.created_at)) : left;
-    const y0 = from ? y(from.batch_id) : y(0);
     const xl = x(now - live.heartbeat_age_s * 1000);
-    nodes.push(svg("polyline", { class: "live", points: `${x0},${y0} ${xl},${y(live.last_batch_id)}` }));
     nodes.push(svg("text", { x: Math.min(xl, W - right - 4), y: y(live.last_batch_id) - 6, "text-anchor": "end" },
       `${live.deployment}: batch ${live.last_batch_id}`));
   }
@@ -626,6 +676,51 @@ function renderTimeline(points) {
     if (p.pinned) nodes.push(svg("circle", { class: "pin-ring", cx, cy, r: 8 }));
   });
   chart.replaceChildren(...nodes);
+}
+
+// --- state: each stateful operator's state bytes over the snapshots (recorded at snapshot time, no Spark) -
+
+const operatorName = (op) => `operator ${op.id}${op.name ? ` (${op.name})` : ""}`;
+
+function renderState(points) {
+  const recorded = points.filter((p) => p.status === "COMPLETED" && p.state && p.state.length);
+  $("state-section").hidden = recorded.length === 0;
+  if (!recorded.length) return;
+  const box = { W: 900, H: 160, left: 70, right: 16, top: 16, bottom: 24 };
+  const { W, H, left, right, top, bottom } = box;
+  const times = recorded.map((p) => Date.parse(p.created_at));
+  const t0 = Math.min(...times);
+  const t1 = Math.max(t0 + 1, ...times);
+  const maxBytes = Math.max(1, ...recorded.flatMap((p) => p.state.map((op) => op.bytes || 0)));
+  const x = (t) => left + ((t - t0) / (t1 - t0)) * (W - left - right);
+  const y = (b) => H - bottom - (b / maxBytes) * (H - top - bottom);
+  const ids = [...new Set(recorded.flatMap((p) => p.state.map((op) => op.id)))].sort((a, b) => a - b);
+  const colours = ["var(--accent)", "var(--ok)", "var(--warn)", "var(--bad)", "var(--fg)"];
+  const nodes = axes(box, y, maxBytes, bytes(maxBytes));
+  ids.forEach((id, i) => {
+    const series = recorded
+      .map((p, j) => [times[j], p.state.find((op) => op.id === id)])
+      .filter(([, op]) => op);
+    const line = series.map(([t, op]) => `${x(t).toFixed(1)},${y(op.bytes || 0).toFixed(1)}`).join(" ");
+    const last = series[series.length - 1][1];
+    const rows = last.rows === null || last.rows === undefined ? "" : `, ${num(last.rows)} rows`;
+    nodes.push(svg("polyline", { points: line, stroke: colours[i % colours.length], "data-operator": id },
+      svg("title", {}, `${operatorName(last)}: ${bytes(last.bytes)}${rows}`)));
+    nodes.push(svg("text", { x: W - right, y: top + 12 * (i + 1), "text-anchor": "end", fill: colours[i % colours.length] },
+      `${operatorName(last)}: ${bytes(last.bytes)}${rows}`));
+  });
+  $("state-chart").replaceChildren(...nodes);
+  // the skew of the newest snapshot: its largest partitions by bytes against the mean
+  const newest = recorded[recorded.length - 1];
+  $("state-skew").replaceChildren(
+    `Skew at ${newest.id}: `,
+    ...newest.state.map((op, i) => {
+      const spread = op.skew || {};
+      const largest = (spread.largest || []).map(([p, b]) => `partition ${p} ${bytes(b)}`).join(", ");
+      const ratio = spread.ratio === null || spread.ratio === undefined ? "-" : `${spread.ratio}×`;
+      return `${i ? "; " : ""}${operatorName(op)}: largest/mean ${ratio} (${largest || "no files"})`;
+    }),
+  );
 }
 
 function focusSnapshot(id) {
@@ -764,11 +859,9 @@ async function triggerSavepoint(event) {
       body: { stop: form.stop.checked, pin: form.pin.checked, label: form.label.value.trim() },
     });
     setError("action", null);
-    showInfo(
-      run.dag_paused
-        ? `Run ${run.run_id} is queued, but the ${SAVEPOINT_DAG} DAG is paused: unpause it in Airflow.`
-        : `Run ${run.run_id} queued: the new snapshot appears below when its task starts.`,
-    );
+    // followed in the banner when this user may read the runs (else the message goes after 15 s)
+    state.followed = state.me.can.read_runs ? { run_id: run.run_id, dag_paused: run.dag_paused } : null;
+    showInfo(runMessage(run, run.dag_paused), { sticky: Boolean(state.followed) });
     form.reset();
   } catch (err) {
     setError("action", err);

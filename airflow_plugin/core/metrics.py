@@ -1,0 +1,315 @@
+"""Metrics for Prometheus: what the store says of every job, as OpenMetrics text (`savepoints metrics`, the
+plugin's `/savepoints/metrics`). Observe, then render: `observe` reads the store into plain figures, `render`
+turns them into metric families with prometheus_client.
+
+What one scrape reads, per job: its deployment index, the heartbeat of each deployment not retired, its
+snapshot catalog and its lease (a few requests, however long its history: no manifest, no retired
+deployment's record); per store: the usage the last prune recorded (retention/usage.py). Names follow
+Prometheus' rules: base units (seconds, bytes), `_total` for counters, labels `job`, `deployment`, `version`
+(and `kind`, `state`, `operator`, `operation`, `store` where a figure needs them). The documented list with
+the alert rules: docs/operations.md, "Metrics and alerts"."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from .context import Context, JobContext
+from .errors import SavepointsError
+from .jobs.deployments import DeploymentStatus, State
+from .lease import read_lease
+from .parallel import map_parallel
+from .retention.policy import parse_policy
+from .retention.usage import StoreUsage, read_usage
+from .snapshots.catalog import SnapshotEntry
+from .snapshots.manifest import Kind, SnapshotStatus
+from .snapshots.store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST  # OpenMetrics 1.0
+JOB_READERS = 16  # jobs read at once
+STATES = tuple(s.value for s in State)
+
+
+@dataclass
+class DeploymentFigures:
+    deployment: str
+    version: str
+    state: str
+    status: DeploymentStatus | None
+    heartbeat_age_s: float | None
+
+
+@dataclass
+class SnapshotFigures:
+    """The newest COMPLETED snapshot of one kind."""
+
+    id: str
+    batch_id: int | None
+    age_s: float
+    bytes: int
+    uploaded_bytes: int
+    state: list[dict[str, Any]]  # per operator: rows, bytes (state_stats.py), as recorded at snapshot time
+
+
+@dataclass
+class JobFigures:
+    job: str
+    store: str
+    error: str | None = None  # the store could not be read: the job's figures are absent, `savepoints_job_up` 0
+    deployments: list[DeploymentFigures] = field(default_factory=list)
+    last: dict[str, SnapshotFigures] = field(default_factory=dict)  # kind -> its newest COMPLETED snapshot
+    periods: dict[str, float] = field(default_factory=dict)  # kind -> the expected period (the jobs file)
+    failed: int = 0
+    last_failed_at: float | None = None  # epoch seconds
+    lease: dict[str, Any] | None = None  # operation, holder, age_s, ttl_s, expired
+
+
+@dataclass
+class Figures:
+    jobs: list[JobFigures]
+    stores: list[StoreUsage]
+    seconds: float  # how long reading took
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _last(entries: list[SnapshotEntry], kind: Kind, now: float) -> SnapshotFigures | None:
+    done = [e for e in entries if e.kind is kind and e.status is SnapshotStatus.COMPLETED]
+    if not done:
+        return None
+    e = done[-1]
+    return SnapshotFigures(
+        e.id,
+        e.batch_id,
+        round(now - _epoch(e.completed_at or e.created_at), 3),
+        e.total_bytes,
+        e.uploaded_bytes,
+        list(e.state or []),
+    )
+
+
+def job_figures(ctx: JobContext, now: float | None = None) -> JobFigures:
+    """One job's figures from its catalogs, heartbeats and lease."""
+    now = time.time() if now is None else now
+    figures = JobFigures(ctx.name, ctx.store.uri)
+    for deployment in ctx.deployments.list(ctx.name):
+        if deployment.retired_at:
+            continue
+        status, state = ctx.observe(deployment)
+        age = round(status.age(now), 3) if status else None
+        figures.deployments.append(DeploymentFigures(deployment.id, deployment.version, str(state), status, age))
+    entries = ctx.store.list(ctx.name)
+    for kind in Kind:
+        last = _last(entries, kind, now)
+        if last is not None:
+            figures.last[str(kind)] = last
+    failed = [e for e in entries if e.status is SnapshotStatus.FAILED]
+    figures.failed = len(failed)
+    if failed:
+        figures.last_failed_at = max(_epoch(e.completed_at or e.created_at) for e in failed)
+    policy = parse_policy(ctx.spec.retention, f"[jobs.{ctx.name}] retention")
+    figures.periods = {str(kind): period for kind in Kind if (period := policy.for_kind(kind).period_s) is not None}
+    lease = read_lease(ctx.store.storage, ctx.name)
+    if lease is not None:
+        held = lease.to_dict()
+        figures.lease = {"operation": lease.operation, "holder": lease.holder, "age_s": held["age_s"]}
+        figures.lease |= {"ttl_s": lease.ttl_s, "expired": held["expired"]}
+    return figures
+
+
+def observe(context: Context, jobs: Iterable[str] | None = None) -> Figures:
+    """Every job's figures (the jobs file's jobs, else every job of the store) and every store's usage. A job
+    whose store cannot be read is reported as such (`savepoints_job_up` 0), and the others still are."""
+    started = time.monotonic()
+    names = sorted(jobs if jobs is not None else context.declared_jobs() or context.store().jobs())
+
+    def one(name: str) -> JobFigures:
+        try:
+            return job_figures(context.snapshots_of(name))
+        except SavepointsError as exc:
+            log.warning("metrics of job %s: %s", name, exc)
+            return JobFigures(name, _store_uri(context, name), error=str(exc))
+
+    found = map_parallel(one, names, concurrency=JOB_READERS)
+    stores = []
+    for uri in sorted({f.store for f in found if f.store}):
+        try:
+            usage = read_usage(SnapshotStore(context.open(uri)))
+        except SavepointsError as exc:
+            log.warning("metrics of store %s: %s", uri, exc)
+            continue
+        if usage is not None:
+            stores.append(usage)
+    return Figures(found, stores, round(time.monotonic() - started, 3))
+
+
+def _store_uri(context: Context, job: str) -> str:
+    try:
+        return context.store_uri(job)
+    except SavepointsError:
+        return ""
+
+
+# ------------------------------------------------------------------------------------------- rendering
+
+
+def _gauge(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels, unit=unit)
+
+
+class _FiguresCollector(Collector):
+    def __init__(self, figures: Figures) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(self.figures)
+
+
+def families(figures: Figures) -> list[Metric]:
+    """The metric families of these figures (names and help texts: docs/operations.md)."""
+    dep = ["job", "deployment", "version"]
+    up = _gauge("savepoints_job_up", "1 if the job's store could be read for this scrape, else 0", ["job"])
+    state = _gauge(
+        "savepoints_deployment_state", "1 for the deployment's current state, 0 for the others", [*dep, "state"]
+    )
+    heartbeat = _gauge(
+        "savepoints_deployment_heartbeat_age", "Seconds since the deployment's last heartbeat", dep, "seconds"
+    )
+    batch = _gauge("savepoints_deployment_last_committed_batch", "The last batch the query committed", dep)
+    duration = _gauge("savepoints_deployment_batch_duration", "How long the last batch took", dep, "seconds")
+    rate = _gauge("savepoints_deployment_rows_per_second", "Input rows per second over the last minute", dep)
+    rows = CounterMetricFamily(
+        "savepoints_deployment_input_rows", "Input rows this run of the query processed", labels=dep
+    )
+    lag = _gauge(
+        "savepoints_deployment_kafka_lag_records",
+        "Records the most lagging Kafka partition is behind the latest offset (Spark's maxOffsetsBehindLatest)",
+        dep,
+    )
+    state_rows = _gauge(
+        "savepoints_deployment_state_rows", "Rows in an operator's state (Spark's progress)", [*dep, "operator"]
+    )
+    snap = ["job", "kind"]
+    age = _gauge(
+        "savepoints_last_snapshot_age", "Seconds since the newest COMPLETED snapshot completed", snap, "seconds"
+    )
+    snap_batch = _gauge("savepoints_last_snapshot_batch", "The batch of the newest COMPLETED snapshot", snap)
+    size = _gauge(
+        "savepoints_last_snapshot_size", "Bytes of the checkpoint files the newest snapshot holds", snap, "bytes"
+    )
+    uploaded = _gauge(
+        "savepoints_last_snapshot_uploaded", "Bytes the newest snapshot stored anew (not held before)", snap, "bytes"
+    )
+    snap_rows = _gauge(
+        "savepoints_last_snapshot_state_rows", "Rows in an operator's state at the newest snapshot", [*snap, "operator"]
+    )
+    snap_state = _gauge(
+        "savepoints_last_snapshot_state_size",
+        "Bytes of an operator's state files at the newest snapshot",
+        [*snap, "operator"],
+        "bytes",
+    )
+    period = _gauge(
+        "savepoints_snapshot_period", "How often a snapshot of this kind is expected (the jobs file)", snap, "seconds"
+    )
+    failed = _gauge("savepoints_failed_snapshots", "FAILED snapshots the store holds for the job", ["job"])
+    failed_at = _gauge(
+        "savepoints_last_failed_snapshot_timestamp", "When the newest FAILED snapshot failed", ["job"], "seconds"
+    )
+    lease = ["job", "operation"]
+    lease_age = _gauge("savepoints_lease_age", "Seconds since the job's lease was acquired", lease, "seconds")
+    lease_ttl = _gauge("savepoints_lease_ttl", "The lease's time to live: renewed every third of it", lease, "seconds")
+    lease_expired = _gauge("savepoints_lease_expired", "1 if the lease expired without being released", lease)
+    store = ["store"]
+    store_bytes = _gauge("savepoints_store_size", "Bytes of stored contents (blobs and packs)", store, "bytes")
+    store_objects = _gauge("savepoints_store_objects", "Stored content objects (blobs and packs)", store)
+    orphans = _gauge(
+        "savepoints_store_unreferenced_size",
+        "Bytes no snapshot references, awaiting garbage collection",
+        store,
+        "bytes",
+    )
+    measured = _gauge(
+        "savepoints_store_usage_timestamp", "When the last prune measured the store's usage", store, "seconds"
+    )
+    scrape = _gauge("savepoints_scrape_duration", "How long reading the store for these metrics took", [], "seconds")
+
+    for job in figures.jobs:
+        up.add_metric([job.job], 0 if job.error else 1)
+        for d in job.deployments:
+            labels = [job.job, d.deployment, d.version]
+            for name in STATES:
+                state.add_metric([*labels, name], 1 if d.state == name else 0)
+            s = d.status
+            if d.heartbeat_age_s is not None:
+                heartbeat.add_metric(labels, d.heartbeat_age_s)
+            if s is None:
+                continue
+            _maybe(batch, labels, s.last_batch_id)
+            _maybe(duration, labels, s.batch_duration_ms / 1000 if s.batch_duration_ms is not None else None)
+            _maybe(rate, labels, s.rows_per_second if s.rows_per_second is not None else s.processed_rows_per_second)
+            _maybe(rows, labels, s.input_rows_total)
+            _maybe(lag, labels, s.kafka_lag)
+            for index, op in enumerate(s.state_operators or []):
+                _maybe(state_rows, [*labels, _operator(index, op)], op.get("rows"))
+        for kind, last in sorted(job.last.items()):
+            labels = [job.job, kind]
+            age.add_metric(labels, last.age_s)
+            _maybe(snap_batch, labels, last.batch_id)
+            size.add_metric(labels, last.bytes)
+            uploaded.add_metric(labels, last.uploaded_bytes)
+            for op in last.state:
+                operator = _operator(op.get("id", 0), op)
+                _maybe(snap_rows, [*labels, operator], op.get("rows"))
+                _maybe(snap_state, [*labels, operator], op.get("bytes"))
+        for kind, seconds in sorted(job.periods.items()):
+            period.add_metric([job.job, kind], seconds)
+        if not job.error:
+            failed.add_metric([job.job], job.failed)
+        _maybe(failed_at, [job.job], job.last_failed_at)
+        if job.lease:
+            labels = [job.job, job.lease["operation"]]
+            lease_age.add_metric(labels, job.lease["age_s"])
+            lease_ttl.add_metric(labels, job.lease["ttl_s"])
+            lease_expired.add_metric(labels, 1 if job.lease["expired"] else 0)
+    for usage in figures.stores:
+        store_bytes.add_metric([usage.store], usage.bytes)
+        store_objects.add_metric([usage.store], usage.objects)
+        orphans.add_metric([usage.store], usage.unreferenced_bytes)
+        measured.add_metric([usage.store], _epoch(usage.measured_at))
+    scrape.add_metric([], figures.seconds)
+    return [
+        up, state, heartbeat, batch, duration, rate, rows, lag, state_rows, age, snap_batch, size, uploaded,
+        snap_rows, snap_state, period, failed, failed_at, lease_age, lease_ttl, lease_expired, store_bytes,
+        store_objects, orphans, measured, scrape,
+    ]  # fmt: skip
+
+
+def _operator(index: int, op: dict[str, Any]) -> str:
+    """An operator's label: its id and Spark's name for it (`0:stateStoreSave`), stable across batches."""
+    name = op.get("name") or ""
+    return f"{index}:{name}" if name else str(index)
+
+
+def _maybe(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float | None) -> None:
+    if value is not None:
+        family.add_metric(labels, float(value))
+
+
+def render(figures: Figures) -> bytes:
+    """OpenMetrics text (ends with `# EOF`)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_FiguresCollector(figures))
+    return generate_latest(registry)

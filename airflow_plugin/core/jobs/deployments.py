@@ -126,6 +126,9 @@ class DeploymentStatus:
     first_event_time: str | None = None
     # a migration run's report (spark_jobs/runtime: the initial state made and checked)
     migration: dict[str, Any] | None = None
+    # what the runtime changed or doubts about the query, for a person: a script's own checkpoint location or
+    # trigger it replaced (runtime/script.py), a guarantee's caveat (runtime/delivery.py)
+    warnings: list[str] = field(default_factory=list)
 
     def skipping(self) -> str | None:
         """Why a deployment that commits batches is not healthy: its last batches read input by their

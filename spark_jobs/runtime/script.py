@@ -336,8 +336,8 @@ class ScriptRunner(Runner):
         if own is not None and own.rstrip("/") != checkpoint.rstrip("/"):
             found.append(
                 f"the script sets checkpointLocation {own}; the deployment's own {checkpoint} is used instead. To "
-                f"carry over the state in {own}, snapshot it (`savepoints create --checkpoint {own}`) and deploy "
-                "from that snapshot"
+                f"carry over the state in {own}, snapshot it (`savepoints create --job {self.args.job} --checkpoint "
+                f"{own}`) and deploy with `--restore SNAPSHOT_ID`"
             )
         trigger = str(_field(writer._jwrite, "trigger").toString())  # type: ignore[attr-defined]
         if trigger != "ProcessingTimeTrigger(0)":  # Spark's default: the script set none

@@ -35,6 +35,7 @@ from .args import RuntimeArgs, Trigger, parse_args
 from .delivery import DeliveryPlan, DeliveryRefused, SinkKind, SourceKind, StreamingJob, plan
 from .runner import DRAIN, EXIT_STOPPED, Runner, configure_logging, serve
 from .sink import FILE_FORMATS, sink_of
+from .sink import _field as jvm_field  # the JVM writer's private fields, read as the sink guard reads them
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,12 +85,6 @@ class ScriptRefused(Exception):
         self.error_class = error_class
 
 
-def _field(jobject: Any, name: str) -> Any:
-    declared = jobject.getClass().getDeclaredField(name)
-    declared.setAccessible(True)
-    return declared.get(jobject)
-
-
 def sink_kind(format_name: str | None) -> SinkKind:
     return _SINKS.get((format_name or "").lower(), SinkKind.UNKNOWN)
 
@@ -110,7 +105,7 @@ def source_kind(names: list[str]) -> SourceKind:
 def _source_names(writer: DataStreamWriter) -> list[str]:
     """The streaming sources of the writer's query, as its logical plan names them (Spark Classic's JVM
     writer keeps the query in its private field `ds`, as sink.py reads its format)."""
-    leaves = _field(writer._jwrite, "ds").logicalPlan().collectLeaves()  # type: ignore[attr-defined]
+    leaves = jvm_field(writer._jwrite, "ds").logicalPlan().collectLeaves()  # type: ignore[attr-defined]
     names = []
     for index in range(leaves.size()):
         leaf = leaves.apply(index)
@@ -126,14 +121,14 @@ def _source_names(writer: DataStreamWriter) -> list[str]:
 def recognise(writer: DataStreamWriter) -> StreamingJob:
     """The script's query as the delivery check needs it: source and sink read from what Spark holds."""
     jwriter = writer._jwrite  # type: ignore[attr-defined]
-    sink = sink_kind(str(_field(jwriter, "source") or ""))
+    sink = sink_kind(str(jvm_field(jwriter, "source") or ""))
     names = _source_names(writer)
     log.info("the script's query reads %s and writes a %s sink", names or "no streaming source", sink)
     return StreamingJob(writer, sink=sink, source=source_kind(names))
 
 
 def _option(writer: DataStreamWriter, name: str) -> str | None:
-    value = _field(writer._jwrite, "extraOptions").get(name)  # type: ignore[attr-defined]
+    value = jvm_field(writer._jwrite, "extraOptions").get(name)  # type: ignore[attr-defined]
     return str(value.get()) if value.isDefined() else None
 
 
@@ -339,7 +334,7 @@ class ScriptRunner(Runner):
                 f"carry over the state in {own}, snapshot it (`savepoints create --job {self.args.job} --checkpoint "
                 f"{own}`) and deploy with `--restore SNAPSHOT_ID`"
             )
-        trigger = str(_field(writer._jwrite, "trigger").toString())  # type: ignore[attr-defined]
+        trigger = str(jvm_field(writer._jwrite, "trigger").toString())  # type: ignore[attr-defined]
         if trigger != "ProcessingTimeTrigger(0)":  # Spark's default: the script set none
             found.append(f"the script's trigger {trigger} is replaced by the jobs file's {self.args.trigger.spec}")
         return found

@@ -402,6 +402,7 @@ def describe(deployment: Deployment, status: DeploymentStatus | None, state: Sta
         "app_id": status.app_id if status else None,
         "error": f"{status.error_class}: {status.error_message}" if status and status.error_class else None,
         "unhealthy": status.skipping() if status else None,
+        "warnings": status.warnings if status else [],
         "log": deployment.launcher.get("log"),
         "created_at": deployment.created_at,
         "retired_at": deployment.retired_at,

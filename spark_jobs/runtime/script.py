@@ -142,6 +142,7 @@ class Takeover:
         self.writer: DataStreamWriter | None = None
         self.table: str | None = None  # the script's toTable target
         self.job: StreamingJob | None = None
+        self.delivery: DeliveryPlan | None = None
         self.error: BaseException | None = None
         self.script_error: BaseException | None = None
         self.closed: str | None = None  # why a start from now on is refused
@@ -170,18 +171,15 @@ class ScriptRunner(Runner):
                 query = self._await_query()
                 if query is None:
                     return EXIT_STOPPED
-                if self.args.preflight_probe is not None:
-                    thread.join()
-                    self._raise_runtime_error()
+                if self.args.preflight_probe is not None:  # the probe ran, and ended, inside the script's call
                     self.board.finish(State.STOPPED)
                     return EXIT_STOPPED
                 request = self._supervise(query)
                 self._raise_runtime_error()  # a second query: the first was stopped for it
                 if request is not None and request.drain:
                     log.info("draining: processing what is available, then stopping (request %s)", request.id)
-                    assert takeover.writer is not None and takeover.job is not None
-                    delivery = plan(self.args.delivery, takeover.job, self.args.checkpoint)
-                    self._supervise(self._runtime_start(takeover.writer, takeover.job, delivery, DRAIN))
+                    assert takeover.writer is not None and takeover.job is not None and takeover.delivery is not None
+                    self._supervise(self._runtime_start(takeover.writer, takeover.job, takeover.delivery, DRAIN))
             except ScriptRefused as exc:
                 log.error("%s", exc)
                 self.board.finish(State.FAILED, error_class=exc.error_class, error_message=str(exc))
@@ -278,12 +276,14 @@ class ScriptRunner(Runner):
             if takeover.closed:
                 raise ScriptRefused(START_TIMEOUT, f"the script started its query after {takeover.closed}")
             if takeover.query is not None:
-                takeover.query.stop()  # nothing may be left running
-                raise ScriptRefused(
+                refused = ScriptRefused(
                     SECOND_QUERY,
                     f"the script {self.script} started a second streaming query: a managed script runs exactly one "
                     "(several queries in one driver are not supported: split them into jobs of their own)",
                 )
+                takeover.error = takeover.error or refused  # before the stop, which the main thread sees at once
+                takeover.query.stop()  # nothing may be left running
+                raise refused
             query = self._take_over(writer, table)
         except BaseException as exc:
             takeover.error = takeover.error or exc
@@ -305,6 +305,7 @@ class ScriptRunner(Runner):
                 f"{exc} (recognised from the script's query: a {job.source} source, a {job.sink} sink; a script "
                 "declares nothing: run it at-least-once, or write it to the build contract, docs/writing-a-job.md)"
             ) from None
+        takeover.delivery = delivery
         warnings = [*delivery.warnings, *self._replaced(writer, delivery.checkpoint)]
         for warning in warnings:
             log.warning("%s", warning)

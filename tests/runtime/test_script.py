@@ -1,6 +1,7 @@
 """A script run as it is under the runtime (spark_jobs/runtime/script.py): the refusals without Spark, then on
 the tests' session a query taken over (checkpoint, name and trigger replaced, stopped on request, the script's
-awaitTermination returning) and a second query refused with nothing left running."""
+awaitTermination returning) and a second query refused with nothing left running; and a refusal through the
+CLI's deploy and a real driver (exit 9)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from airflow_plugin.cli import main
 from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
 from spark_jobs.runtime import SourceKind, parse_args
@@ -24,6 +26,7 @@ from spark_jobs.runtime.script import (
     ScriptRunner,
     source_kind,
 )
+from tests.support.jobs import write_jobs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -130,3 +133,16 @@ def test_a_query_is_taken_over_until_stopped_and_a_second_query_is_refused(tmp_p
 def _status_or_none(runner: ScriptRunner) -> State | None:
     status = runner.deployments.status("j", "d")
     return status.state if status else None
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_cli_exits_9_for_a_script_refused_in_its_driver(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "broken.py").write_text("raise ValueError('no such column: wrod')\n")
+    extra = '[jobs.broken]\nversions.v1 = { script = "broken.py" }\n'
+    jobs = str(write_jobs(tmp_path, extra=extra))
+    assert main(["deploy", "broken", "--jobs", jobs]) == 9
+    assert FAILED_BEFORE_START in capsys.readouterr().err
+    [deployment] = Deployments(open_storage(str(tmp_path / "store"))).list("broken")
+    status = Deployments(open_storage(str(tmp_path / "store"))).status("broken", deployment.id)
+    assert status is not None and status.state is State.FAILED and "broken.py" in str(status.error_message)

@@ -374,42 +374,35 @@ def _patched(on_start: Callable[[DataStreamWriter, str | None], StreamingQuery])
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-    def applied(writer: DataStreamWriter, fmt: Any, mode: Any, partition_by: Any, name: Any, options: Any) -> None:
+    def take(
+        writer: DataStreamWriter,
+        table: str | None,
+        path: Any,
+        format: Any = None,
+        outputMode: Any = None,
+        partitionBy: Any = None,
+        queryName: Any = None,
+        **options: Any,
+    ) -> StreamingQuery:
+        """What PySpark's start and toTable do with their arguments before they start, then `on_start`."""
         writer.options(**options)
-        if mode is not None:
-            writer.outputMode(mode)
-        if partition_by is not None:
-            writer.partitionBy(partition_by)
-        if fmt is not None:
-            writer.format(fmt)
-        if name is not None:
-            writer.queryName(name)
-
-    def start(
-        self: DataStreamWriter,
-        path: Any = None,
-        format: Any = None,
-        outputMode: Any = None,
-        partitionBy: Any = None,
-        queryName: Any = None,
-        **options: Any,
-    ) -> StreamingQuery:
-        applied(self, format, outputMode, partitionBy, queryName, options)
+        if outputMode is not None:
+            writer.outputMode(outputMode)
+        if partitionBy is not None:
+            writer.partitionBy(partitionBy)
+        if format is not None:
+            writer.format(format)
+        if queryName is not None:
+            writer.queryName(queryName)
         if path is not None:
-            self.option("path", path)
-        return on_start(self, None)
+            writer.option("path", path)
+        return on_start(writer, table)
 
-    def to_table(
-        self: DataStreamWriter,
-        tableName: str,
-        format: Any = None,
-        outputMode: Any = None,
-        partitionBy: Any = None,
-        queryName: Any = None,
-        **options: Any,
-    ) -> StreamingQuery:
-        applied(self, format, outputMode, partitionBy, queryName, options)
-        return on_start(self, tableName)
+    def start(self: DataStreamWriter, path: Any = None, *args: Any, **kwargs: Any) -> StreamingQuery:
+        return take(self, None, path, *args, **kwargs)
+
+    def to_table(self: DataStreamWriter, tableName: str, *args: Any, **kwargs: Any) -> StreamingQuery:
+        return take(self, tableName, None, *args, **kwargs)
 
     def stop(self: SparkSession) -> None:
         log.info("the script's spark.stop() is left to the runtime, which stops the session when the deployment ends")

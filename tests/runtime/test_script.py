@@ -1,10 +1,11 @@
 """A script run as it is under the runtime (spark_jobs/runtime/script.py): the refusals without Spark, then on
-the tests' session a query taken over (checkpoint, name and trigger replaced, stopped on request, the script's
-awaitTermination returning) and a second query refused with nothing left running; and a refusal through the
+the tests' session a query taken over (checkpoint, name and trigger replaced, stopped with a drain on request, the
+script's awaitTermination returning) and a second query refused with nothing left running; and a refusal through the
 CLI's deploy and a real driver (exit 9)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -85,8 +86,8 @@ from pyspark.sql import SparkSession
 spark = SparkSession.builder.appName("mine").getOrCreate()
 rows = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
 query = (
-    rows.writeStream.format("noop").queryName("mine").trigger(processingTime="30 seconds")
-    .option("checkpointLocation", sys.argv[1] + "/own-checkpoint").start()
+    rows.writeStream.queryName("mine").trigger(processingTime="30 seconds")
+    .option("checkpointLocation", sys.argv[1] + "/own-checkpoint").start(format="noop")
 )
 query.awaitTermination()
 open(sys.argv[1] + "/after-await", "w").write(query.name)
@@ -105,7 +106,10 @@ spark.streams.awaitAnyTermination()
 
 
 @pytest.mark.spark
-def test_a_query_is_taken_over_until_stopped_and_a_second_query_is_refused(tmp_path: Path, spark: SparkSession) -> None:
+def test_a_query_is_taken_over_until_stopped_and_a_second_query_is_refused(
+    tmp_path: Path, spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="spark_jobs.runtime")
     runner = _runner(tmp_path, TAKEN_OVER.replace("sys.argv[1]", repr(str(tmp_path))))
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(runner.run(lambda: spark)))
@@ -113,11 +117,12 @@ def test_a_query_is_taken_over_until_stopped_and_a_second_query_is_refused(tmp_p
     deadline = time.monotonic() + 120
     while (_status_or_none(runner) or State.STARTING) is not State.RUNNING and time.monotonic() < deadline:
         time.sleep(0.2)
-    Deployments(open_storage(str(tmp_path / "store"))).request("j", "d", ControlRequest("rq-stop", "stop"))
+    Deployments(open_storage(str(tmp_path / "store"))).request("j", "d", ControlRequest("rq-stop", "stop", drain=True))
     thread.join(60)
     status = _status(runner)
     assert (codes, status.state, status.handled_requests) == ([0], State.STOPPED, ["rq-stop"])
     assert (tmp_path / "after-await").read_text() == "j", "awaitTermination returned; the job's query name"
+    assert "draining" in caplog.text, "the stop asked for a drain: the script's writer ran once more, available-now"
     assert (tmp_path / "checkpoint" / "commits").is_dir() and not (tmp_path / "own-checkpoint").exists()
     assert any("own-checkpoint" in warning for warning in status.warnings), status.warnings
     assert any("30000" in warning and "1 second" in warning for warning in status.warnings), status.warnings

@@ -45,8 +45,17 @@ USERS = ("ann", "bob", "cy")
 FLUSH_USER = "flush"  # its one event, far ahead, closes every other session (and its own never closes)
 
 
-def _jobs_file(directory: Path, kafka: EmbeddedKafka, job: str, scripts: tuple[str, str], args: list[str]) -> Path:
-    """Job `job` with the two scripts as versions v1 and v2: the scripts' own arguments, the connector jars."""
+def _job(directory: Path, kafka: EmbeddedKafka, job: str, outputs: list[str]) -> tuple[JobContext, str]:
+    """Job `job` running tests/scripts/JOB.py as v1 and JOB_v2.py as v2 on a topic of its own, which the scripts
+    get as their first arguments, then `outputs`; the job and the topic."""
+    topic = f"{job}-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, 2)
+    jobs = _jobs_file(directory, kafka, job, [kafka.bootstrap, topic, *outputs])
+    return Settings(jobs_file=str(jobs)).resolve().job(job), topic
+
+
+def _jobs_file(directory: Path, kafka: EmbeddedKafka, job: str, args: list[str]) -> Path:
+    """The jobs file of `_job`: the scripts' own arguments, the connector jars."""
     conf = {
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",
@@ -65,8 +74,8 @@ trigger_interval = "1 second"
 kafka = {{ bootstrap_servers = "{kafka.bootstrap}" }}
 args = {json.dumps(args)}
 conf = {{ {", ".join(f'"{key}" = "{value}"' for key, value in conf.items())} }}
-versions.v1 = {{ script = "{SCRIPTS / scripts[0]}" }}
-versions.v2 = {{ script = "{SCRIPTS / scripts[1]}" }}
+versions.v1 = {{ script = "{SCRIPTS / job}.py" }}
+versions.v2 = {{ script = "{SCRIPTS / job}_v2.py" }}
 """
     )
     return path
@@ -167,12 +176,8 @@ def _through_the_lifecycle(
 def test_a_word_count_script_counts_every_word_once_through_savepoints_and_an_upgrade(
     tmp_path: Path, kafka: EmbeddedKafka
 ) -> None:
-    topic = f"words-{uuid.uuid4().hex[:8]}"
-    kafka.create_topic(topic, 2)
     table, own_checkpoint = tmp_path / "counts", tmp_path / "the-scripts-own-checkpoint"
-    args = [kafka.bootstrap, topic, str(table), str(own_checkpoint)]
-    jobs = _jobs_file(tmp_path, kafka, "word_count", ("word_count.py", "word_count_v2.py"), args)
-    ctx = Settings(jobs_file=str(jobs)).resolve().job("word_count")
+    ctx, topic = _job(tmp_path, kafka, "word_count", [str(table), str(own_checkpoint)])
     feeder = WordFeeder(kafka, topic)
 
     def counts() -> dict[str, int]:
@@ -191,12 +196,8 @@ def test_a_word_count_script_counts_every_word_once_through_savepoints_and_an_up
 def test_a_sessionization_script_counts_every_event_once_through_savepoints_and_an_upgrade(
     tmp_path: Path, kafka: EmbeddedKafka
 ) -> None:
-    topic = f"sessions-{uuid.uuid4().hex[:8]}"
-    kafka.create_topic(topic, 2)
     table = tmp_path / "sessions"
-    args = [kafka.bootstrap, topic, str(table)]
-    jobs = _jobs_file(tmp_path, kafka, "sessions", ("sessions.py", "sessions_v2.py"), args)
-    ctx = Settings(jobs_file=str(jobs)).resolve().job("sessions")
+    ctx, topic = _job(tmp_path, kafka, "sessions", [str(table)])
     feeder = SessionFeeder(kafka, topic)
 
     def rows() -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -40,6 +41,8 @@ def _require_java() -> None:
 def spark() -> Iterator[SparkSession]:
     _require_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback address" warning
+    # Python workers (transformWithState's, UDFs') run this interpreter, with the project's packages (protobuf)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = local_spark(
         "spark-savepoints-tests",
         SHUFFLE_PARTITIONS,

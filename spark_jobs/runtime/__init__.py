@@ -12,12 +12,14 @@ docs/writing-a-job.md). An application file is just:
 
 Modules, one job each: args (command line), delivery (guarantees -> settings), status (status.json:
 board, listener, heartbeat), control (control channel, stop at a batch boundary), failure (error class),
-sink (the sink guard before a query starts), runner (the lifecycle), script (an ordinary script run as it is,
-its query taken over when it starts: docs/writing-a-job.md).
+sink (the sink guard before a query starts), seed (a start at given positions), initial (a transformWithState's
+initial state), migration (a migration run), runner (the lifecycle), script (an ordinary script run as it is, its
+query taken over when it starts: docs/writing-a-job.md).
 """
 
 from .args import RuntimeArgs, Trigger, parse_args, parse_trigger
 from .delivery import Delivery, DeliveryRefused, SinkKind, SourceKind, StreamingJob
+from .initial import InitialState, initial_state
 from .runner import EXIT_FAILED, EXIT_REFUSED, EXIT_STOPPED, EXIT_USAGE, Build, Runner, main, run
 
 __all__ = [
@@ -28,12 +30,14 @@ __all__ = [
     "Build",
     "Delivery",
     "DeliveryRefused",
+    "InitialState",
     "Runner",
     "RuntimeArgs",
     "SinkKind",
     "SourceKind",
     "StreamingJob",
     "Trigger",
+    "initial_state",
     "main",
     "parse_args",
     "parse_trigger",

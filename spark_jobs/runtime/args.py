@@ -7,7 +7,12 @@ it does not know goes to the job's own `build` function, unchanged and in order.
              [--heartbeat-interval SECONDS] [--poll-interval SECONDS]
              [--preflight SCHEMA_PROBE_LOCATION] [--standby]
              [--gate-staging LOCATION] [--gate-after MS] [--gate-until MS]
+             [--seed JSON] [--initial-state URI] [--migration JSON]
              <job-specific args>
+
+The hidden options are the engine's: --preflight, --standby and --gate-* (see RuntimeArgs); --seed (a start at
+given Kafka positions and watermark: seed.py), --initial-state (a transformWithState's initial state: initial.py)
+and --migration (the migration run of an upgrade: migration.py).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from .delivery import Delivery
+from .seed import MigrationRequest, Seed
 
 AVAILABLE_NOW = "available-now"
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$", re.IGNORECASE)
@@ -46,16 +52,23 @@ class Trigger:
         return {"processingTime": f"{round(self.seconds * 1000)} milliseconds"}
 
 
+def parse_duration(text: str, what: str = "duration") -> float:
+    """Seconds of '2 seconds', '500 ms', '1 minute', '1.5 hours'; ArgumentTypeError naming
+    `what` otherwise. The one parser of the runtime's durations: trigger intervals, a job's state horizon."""
+    match = _INTERVAL.match(text)
+    if not match or match.group(2).lower() not in _UNIT_SECONDS:
+        raise argparse.ArgumentTypeError(f"bad {what} {text!r}: use e.g. '2 seconds', '500 milliseconds', '1 minute'")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
+
+
 def parse_trigger(text: str) -> Trigger:
     """'2 seconds', '500 ms', '1 minute' or 'available-now' (also 'availableNow')."""
     if text.strip().lower() in (AVAILABLE_NOW, "availablenow", "available_now"):
         return Trigger(AVAILABLE_NOW, None)
-    match = _INTERVAL.match(text)
-    if not match or match.group(2).lower() not in _UNIT_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"bad trigger interval {text!r}: use e.g. '2 seconds', '500 milliseconds', '1 minute' or available-now"
-        )
-    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
+    try:
+        seconds = parse_duration(text, "trigger interval")
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} or available-now") from None
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"trigger interval {text!r} must be positive")
     return Trigger(text.strip(), seconds)
@@ -82,6 +95,13 @@ class RuntimeArgs:
     gate_staging: str | None = None
     gate_after: int | None = None
     gate_until: int | None = None
+    # An empty checkpoint started at given Kafka positions and watermark (a replay's or a migration's green,
+    # seed.py); applied only while the checkpoint has no offsets, so a restarted green continues
+    seed: Seed | None = None
+    # The Parquet directory a migration wrote: what `initial_state(spark)` gives the job's build (initial.py)
+    initial_state: str | None = None
+    # A migration run (migration.py): instead of running the job, make and check the new version's initial state
+    migration: MigrationRequest | None = None
 
 
 def _positive(text: str) -> float:
@@ -107,6 +127,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gate-staging", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gate-after", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gate-until", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=Seed.from_json, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--initial-state", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--migration", type=MigrationRequest.from_json, default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -129,5 +152,8 @@ def parse_args(argv: list[str]) -> tuple[RuntimeArgs, list[str]]:
         gate_staging=known.gate_staging,
         gate_after=known.gate_after,
         gate_until=known.gate_until,
+        seed=known.seed,
+        initial_state=known.initial_state,
+        migration=known.migration,
     )
     return runtime, rest

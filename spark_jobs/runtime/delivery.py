@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql.streaming import DataStreamWriter
 
+    from .initial import InitialState
+
 
 class Delivery(StrEnum):
     AT_MOST_ONCE = "at-most-once"  # qos 0: no recovery state, nothing replayed
@@ -74,6 +76,11 @@ class StreamingJob:
     # the output column holding each row's window end (a timestamp): a job that appends to a Delta table and
     # names it can be upgraded blue/green, the runtime writing its batches through the gate (gate.py)
     gate_column: str | None = None
+    # how far behind the newest event time the query's state reaches, e.g. "2 minutes" (a window plus its
+    # watermark delay); None: unbounded or not said. An upgrade's replay starts that far back (replay.py)
+    state_horizon: str | None = None
+    # the initial state its transformWithState takes (initial.py): what a migration function must return
+    initial_state: InitialState | None = None
 
 
 class DeliveryRefused(Exception):

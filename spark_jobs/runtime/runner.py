@@ -19,18 +19,22 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State
 from airflow_plugin.core.sinks import DELTA, SinkRef
 from airflow_plugin.core.storage import open_storage
 
-from .args import RuntimeArgs, Trigger, parse_args
+from . import migration
+from .args import RuntimeArgs, Trigger, parse_args, parse_duration
 from .control import ControlChannel, boundary_wait, stop_at_batch_boundary
 from .delivery import DeliveryPlan, DeliveryRefused, StreamingJob, plan
 from .failure import Failure, describe
 from .gate import ACTIONS as GATE_ACTIONS
 from .gate import SOLE, STAGING, GatedWriter, GateState
+from .initial import INITIAL_STATE_CONF
+from .migration import MigrationFailed
+from .seed import MigrationRequest, SeedRefused, apply_seed
 from .sink import SinkAhead, check_start, gated_query, sink_of
 from .status import Heartbeat, ProgressListener, StatusBoard
 
@@ -65,11 +69,19 @@ class Runner:
         self.deployments = Deployments(open_storage(args.store))
         previous = self.deployments.status(args.job, args.deployment)
         handled = previous.handled_requests if previous else []
+        # a restarted deployment keeps where its first rows began: a replay checks its start against it
+        first_event_time = previous.first_event_time if previous else None
         self.board = StatusBoard(
             self.deployments,
             args.job,
             args.deployment,
-            DeploymentStatus(State.STARTING, time.time(), pid=os.getpid(), handled_requests=list(handled)),
+            DeploymentStatus(
+                State.STARTING,
+                time.time(),
+                pid=os.getpid(),
+                handled_requests=list(handled),
+                first_event_time=first_event_time,
+            ),
         )
         self.control = ControlChannel(self.deployments, args.job, args.deployment, handled)
         self.listener = ProgressListener(self.board)
@@ -89,10 +101,14 @@ class Runner:
                 self.board.finish(State.STOPPED)
                 return EXIT_STOPPED
             return self._run()
-        except (DeliveryRefused, SinkAhead) as exc:  # refused before any query started
+        except (DeliveryRefused, SinkAhead, SeedRefused) as exc:  # refused before any query started
             log.error("%s", exc)
             self.board.finish(State.FAILED, error_class=exc.error_class, error_message=str(exc))
             return EXIT_REFUSED
+        except MigrationFailed as exc:  # the run's report (status.migration) says what was compared
+            log.error("%s", exc)
+            self.board.finish(State.FAILED, error_class=exc.error_class, error_message=str(exc))
+            return EXIT_FAILED
         except SystemExit as exc:  # the job's own argument parser rejected its arguments (argparse exits)
             message = f"the job rejected its arguments {self.job_args} (exit {exc.code}): see the driver log"
             self.board.finish(State.FAILED, error_class=JOB_ARGUMENTS_REJECTED, error_message=message)
@@ -108,8 +124,12 @@ class Runner:
                 self.spark.streams.removeListener(self.listener)
 
     def _run(self) -> int:
+        if self.args.migration is not None:
+            return self._migrate(self.args.migration)
         if self.args.preflight_probe is not None:
             return self._preflight(self.args.preflight_probe)
+        if self.args.initial_state:  # before the build: the job's build asks for it (initial.py)
+            self.spark.conf.set(INITIAL_STATE_CONF, self.args.initial_state)
         job = self._build()
         delivery = plan(self.args.delivery, job, self.args.checkpoint)
         for warning in delivery.warnings:
@@ -117,6 +137,8 @@ class Runner:
         request = self.control.next_stop()  # a stop that came while the session started
         if request is None:
             self._guard_sink(job, delivery)
+            if self.args.seed is not None:
+                apply_seed(self.spark, delivery.checkpoint, self.args.seed)
             query = self._start(self._writer(job, delivery), job, delivery, self.args.trigger)
             request = self._supervise(query)
         else:
@@ -171,13 +193,52 @@ class Runner:
         sink, gated = sink_of(job.writer, self.spark), gated_query(job, self.spark)
         declared = {"not_gated": gated} if isinstance(gated, str) else GateState(str(job.gate_column)).to_dict()
         self.listener.sink = sink.description if sink else None  # what it writes, not the noop it runs with
-        self.board.update(sink=self.listener.sink, gate=declared)
+        self.board.update(sink=self.listener.sink, gate=declared, replay=declared_replay(job))
         for location in (self.args.checkpoint, probe):
             writer = self._build().writer.format("noop").option("checkpointLocation", location)
             query = writer.trigger(once=True).start()
             self.listener.follow(str(query.id))
             log.info("pre-flight: re-planning the pending batch on %s", location)
             query.awaitTermination()  # raises the incompatibility, if any
+        self.board.finish(State.STOPPED)
+        return EXIT_STOPPED
+
+    def _migrate(self, request: MigrationRequest) -> int:
+        """The migration run (migration.py): make this version's initial state from the old state, check it,
+        and check that this version's query takes it in as returned."""
+        self.board.promote(State.STARTING, State.RUNNING)
+        function = request.function
+        takes = self._build().initial_state
+        if takes is None:
+            raise MigrationFailed(
+                function,
+                "the version declares no initial state (StreamingJob(initial_state=InitialState(...))): only a "
+                "transformWithState takes one; rebuild the state by replay instead",
+            )
+        old = migration.OldState(self.spark, request.state, request.batch_id)
+        result = migration.call(function, migration.load(function), old)
+        migration.check_schema(function, result, takes)
+        migration.check_keys(function, result, takes.keys)
+        result.write.mode("overwrite").parquet(request.output)
+        written = self.spark.read.parquet(request.output)  # what green reads: compared, not the function's plan
+        report: dict[str, Any] = {"function": function, "rows": written.count(), "keys": takes.keys, "compared": []}
+        self.board.update(migration=report)
+        # the version's own query, its first batch only, on the run's throwaway checkpoint: a seeded batch 0
+        # reads nothing (seed.py), so the state it commits is the initial state alone
+        apply_seed(self.spark, self.args.checkpoint, request.seed, only_kafka=False)
+        self.spark.conf.set(INITIAL_STATE_CONF, request.output)
+        writer = self._build().writer.format("noop").option("checkpointLocation", self.args.checkpoint)
+        query = writer.trigger(once=True).start()
+        self.listener.follow(str(query.id))
+        query.awaitTermination()
+        mismatches, shown = migration.compare(self.spark, self.args.checkpoint, 0, written, takes)
+        report |= {"compared": takes.variables, "mismatches": mismatches}
+        self.board.update(migration=report)
+        if mismatches:
+            raise MigrationFailed(
+                function, f"{mismatches} key(s) read back from the version's state differ: {'; '.join(shown)}"
+            )
+        log.info("migration by %s: %d rows of initial state, taken in as returned", function, report["rows"])
         self.board.finish(State.STOPPED)
         return EXIT_STOPPED
 
@@ -268,6 +329,12 @@ class Runner:
 
     def _fail(self, failure: Failure) -> None:
         self.board.finish(State.FAILED, error_class=failure.error_class, error_message=failure.message)
+
+
+def declared_replay(job: StreamingJob) -> dict[str, int | None]:
+    """What the job declares for a replay (DeploymentStatus.replay): its state horizon in milliseconds, or None."""
+    horizon = parse_duration(job.state_horizon, "state_horizon") if job.state_horizon else None
+    return {"state_horizon_ms": None if horizon is None else round(horizon * 1000)}
 
 
 def _session(args: RuntimeArgs) -> SparkSession:

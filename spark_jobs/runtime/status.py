@@ -235,7 +235,12 @@ class ProgressListener(StreamingQueryListener):
             int(progress.get("numInputRows") or 0),
             records_read(sources),
         )
+        event_time = progress.get("eventTime") or {}  # min/max exist where the query defines a watermark
+        first_event_time = current.first_event_time  # where the first batch that read rows began
+        if first_event_time is None and int(progress.get("numInputRows") or 0) > 0:
+            first_event_time = event_time.get("min")
         self._board.update(
+            first_event_time=first_event_time,
             unprocessed=unprocessed,
             last_batch_id=progress.get("batchId"),
             sources=[str(source.get("description")) for source in sources],
@@ -244,7 +249,7 @@ class ProgressListener(StreamingQueryListener):
             input_rows_per_second=_finite(progress.get("inputRowsPerSecond")),
             processed_rows_per_second=_finite(progress.get("processedRowsPerSecond")),
             batch_duration_ms=progress.get("batchDuration"),
-            watermark=(progress.get("eventTime") or {}).get("watermark"),
+            watermark=event_time.get("watermark"),
             sink=self.sink or (progress.get("sink") or {}).get("description"),
         )
         self._board.promote(State.STARTING, State.RUNNING)

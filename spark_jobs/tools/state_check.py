@@ -8,31 +8,12 @@ while that still holds batch N. Writes a JSON result; the engine (core/snapshots
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from spark_jobs.tools.app import run_tool
-
-
-def _state_reads(metadata_row: Any) -> list[tuple[str, dict[str, str]]]:
-    """(label, reader options) for each state instance of one operator/store row of `state-metadata`."""
-    options = {"operatorId": str(metadata_row.operatorId)}
-    if "transformWithState" in (metadata_row.operatorName or ""):
-        properties = json.loads(metadata_row.operatorProperties or "{}")
-        names = [v.get("stateName") for v in properties.get("stateVariables", []) if v.get("stateName")]
-        return [(f"var:{name}", options | {"stateVarName": name}) for name in names]
-    if metadata_row.stateStoreName and metadata_row.stateStoreName != "default":
-        return [(metadata_row.stateStoreName, options | {"storeName": metadata_row.stateStoreName})]
-    return [("default", options)]
-
-
-def _read(spark: SparkSession, location: str, batch: int, options: dict[str, str]) -> DataFrame:
-    reader = spark.read.format("statestore").option("batchId", batch)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load(location)
+from spark_jobs.tools.state_reader import read_state, state_reads
 
 
 def check(spark: SparkSession, checkpoint: str, batch: int, original: str | None) -> dict[str, Any]:
@@ -43,11 +24,11 @@ def check(spark: SparkSession, checkpoint: str, batch: int, original: str | None
         result["problems"].append(f"state-metadata unreadable: {type(exc).__name__}: {str(exc)[:300]}")
         return result
     for row in metadata:
-        for label, options in _state_reads(row):
+        for label, options in state_reads(row):
             entry: dict[str, Any] = {"operator": row.operatorId, "name": row.operatorName, "store": label}
             result["operators"].append(entry)
             try:
-                restored = _read(spark, checkpoint, batch, options).drop("partition_id").cache()
+                restored = read_state(spark, checkpoint, batch, options).drop("partition_id").cache()
                 entry["rows"] = restored.count()
                 entry["partitions"] = row.numPartitions
             except Exception as exc:
@@ -59,7 +40,7 @@ def check(spark: SparkSession, checkpoint: str, batch: int, original: str | None
             if original is None:
                 continue
             try:
-                source = _read(spark, original, batch, options).drop("partition_id")
+                source = read_state(spark, original, batch, options).drop("partition_id")
                 source_rows = source.count()
             except Exception as exc:  # the original has moved on and no longer holds batch N
                 entry["matches_original"] = None

@@ -51,6 +51,8 @@ def test_the_storage_contract_on_hdfs(tmp_path: Path, hadoop_client: MiniHadoop)
     assert stat is not None and stat.size == big.stat().st_size and storage.stat("state") is None
     assert [i.key for i in storage.list("state/")] == ["state/0/0/1.zip"]
     assert storage.child("state/0").stat("0/1.zip") is not None
+    assert storage.children("") == ["commits", "state"] and storage.children("state/") == ["0"]
+    assert storage.children("missing/") == []
     storage.delete(["lease", "state/0/0/1.zip", "missing"])
     assert [info.key for info in storage.list()] == ["commits/0"]
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -354,7 +354,16 @@ class Launch:
             self.process.wait()
 
 
-def launch(app: Path, store: str, deployment: str, checkpoint: Path, work: Path, *job_args: str) -> Launch:
+def launch(
+    app: Path,
+    store: str,
+    deployment: str,
+    checkpoint: Path,
+    work: Path,
+    *job_args: str,
+    trigger: str = TRIGGER,
+    conf: Mapping[str, str] | None = None,
+) -> Launch:
     """spark-submit as the engine does it: detached in its own session, output to a log file."""
     log = work / f"{deployment}.log"
     command = [
@@ -362,9 +371,10 @@ def launch(app: Path, store: str, deployment: str, checkpoint: Path, work: Path,
         *("--master", "local[2]"),
         *("--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1"),
         *("--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.log.level=WARN"),
+        *(item for key, value in (conf or {}).items() for item in ("--conf", f"{key}={value}")),
         str(app),
         *("--store", store, "--job", JOB, "--deployment", deployment, "--checkpoint", str(checkpoint)),
-        *("--trigger-interval", TRIGGER, "--delivery", "exactly-once", "--heartbeat-interval", "1"),
+        *("--trigger-interval", trigger, "--delivery", "exactly-once", "--heartbeat-interval", "1"),
         *job_args,
     ]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}

@@ -136,6 +136,17 @@ class HdfsStorage(Storage):
                 key = posixpath.relpath(path, self.root)
                 yield ObjectInfo(key, int(entry["length"]), entry["modificationTime"] / 1000)
 
+    def children(self, prefix: str) -> list[str]:
+        directory = posixpath.join(self.root, prefix.strip("/")) if prefix.strip("/") else self.root
+        try:
+            with self._errors("list", directory):
+                entries = self.fs.ls(directory, detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(
+            e["pathSuffix"] for e in entries if e["type"] == "directory" and not e["pathSuffix"].startswith(".")
+        )
+
     def stat(self, key: str) -> ObjectInfo | None:
         try:
             with self._errors("read", key):

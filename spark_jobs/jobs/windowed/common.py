@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from spark_jobs.runtime import SinkKind, SourceKind, StreamingJob
+from spark_jobs.runtime import InitialState, SinkKind, SourceKind, StreamingJob
 
 EVENT_SCHEMA = StructType(
     [
@@ -42,6 +42,8 @@ EVENT_SCHEMA = StructType(
 )
 WINDOW = "1 minute"
 WATERMARK_DELAY = "1 minute"
+# how far behind the newest event time the state reaches: an open window (WINDOW) held for WATERMARK_DELAY
+STATE_HORIZON = "2 minutes"
 
 JOB_CONF = {
     "spark.sql.streaming.stateStore.providerClass": (
@@ -148,7 +150,9 @@ def output_columns(counts: DataFrame, keys: list[str], version: str, *extra: Col
     )
 
 
-def sink(result: DataFrame, args: JobArgs) -> StreamingJob:
+def sink(
+    result: DataFrame, args: JobArgs, *, state_horizon: str | None = None, initial_state: InitialState | None = None
+) -> StreamingJob:
     """Append mode into the file sink or a Delta table: exactly-once, declared so (with the source) for the
     runtime. Into Delta the job names its gate column, the window's end: the runtime then writes its batches
     itself, and a blue/green upgrade can split the windows between two versions at a time T."""
@@ -158,7 +162,14 @@ def sink(result: DataFrame, args: JobArgs) -> StreamingJob:
         writer = result.writeStream.format("json")
     writer = writer.outputMode("append").option("path", args.output)
     gate = "window_end" if args.sink is SinkKind.DELTA else None
-    return StreamingJob(writer, sink=args.sink, source=args.source, gate_column=gate)
+    return StreamingJob(
+        writer,
+        sink=args.sink,
+        source=args.source,
+        gate_column=gate,
+        state_horizon=state_horizon,
+        initial_state=initial_state,
+    )
 
 
 def counts_job(
@@ -171,4 +182,4 @@ def counts_job(
     stream = events(spark, args)
     if where is not None:
         stream = stream.where(where)
-    return sink(output_columns(window_counts(stream, keys), keys, version, *extra), args)
+    return sink(output_columns(window_counts(stream, keys), keys, version, *extra), args, state_horizon=STATE_HORIZON)

@@ -51,6 +51,7 @@ NO_QUERY = "SCRIPT_STARTED_NO_QUERY"
 SECOND_QUERY = "SCRIPT_STARTED_SECOND_QUERY"
 START_TIMEOUT = "SCRIPT_START_TIMEOUT"
 FAILED_BEFORE_START = "SCRIPT_FAILED_BEFORE_START"
+UNSUPPORTED = "SCRIPT_UNSUPPORTED"
 NOT_GATED = "the version is a script: it writes through Spark's own sink"
 
 # what Spark calls a sink format (DataStreamWriter.format, foreach, foreachBatch) -> its kind
@@ -139,6 +140,7 @@ class Takeover:
 
     def __init__(self) -> None:
         self.query: StreamingQuery | None = None
+        self.runs: list[StreamingQuery] = []  # every query the runtime started of the script's writer
         self.writer: DataStreamWriter | None = None
         self.table: str | None = None  # the script's toTable target
         self.job: StreamingJob | None = None
@@ -163,6 +165,22 @@ class ScriptRunner(Runner):
         self.takeover = Takeover()
 
     def _run(self) -> int:
+        try:
+            unsupported = self._unsupported()
+            if unsupported:
+                raise ScriptRefused(
+                    UNSUPPORTED,
+                    f"the script {self.script} cannot take {unsupported} (an upgrade that changes the state asks "
+                    "for it): a script starts its query itself and declares no state horizon or initial state. "
+                    "Upgrade it by stop and restore, or write it to the build contract",
+                )
+            return self._run_taken_over()
+        except ScriptRefused as exc:
+            log.error("%s", exc)
+            self.board.finish(State.FAILED, error_class=exc.error_class, error_message=str(exc))
+            return EXIT_SCRIPT_REFUSED
+
+    def _run_taken_over(self) -> int:
         takeover, request = self.takeover, None
         with _patched(self._on_start):
             thread = threading.Thread(target=self._run_script, name="savepoints-script", daemon=True)
@@ -180,10 +198,6 @@ class ScriptRunner(Runner):
                     log.info("draining: processing what is available, then stopping (request %s)", request.id)
                     assert takeover.writer is not None and takeover.job is not None and takeover.delivery is not None
                     self._supervise(self._runtime_start(takeover.writer, takeover.job, takeover.delivery, DRAIN))
-            except ScriptRefused as exc:
-                log.error("%s", exc)
-                self.board.finish(State.FAILED, error_class=exc.error_class, error_message=str(exc))
-                return EXIT_SCRIPT_REFUSED
             finally:
                 takeover.closed = takeover.closed or "the deployment has ended"
                 self._stop_query()
@@ -197,6 +211,13 @@ class ScriptRunner(Runner):
         self.board.finish(State.STOPPED)
         log.info("stopped%s", f" on request {request.id}" if request else " (the query ended by itself)")
         return EXIT_STOPPED
+
+    def _unsupported(self) -> str | None:
+        """What the engine asked of this run that only a built job can do: a seeded start (a replay's green), an
+        initial state or a migration run (upgrades that change the state)."""
+        asked = {"a migration run": self.args.migration, "a seeded start": self.args.seed}
+        asked["an initial state"] = self.args.initial_state
+        return ", ".join(what for what, value in asked.items() if value) or None
 
     def _run_script(self) -> None:
         """The script as `python script.py JOB_ARGS` runs it: its own argv, its directory first on sys.path."""
@@ -244,7 +265,7 @@ class ScriptRunner(Runner):
                 takeover.closed = "it did not start its query in time"
                 raise ScriptRefused(
                     START_TIMEOUT,
-                    f"the script {self.script} started no streaming query within {self.start_timeout:.0f}s: a managed "
+                    f"the script {self.script} started no streaming query within {self.start_timeout:g}s: a managed "
                     "script starts exactly one, without waiting for input first",
                 )
             request = self.control.next_stop()
@@ -262,15 +283,18 @@ class ScriptRunner(Runner):
             raise self.takeover.error
 
     def _stop_query(self) -> None:
-        query = self.takeover.query
-        if query is not None and query.isActive:
-            query.stop()
+        """Nothing started for the script outlives its run: its query, and a drain's run of it."""
+        for query in self.takeover.runs:
+            if query.isActive:
+                query.stop()
 
     # -- in the script's thread: its call of start() or toTable()
     def _on_start(self, writer: DataStreamWriter, table: str | None) -> StreamingQuery:
         takeover = self.takeover
         if getattr(takeover.passthrough, "on", False):  # the runtime's own start of the writer (Runner._start)
-            return _ORIGINAL["toTable"](writer, takeover.table) if takeover.table else _ORIGINAL["start"](writer)
+            query = _ORIGINAL["toTable"](writer, takeover.table) if takeover.table else _ORIGINAL["start"](writer)
+            takeover.runs.append(query)
+            return query
         takeover.called.set()
         try:
             if takeover.closed:

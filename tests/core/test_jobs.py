@@ -45,6 +45,7 @@ def test_jobs_file_is_parsed_with_paths_relative_to_it(tmp_path: Path) -> None:
         ('[jobs.bad]\nversions.v1 = { application = "a.py", confs = {} }', InvalidInput, "versions.v1 has unknown"),
         ('[jobs.bad]\nversions.v1 = { application = "a.py", script = "s.py" }', InvalidInput, "one of the two"),
         ("[jobs.bad]\nversions.v1 = { args = [] }", InvalidInput, "an application .* or a script"),
+        ('[jobs.bad]\nversions.v1 = { script = "s.py", migrate = "m:f" }', InvalidInput, "a script takes no migrate"),
     ],
 )
 def test_bad_jobs_files(tmp_path: Path, extra: str, error: type, message: str) -> None:

@@ -240,6 +240,11 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
                     "script (an ordinary streaming script, run as it is), one of the two"
                 )
             _known(spec, VERSION_KEYS, f"{where} versions.{version}")
+            if "script" in spec and spec.get("migrate"):
+                raise InvalidInput(
+                    f"{where} versions.{version}: a script takes no migrate function (a migration gives the state to "
+                    "a build application's initial_state): drop migrate, or make the version an application"
+                )
             versions[version] = VersionSpec(
                 name=version,
                 application=_application(base, str(spec["application"])) if "application" in spec else "",

@@ -21,7 +21,7 @@ import pytest
 from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.deployments import Deployment, State
+from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, State
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill
 from airflow_plugin.core.sinks.delta import SESSION_CONF
@@ -135,6 +135,9 @@ class SessionFeeder(_Producer):
         raise NotImplementedError
 
 
+_NONE = DeploymentStatus(State.STARTING, 0)
+
+
 def _live(ctx: JobContext) -> Deployment:
     [deployment] = [d for d in ctx.deployments.list(ctx.name) if ctx.state_of(d) is State.RUNNING]
     return deployment
@@ -149,6 +152,8 @@ def _through_the_lifecycle(
     try:
         with BackgroundFeeder(feeder, interval=1.0):
             first = deploy(ctx, DeployRequest("v1"))
+            # RUNNING is the first trigger done; a savepoint needs a committed batch (a first trigger may find none)
+            wait_for(lambda: (records.status(ctx.name, first.id) or _NONE).last_batch_id is not None, "a batch", 240)
             status = records.status(ctx.name, first.id)
             assert status is not None and status.error_class is None, status
             savepoint = take_savepoint(ctx)

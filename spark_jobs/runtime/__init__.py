@@ -13,7 +13,8 @@ docs/writing-a-job.md). An application file is just:
 Modules, one job each: args (command line), delivery (guarantees -> settings), status (status.json:
 board, listener, heartbeat), control (control channel, stop at a batch boundary), failure (error class),
 sink (the sink guard before a query starts), seed (a start at given positions), initial (a transformWithState's
-initial state), migration (a migration run), runner (the lifecycle).
+initial state), migration (a migration run), runner (the lifecycle), script (an ordinary script run as it is, its
+query taken over when it starts: docs/writing-a-job.md).
 """
 
 from .args import RuntimeArgs, Trigger, parse_args, parse_trigger

@@ -347,17 +347,25 @@ def _session(args: RuntimeArgs) -> SparkSession:
 def main(build: Build, argv: list[str] | None = None) -> int:
     """Parse the command line, create the session, run the job under management; the exit code."""
     args, job_args = parse_args(sys.argv[1:] if argv is None else argv)
-    runner = Runner(build, args, job_args)
+    return serve(Runner(build, args, job_args))
+
+
+def serve(runner: Runner) -> int:
+    """Run `runner` on the session spark-submit configured, stopped at the end; the exit code."""
     try:
-        return runner.run(lambda: _session(args))
+        return runner.run(lambda: _session(runner.args))
     finally:
         if hasattr(runner, "spark"):
             runner.spark.stop()
 
 
-def run(build: Build, argv: list[str] | None = None) -> NoReturn:
-    """Entry point of an application file: `if __name__ == "__main__": run(build)`."""
+def configure_logging() -> None:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per listener callback otherwise
+
+
+def run(build: Build, argv: list[str] | None = None) -> NoReturn:
+    """Entry point of an application file: `if __name__ == "__main__": run(build)`."""
+    configure_logging()
     sys.exit(main(build, argv))

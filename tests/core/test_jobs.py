@@ -13,7 +13,9 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import InvalidInput, NotFound
+from airflow_plugin.core.jobs.deploy import submit_spec
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
+from airflow_plugin.core.jobs.fresh_start import build_of
 from airflow_plugin.core.jobs.launcher import cluster_ids, redact
 from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.storage import open_storage
@@ -41,6 +43,9 @@ def test_jobs_file_is_parsed_with_paths_relative_to_it(tmp_path: Path) -> None:
             "trigger_intervall",
         ),
         ('[jobs.bad]\nversions.v1 = { application = "a.py", confs = {} }', InvalidInput, "versions.v1 has unknown"),
+        ('[jobs.bad]\nversions.v1 = { application = "a.py", script = "s.py" }', InvalidInput, "one of the two"),
+        ("[jobs.bad]\nversions.v1 = { args = [] }", InvalidInput, "an application .* or a script"),
+        ('[jobs.bad]\nversions.v1 = { script = "s.py", migrate = "m:f" }', InvalidInput, "a script takes no migrate"),
     ],
 )
 def test_bad_jobs_files(tmp_path: Path, extra: str, error: type, message: str) -> None:
@@ -227,3 +232,18 @@ def test_a_missing_application_is_refused_before_anything_is_written(
     err = capsys.readouterr().err
     assert f"{tmp_path / 'nowhere.py'}, does not exist" in err and "versions.v1.application" in err
     assert not (tmp_path / "store").exists()
+
+
+def test_a_script_version_runs_the_script_under_the_runtimes_script_driver(tmp_path: Path) -> None:
+    (tmp_path / "count.py").touch()
+    extra = '[jobs.counts]\nversions.v1 = { script = "count.py", args = ["--x"] }\n'
+    ctx = Settings(jobs_file=str(write_jobs(tmp_path, extra=extra))).resolve().job("counts")
+    version = ctx.spec.launchable("v1")
+    assert (version.script, version.code) == (str(tmp_path / "count.py"), str(tmp_path / "count.py"))
+    spec = submit_spec(ctx, version, "dp-1", str(tmp_path / "checkpoint"), {})
+    assert spec.application.endswith("spark_jobs/tools/run_script.py") and Path(spec.application).is_file()
+    assert spec.app_args[:2] == ["--script", str(tmp_path / "count.py")] and spec.app_args[-1] == "--x"
+    assert build_of(ctx, version) == [str(tmp_path / "count.py"), *ctx.spec.args, "--x"]
+    (tmp_path / "count.py").unlink()
+    with pytest.raises(NotFound, match=r"versions\.v1\.script"):
+        ctx.spec.launchable("v1")

@@ -37,6 +37,7 @@ from ..sinks.guard import execute_rewind
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, utc_now
 from ..snapshots.restore import METADATA, RestorePlan, execute_restore, plan_restore
+from ..spark_app import tool_path
 from .deployments import ControlRequest, Deployment, DeploymentStatus, State, new_deployment_id, new_request_id
 from .fresh_start import build_of, fresh_start
 from .launcher import SubmitSpec, alive, on_this_host
@@ -442,11 +443,13 @@ def submit_spec(
     conf: dict[str, str],
     runtime_args: tuple[str, ...] = (),
 ) -> SubmitSpec:
-    """The spark-submit of a job version under the runtime (spark_jobs/runtime/args.py)."""
+    """The spark-submit of a job version under the runtime (spark_jobs/runtime/args.py); a script version's
+    driver is the runtime's script runner, told which script to run."""
     job = ctx.spec
     return SubmitSpec(
-        application=version.application,
+        application=str(tool_path("run_script")) if version.script else version.application,
         app_args=[
+            *(("--script", version.script) if version.script else ()),
             "--store",
             ctx.store.uri,
             "--job",

@@ -133,6 +133,9 @@ class DeploymentStatus:
     first_event_time: str | None = None
     # a migration run's report (spark_jobs/runtime: the initial state made and checked)
     migration: dict[str, Any] | None = None
+    # what the runtime changed or doubts about the query, for a person: a script's own checkpoint location or
+    # trigger it replaced (runtime/script.py), a guarantee's caveat (runtime/delivery.py)
+    warnings: list[str] = field(default_factory=list)
 
     def skipping(self) -> str | None:
         """Why a deployment that commits batches is not healthy: its last batches read input by their
@@ -415,6 +418,7 @@ def describe(deployment: Deployment, status: DeploymentStatus | None, state: Sta
         "app_id": status.app_id if status else None,
         "error": f"{status.error_class}: {status.error_message}" if status and status.error_class else None,
         "unhealthy": status.skipping() if status else None,
+        "warnings": status.warnings if status else [],
         "log": deployment.launcher.get("log"),
         "created_at": deployment.created_at,
         "retired_at": deployment.retired_at,

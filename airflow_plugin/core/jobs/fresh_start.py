@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 
 
 def build_of(ctx: JobContext, version: VersionSpec) -> list[str]:
-    """What a deployment of `version` runs: its application and the arguments from the jobs file."""
-    return [version.application, *ctx.spec.args, *version.args]
+    """What a deployment of `version` runs: its application or script and the arguments from the jobs file."""
+    return [version.code, *ctx.spec.args, *version.args]
 
 
 def _sink_of_build(ctx: JobContext, build: list[str]) -> SinkRef | None:

@@ -56,12 +56,20 @@ _PATH_CONFS = ("spark.jars",)  # Spark confs whose values are comma-separated pa
 @dataclass(frozen=True)
 class VersionSpec:
     name: str
-    application: str  # a .py file given to spark-submit
+    application: str  # a .py file given to spark-submit, under the runtime's contract; "" for a script version
     conf: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
     # "package.module:function": turns the old state into this version's initial state in an upgrade whose state
     # changes (core/upgrades/migration.py); None: such an upgrade replays instead, where it can
     migrate: str | None = None
+    # an ordinary streaming script run as it is, its query taken over when it starts (spark_jobs/runtime/script.py);
+    # a version has an application or a script
+    script: str | None = None
+
+    @property
+    def code(self) -> str:
+        """The file with the version's code: its script or its application."""
+        return self.script or self.application
 
 
 @dataclass(frozen=True)
@@ -106,10 +114,11 @@ class JobSpec:
     def launchable(self, name: str | None) -> VersionSpec:
         """The version, checked before anything is launched or written: its application exists."""
         version = self.version(name)
-        if "://" not in version.application and not Path(version.application).is_file():
+        key = "script" if version.script else "application"
+        if "://" not in version.code and not Path(version.code).is_file():
             raise NotFound(
-                f"the application of job {self.name} version {version.name}, {version.application}, does not "
-                f"exist: fix versions.{version.name}.application in the jobs file"
+                f"the {key} of job {self.name} version {version.name}, {version.code}, does not "
+                f"exist: fix versions.{version.name}.{key} in the jobs file"
             )
         return version
 
@@ -225,12 +234,21 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
         merged = {**defaults, **raw}
         versions = {}
         for version, spec in (merged.get("versions") or {}).items():
-            if not isinstance(spec, dict) or "application" not in spec:
-                raise InvalidInput(f"{where} version {version!r} needs an application (a .py file)")
+            if not isinstance(spec, dict) or ("application" in spec) == ("script" in spec):
+                raise InvalidInput(
+                    f"{where} version {version!r} needs an application (a .py file with a build function) or a "
+                    "script (an ordinary streaming script, run as it is), one of the two"
+                )
             _known(spec, VERSION_KEYS, f"{where} versions.{version}")
+            if "script" in spec and spec.get("migrate"):
+                raise InvalidInput(
+                    f"{where} versions.{version}: a script takes no migrate function (a migration gives the state to "
+                    "a build application's initial_state): drop migrate, or make the version an application"
+                )
             versions[version] = VersionSpec(
                 name=version,
-                application=_application(base, str(spec["application"])),
+                application=_application(base, str(spec["application"])) if "application" in spec else "",
+                script=_application(base, str(spec["script"])) if "script" in spec else None,
                 conf=_conf(spec.get("conf", {}), base, f"{where} versions.{version}.conf"),
                 args=_args(spec.get("args", []), base, f"{where} versions.{version}.args"),
                 migrate=_migrate(spec.get("migrate"), f"{where} versions.{version}.migrate"),

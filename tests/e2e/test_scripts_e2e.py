@@ -1,0 +1,217 @@
+"""Scripts written the way users write them (tests/scripts/: a Kafka word count, a sessionization; each builds its
+query, calls start() and awaitTermination(), knowing nothing of this project), declared in a jobs file as they
+are (`script = ...`) and run through a deploy, a savepoint, an upgrade to a second version of the script (its
+pre-flight included) and a stop-with-savepoint, events produced all along. Real processes: the session's Kafka
+broker, spark-submit drivers, the scripts' Delta tables on local disk. Each word and each event is counted once."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_plugin.core.context import JobContext, Settings
+from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
+from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, State
+from airflow_plugin.core.jobs.savepoint import take_savepoint
+from airflow_plugin.core.jobs.stop import kill
+from airflow_plugin.core.sinks.delta import SESSION_CONF
+from airflow_plugin.core.snapshots.manifest import SnapshotStatus
+from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.upgrades.record import Phase
+from airflow_plugin.core.upgrades.run import begin, outcome, run_upgrade
+from airflow_plugin.core.upgrades.steps import UpgradeSettings
+from devtools import jvm
+from devtools.feeding import BackgroundFeeder
+from devtools.kafka import EmbeddedKafka
+from devtools.kafka_job import processed
+from devtools.windowed import SMALL_DELTA_TABLE, wait_for
+from spark_jobs.jobs.windowed.output import read_table
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+WORDS = ("apple", "banana", "cherry", "date", "elder", "fig", "grape")
+USERS = ("ann", "bob", "cy")
+FLUSH_USER = "flush"  # its one event, far ahead, closes every other session (and its own never closes)
+
+
+def _job(directory: Path, kafka: EmbeddedKafka, job: str, outputs: list[str]) -> tuple[JobContext, str]:
+    """Job `job` running tests/scripts/JOB.py as v1 and JOB_v2.py as v2 on a topic of its own, which the scripts
+    get as their first arguments, then `outputs`; the job and the topic."""
+    topic = f"{job}-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, 2)
+    jobs = _jobs_file(directory, kafka, job, [kafka.bootstrap, topic, *outputs])
+    return Settings(jobs_file=str(jobs)).resolve().job(job), topic
+
+
+def _jobs_file(directory: Path, kafka: EmbeddedKafka, job: str, args: list[str]) -> Path:
+    """The jobs file of `_job`: the scripts' own arguments, the connector jars."""
+    conf = {
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.jars": ",".join(str(jvm.link(group) / "*.jar") for group in ("spark-kafka", "delta")),
+        **SESSION_CONF,
+        **SMALL_DELTA_TABLE,
+    }
+    path = directory / "jobs.toml"
+    path.write_text(
+        f"""
+[jobs.{job}]
+store = "store"
+checkpoint_root = "checkpoints"
+log_dir = "logs"
+trigger_interval = "1 second"
+kafka = {{ bootstrap_servers = "{kafka.bootstrap}" }}
+args = {json.dumps(args)}
+conf = {{ {", ".join(f'"{key}" = "{value}"' for key, value in conf.items())} }}
+versions.v1 = {{ script = "{SCRIPTS / job}.py" }}
+versions.v2 = {{ script = "{SCRIPTS / job}_v2.py" }}
+"""
+    )
+    return path
+
+
+class _Producer:
+    """Records produced to a topic, and each partition's next offset (what a batch must have read)."""
+
+    def __init__(self, kafka: EmbeddedKafka, topic: str) -> None:
+        self.kafka, self.topic = kafka, topic
+        self.ends: dict[int, int] = {}
+
+    def send(self, records: list[tuple[str, str]] | list[str]) -> None:
+        for partition, offset in self.kafka.produce(self.topic, records):
+            self.ends[partition] = max(self.ends.get(partition, 0), offset + 1)
+
+
+class WordFeeder(_Producer):
+    """Lines of words; `counts` is what the word count must end with."""
+
+    def __init__(self, kafka: EmbeddedKafka, topic: str) -> None:
+        super().__init__(kafka, topic)
+        self.counts: Counter[str] = Counter()
+        self.random = random.Random(28)
+
+    def round(self) -> None:
+        lines = [" ".join(self.random.choices(WORDS, k=self.random.randint(1, 6))) for _ in range(20)]
+        self.counts.update(word for line in lines for word in line.split(" "))
+        self.send(lines)
+
+    def poison(self) -> None:
+        raise NotImplementedError
+
+
+class SessionFeeder(_Producer):
+    """Per round, three events a second apart for each user, 30 s of event time after the last round's: one
+    session each (the gap is 10 s). `events` is what the closed sessions must count in all."""
+
+    def __init__(self, kafka: EmbeddedKafka, topic: str) -> None:
+        super().__init__(kafka, topic)
+        self.start = datetime(2026, 1, 1, tzinfo=UTC)
+        self.rounds = self.events = 0
+
+    def _at(self, seconds: float) -> str:
+        return (self.start + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S")
+
+    def round(self) -> None:
+        base = self.rounds * 30
+        self.send([(user, self._at(base + i)) for user in USERS for i in range(3)])
+        self.rounds += 1
+        self.events += 3 * len(USERS)
+
+    def flush(self) -> None:
+        self.send([(FLUSH_USER, self._at(self.rounds * 30 + 3600))])
+
+    def poison(self) -> None:
+        raise NotImplementedError
+
+
+_NONE = DeploymentStatus(State.STARTING, 0)
+
+
+def _live(ctx: JobContext) -> Deployment:
+    [deployment] = [d for d in ctx.deployments.list(ctx.name) if ctx.state_of(d) is State.RUNNING]
+    return deployment
+
+
+def _through_the_lifecycle(
+    ctx: JobContext, feeder: _Producer, complete: Callable[[], bool], last: Callable[[], None] | None = None
+) -> None:
+    """Deploy v1, savepoint it, upgrade it to v2, then (all produced and read, the output `complete`) stop it with
+    a savepoint."""
+    records = ctx.deployments
+    try:
+        with BackgroundFeeder(feeder, interval=1.0):
+            first = deploy(ctx, DeployRequest("v1"))
+            # RUNNING is the first trigger done; a savepoint needs a committed batch (a first trigger may find none)
+            wait_for(lambda: (records.status(ctx.name, first.id) or _NONE).last_batch_id is not None, "a batch", 240)
+            status = records.status(ctx.name, first.id)
+            assert status is not None and status.error_class is None, status
+            savepoint = take_savepoint(ctx)
+            assert savepoint.status is SnapshotStatus.COMPLETED and savepoint.query_id == status.query_id
+            upgrade = run_upgrade(ctx, begin(ctx, "v2", settings=UpgradeSettings(min_batches=2)))
+            outcome(upgrade)
+            assert upgrade.phase is Phase.DONE and upgrade.mode == "stop_restore", upgrade
+        if last is not None:
+            last()
+        second = _live(ctx)
+        assert second.version == "v2" and second.id != first.id
+        wait_for(lambda: processed(second.checkpoint, dict(feeder.ends)), "v2 to read every record", 240)
+        wait_for(complete, "the output to be complete", 120)
+        final = take_savepoint(ctx, stop_after=True)
+        assert final.status is SnapshotStatus.COMPLETED
+        stopped = records.status(ctx.name, second.id)
+        assert stopped is not None and stopped.state is State.STOPPED, stopped
+    finally:
+        for deployment in records.list(ctx.name):
+            with contextlib.suppress(SavepointsError):
+                kill(ctx, deployment.id)
+
+
+@pytest.mark.timeout(900)
+def test_a_word_count_script_counts_every_word_once_through_savepoints_and_an_upgrade(
+    tmp_path: Path, kafka: EmbeddedKafka
+) -> None:
+    table, own_checkpoint = tmp_path / "counts", tmp_path / "the-scripts-own-checkpoint"
+    ctx, topic = _job(tmp_path, kafka, "word_count", [str(table), str(own_checkpoint)])
+    feeder = WordFeeder(kafka, topic)
+
+    def counts() -> dict[str, int]:
+        return {row["word"]: row["count"] for row in read_table(open_storage(str(table)))}
+
+    _through_the_lifecycle(ctx, feeder, lambda: counts() == feeder.counts)
+
+    first = ctx.deployments.list(ctx.name)[0]
+    status = ctx.deployments.status(ctx.name, first.id)
+    assert status is not None and any(str(own_checkpoint) in warning for warning in status.warnings)
+    assert not own_checkpoint.exists(), "the deployment's checkpoint, not the script's"
+    assert counts() == dict(feeder.counts), "every word counted once"
+
+
+@pytest.mark.timeout(900)
+def test_a_sessionization_script_counts_every_event_once_through_savepoints_and_an_upgrade(
+    tmp_path: Path, kafka: EmbeddedKafka
+) -> None:
+    table = tmp_path / "sessions"
+    ctx, topic = _job(tmp_path, kafka, "sessions", [str(table)])
+    feeder = SessionFeeder(kafka, topic)
+
+    def rows() -> list[dict[str, Any]]:
+        return read_table(open_storage(str(table))) if (table / "_delta_log").is_dir() else []
+
+    _through_the_lifecycle(ctx, feeder, lambda: len(rows()) >= feeder.rounds * len(USERS), feeder.flush)
+
+    found = rows()
+    sessions = Counter((row["user"], row["session_start"]) for row in found)
+    assert [key for key, times in sessions.items() if times > 1] == [], "no session written twice"
+    assert {row["events"] for row in found} == {3} and len(found) == feeder.rounds * len(USERS)
+    assert sum(row["events"] for row in found) == feeder.events, "every event counted once"

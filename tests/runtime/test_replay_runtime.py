@@ -10,6 +10,7 @@ from there on, each once, and reports where its first rows began."""
 from __future__ import annotations
 
 import json
+import os
 from argparse import ArgumentTypeError
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -199,13 +200,21 @@ def test_a_bad_migration_function_fails_the_run_naming_it(
 def test_by_country_counts_each_event_once_per_country_and_window(
     spark: SparkSession, job_confs: None, tmp_path: Path
 ) -> None:
-    """Three batches (a file each): two rounds, then a retry of round 1's latest event (a duplicate, not late),
-    then the flush marker that closes every window. Each window is emitted once, when the watermark passes it."""
+    """A file a batch: round 0; round 1 in two files, its later half first (the second file's events are older
+    than the watermark Spark evicts by in that batch, not than the one it drops late records by: counted, as v3
+    counts them); a retry of round 1's latest event (a duplicate, not late); the flush marker that closes every
+    window. Each window is emitted once, when the watermark passes it, with every event."""
     written = [generate.write_round(tmp_path / "input", round_no, 60) for round_no in (0, 1)]
     events = [json.loads(line) for w in written for line in Path(w.path).read_text().splitlines()]
-    retried = max(events[60:], key=lambda event: str(event["event_time"]))
+    round_1 = sorted(events[60:], key=lambda event: str(event["event_time"]))
+    Path(written[1].path).unlink()
+    for part, name in ((round_1[30:], "a-later"), (round_1[:30], "b-earlier")):
+        (tmp_path / "input" / f"events-r00001-{name}.json").write_text("".join(json.dumps(e) + "\n" for e in part))
+    retried = round_1[-1]
     (tmp_path / "input" / "events-r00001-s0-retry.json").write_text(json.dumps(retried) + "\n")
     generate.write_flush(tmp_path / "input", 2)
+    for order, path in enumerate(sorted((tmp_path / "input").glob("*.json"))):  # the file source reads by age
+        os.utime(path, (1_700_000_000 + order, 1_700_000_000 + order))
     job = by_country.build(spark, ["--input", str(tmp_path / "input"), "--output", str(tmp_path / "output")])
     query = job.writer.option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start()
     query.awaitTermination()

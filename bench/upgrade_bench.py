@@ -10,6 +10,10 @@ throughout, at the example's 3 state partitions and at Spark's default 200 (UPGR
                   during the upgrade, against the longest between commits before it (the job's own rhythm);
                   the time from the upgrade's start to its cutover; both drivers' peak memory (the sum of
                   each process group's VmHWM, sampled while both run)
+    replay        `savepoints upgrade --mode replay` to v3 (a new grouping key: the state cannot be taken over):
+                  the records replayed (from where the state v3 needs began up to the live savepoint) against the
+                  time green took to catch up (launched -> caught up), at two feed rates (records per round of
+                  event time); its gap as blue_green's
 
 Times are the table's commit timestamps (Delta's commitInfo), so every figure is a sink commit. The runs of
 one size alternate (cold start, stop_restore, blue_green, ...) so that machine load affects all alike.
@@ -50,6 +54,8 @@ WORK = ROOT / ".bench" / "upgrade-run"
 RESULTS = ROOT / ".bench" / "upgrade.json"
 PAIRS = int(os.environ.get("UPGRADE_BENCH_PAIRS", "2"))
 PARTITIONS = [int(n) for n in os.environ.get("UPGRADE_BENCH_PARTITIONS", "3 200").split()]
+MODES = os.environ.get("UPGRADE_BENCH_MODES", "stop_restore blue_green replay").split()
+REPLAY_ROUNDS = (200, 2000)  # events per round (5 minutes of event time): the amount a replay reads scales with it
 WARM_COMMITS = 8  # commits of the old version before an upgrade: its rhythm is measured on these
 STOP_RESTORE_LIMITS = {3: 0.2, 200: 0.35}
 GAP_LIMIT = 1.5
@@ -59,7 +65,7 @@ BUCKET = "bench-upgrade"
 class Run:
     """One measurement's job: its own topic, store prefix and table, events produced from a thread."""
 
-    def __init__(self, kafka: EmbeddedKafka, name: str, partitions: int) -> None:
+    def __init__(self, kafka: EmbeddedKafka, name: str, partitions: int, events_per_round: int = 200) -> None:
         directory = WORK / name
         directory.mkdir(parents=True)
         topic = f"{name}-{uuid.uuid4().hex[:6]}"
@@ -70,7 +76,7 @@ class Run:
         )
         self.job: JobContext = Settings(jobs_file=str(jobs_file)).resolve().job(JOB)
         self.table = self.job.open(table_of(lake))
-        self.feeder = KafkaFeeder(kafka, topic, events_per_round=200)
+        self.feeder = KafkaFeeder(kafka, topic, events_per_round=events_per_round)
         self.records = Deployments(self.job.store.storage)
 
     def commits(self, deployment: Deployment | None = None) -> list[float]:
@@ -97,8 +103,8 @@ def cold_start(run: Run) -> float:
     return seconds
 
 
-def upgraded(run: Run, mode: str) -> tuple[Upgrade, Deployment, dict[str, float]]:
-    """Deploy v1, let it commit, upgrade it to v2 in `mode` with events flowing; the peak memory of the
+def upgraded(run: Run, mode: str, version: str = "v2") -> tuple[Upgrade, Deployment, dict[str, float]]:
+    """Deploy v1, let it commit, upgrade it to `version` in `mode` with events flowing; the peak memory of the
     drivers sampled meanwhile."""
     peaks: dict[str, float] = {}
     with BackgroundFeeder(run.feeder, interval=1.0):
@@ -108,7 +114,7 @@ def upgraded(run: Run, mode: str) -> tuple[Upgrade, Deployment, dict[str, float]
         sampler = threading.Thread(target=_sample_peaks, args=(run.job, peaks, done), daemon=True)
         sampler.start()
         settings = UpgradeSettings(min_batches=3, catch_up_seconds=1800, confirm_seconds=900)
-        upgrade = run_upgrade(run.job, begin(run.job, "v2", mode=mode, settings=settings))
+        upgrade = run_upgrade(run.job, begin(run.job, version, mode=mode, settings=settings))
         new = run.records.get(JOB, str(upgrade.new_deployment)) if upgrade.new_deployment else old
         if upgrade.phase is Phase.DONE:
             wait_for(lambda: len(run.commits(new)) >= 3, "the new version's commits", 900)
@@ -171,6 +177,28 @@ def blue_green(run: Run) -> dict[str, Any]:
     }
 
 
+def replay(run: Run) -> dict[str, Any]:
+    upgrade, _, peaks = upgraded(run, "replay", version="v3")
+    if upgrade.phase is not Phase.DONE:
+        raise RuntimeError(f"replay upgrade {upgrade.id} ended {upgrade.phase}: {upgrade.error}")
+    entered: dict[str, float] = {}
+    for step in reversed(upgrade.history):  # the first time it entered each phase
+        entered[step["phase"]] = _seconds(step["at"])
+    start, end = _seconds(upgrade.created_at), _seconds(upgrade.updated_at)
+    gap, rhythm = commit_gaps(run.table, start, end)
+    catch_up = entered[str(Phase.CUTTING_OVER)] - entered[str(Phase.CATCHING_UP)]
+    records = int((upgrade.replay or {}).get("records") or 0)
+    return {
+        "records": records,
+        "catch_up": catch_up,
+        "records_per_s": records / catch_up if catch_up else 0.0,
+        "found": (upgrade.replay or {}).get("found"),
+        "gap": gap,
+        "rhythm": rhythm,
+        "memory_mib": sum(peaks.values()),
+    }
+
+
 def main() -> int:
     require_java()
     shutil.rmtree(WORK, ignore_errors=True)
@@ -189,33 +217,52 @@ def main() -> int:
 def measure(kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
     cold, downtimes, green = [], [], []
     memory: dict[str, list[float]] = {"stop_restore": [], "blue_green": []}
+    replays: dict[int, list[dict[str, Any]]] = {rate: [] for rate in REPLAY_ROUNDS}
     for pair in range(PAIRS):
-        cold.append(cold_start(Run(kafka, f"p{partitions}-cold-{pair}", partitions)))
-        log(f"{partitions} partitions, cold start {pair + 1}/{PAIRS}: {cold[-1]:.2f} s")
-        downtime, peaks = stop_restore(Run(kafka, f"p{partitions}-sr-{pair}", partitions))
-        downtimes.append(downtime)
-        memory["stop_restore"].append(sum(peaks.values()))
-        log(f"{partitions} partitions, stop_restore {pair + 1}/{PAIRS}: {downtime:.2f} s without a commit")
-        green.append(blue_green(Run(kafka, f"p{partitions}-bg-{pair}", partitions)))
-        memory["blue_green"].append(green[-1]["memory_mib"])
-        log(f"{partitions} partitions, blue_green {pair + 1}/{PAIRS}: {green[-1]}")
+        if "stop_restore" in MODES:
+            cold.append(cold_start(Run(kafka, f"p{partitions}-cold-{pair}", partitions)))
+            log(f"{partitions} partitions, cold start {pair + 1}/{PAIRS}: {cold[-1]:.2f} s")
+            downtime, peaks = stop_restore(Run(kafka, f"p{partitions}-sr-{pair}", partitions))
+            downtimes.append(downtime)
+            memory["stop_restore"].append(sum(peaks.values()))
+            log(f"{partitions} partitions, stop_restore {pair + 1}/{PAIRS}: {downtime:.2f} s without a commit")
+        if "blue_green" in MODES:
+            green.append(blue_green(Run(kafka, f"p{partitions}-bg-{pair}", partitions)))
+            memory["blue_green"].append(green[-1]["memory_mib"])
+            log(f"{partitions} partitions, blue_green {pair + 1}/{PAIRS}: {green[-1]}")
+        if "replay" in MODES:
+            for rate in REPLAY_ROUNDS:
+                replays[rate].append(replay(Run(kafka, f"p{partitions}-rp{rate}-{pair}", partitions, rate)))
+                log(f"{partitions} partitions, replay at {rate} events a round {pair + 1}/{PAIRS}: {replays[rate][-1]}")
     section = f"{partitions} partitions"
+    if cold:
+        _stop_restore_rows(section, partitions, cold, downtimes, results)
+    if green:
+        _blue_green_rows(section, green, results)
+    for mode, values in memory.items():
+        if values:
+            results.row(section, f"peak memory of the drivers, {mode} (max)", f"{max(values):.0f} MiB")
+    for rate, runs in replays.items():
+        if runs:
+            _replay_rows(section, rate, runs, results)
+    results.data[section] = {
+        "cold_s": cold,
+        "stop_restore_s": downtimes,
+        "blue_green": green,
+        "memory_mib": memory,
+        "replay": {str(rate): runs for rate, runs in replays.items()},
+    }
+
+
+def _stop_restore_rows(
+    section: str, partitions: int, cold: list[float], downtimes: list[float], results: Results
+) -> None:
     cold_s, down_s = statistics.median(cold), statistics.median(downtimes)
-    gap, rhythm = statistics.median(g["gap"] for g in green), statistics.median(g["rhythm"] for g in green)
-    gaps = [g["gap"] for g in green]
-    to_cutover, whole = (statistics.median(g[k] for g in green) for k in ("to_cutover", "upgrade"))
     results.row(section, "cold start: deploy -> first commit to the table (median)", f"{cold_s:.2f} s ({_list(cold)})")
     results.row(
         section, "stop_restore: old's last commit -> new's first (median)", f"{down_s:.2f} s ({_list(downtimes)})"
     )
     results.row(section, "  ratio to the cold start", f"{down_s / cold_s:.2f}x")
-    results.row(section, "blue_green: longest time without a commit during it", f"{gap:.2f} s ({_list(gaps)})")
-    results.row(section, "  longest between commits before it (the job's rhythm)", f"{rhythm:.2f} s")
-    results.row(section, "  ratio", f"{gap / rhythm:.2f}x" if rhythm else "-")
-    results.row(section, "  upgrade start -> cutover (median)", f"{to_cutover:.1f} s")
-    results.row(section, "  the whole upgrade (median)", f"{whole:.1f} s")
-    for mode, values in memory.items():
-        results.row(section, f"peak memory of the drivers, {mode} (max)", f"{max(values):.0f} MiB")
     results.targets.append(
         Target(
             f"{section}: stop_restore / cold start",
@@ -225,6 +272,17 @@ def measure(kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
             f"{down_s:.2f} s vs {cold_s:.2f} s",
         )
     )
+
+
+def _blue_green_rows(section: str, green: list[dict[str, Any]], results: Results) -> None:
+    gap, rhythm = statistics.median(g["gap"] for g in green), statistics.median(g["rhythm"] for g in green)
+    gaps = [g["gap"] for g in green]
+    to_cutover, whole = (statistics.median(g[k] for g in green) for k in ("to_cutover", "upgrade"))
+    results.row(section, "blue_green: longest time without a commit during it", f"{gap:.2f} s ({_list(gaps)})")
+    results.row(section, "  longest between commits before it (the job's rhythm)", f"{rhythm:.2f} s")
+    results.row(section, "  ratio", f"{gap / rhythm:.2f}x" if rhythm else "-")
+    results.row(section, "  upgrade start -> cutover (median)", f"{to_cutover:.1f} s")
+    results.row(section, "  the whole upgrade (median)", f"{whole:.1f} s")
     results.targets.append(
         Target(
             f"{section}: blue_green gap / rhythm",
@@ -234,7 +292,20 @@ def measure(kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
             f"{gap:.2f} s vs {rhythm:.2f} s",
         )
     )
-    results.data[section] = {"cold_s": cold, "stop_restore_s": downtimes, "blue_green": green, "memory_mib": memory}
+
+
+def _replay_rows(section: str, rate: int, runs: list[dict[str, Any]], results: Results) -> None:
+    records = statistics.median(r["records"] for r in runs)
+    catch_up = statistics.median(r["catch_up"] for r in runs)
+    gap, rhythm = statistics.median(r["gap"] for r in runs), statistics.median(r["rhythm"] for r in runs)
+    found = ", ".join(sorted({str(r["found"]) for r in runs}))
+    results.row(
+        section,
+        f"replay at {rate} events a round: records replayed -> time to catch up (median)",
+        f"{records:,.0f} -> {catch_up:.1f} s = {records / catch_up if catch_up else 0:,.0f} records/s ({found})",
+    )
+    results.row(section, "  longest time without a commit during it / before it", f"{gap:.2f} s / {rhythm:.2f} s")
+    results.row(section, "  peak memory of the drivers (max)", f"{max(r['memory_mib'] for r in runs):.0f} MiB")
 
 
 def _list(values: list[float]) -> str:

@@ -6,11 +6,13 @@ holds the snapshot store, the job's checkpoints (through Spark's S3A) and its si
 project-local AIRFLOW_HOME (.demo/airflow) gets a migrated sqlite metadata DB; the DAGs run with `dag.test()`
 (real tasks, real deferrable triggers, real spark-submit drivers in local mode): deploy v1, savepoint,
 retention, upgrade to v2 blue/green (v2 beside v1, an exactly-once cutover; it prints the longest time the table
-went without a commit during the upgrade, and before it), upgrade to v3 (blocked by the pre-flight, v2 keeps
-running), upgrade to a version that fails before its cutover (aborted: v2 never stopped) and to one that fails
-after it (the rollback RESTOREs the table and puts v2 back), stop with a savepoint, an exactly-once check of the
-output against every record produced, a fresh deploy onto the table refused, and a savepoint whose Kafka records
-retention deleted, refused. Prints each step, check and a summary on the
+went without a commit during the upgrade, and before it), upgrade to a version that fails before its cutover
+(aborted: v2 never stopped) and to one that fails after it (the rollback RESTOREs the table and puts v2 back),
+upgrade to v3 (a new grouping key: replayed beside v2 from where the state it needs began), a migration whose function
+returns a key twice (refused, v3 keeps running), upgrade to by_country (per country: its state migrated from
+v3's), a replay refused once Kafka deleted the records it needs, stop with a savepoint, an exactly-once check of
+the output against every record produced (each window written by one version), a fresh deploy onto the table
+refused, and a savepoint whose Kafka records retention deleted, refused. Prints each step, check and a summary on the
 terminal; what Airflow itself prints (task logs, an expected failure's traceback) goes to .demo/demo.log. Exits
 non-zero if any check fails. The broker and the S3 server are stopped at the end, whatever happened."""
 

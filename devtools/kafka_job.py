@@ -20,6 +20,12 @@ from devtools.windowed import batches
 from spark_jobs.generate import flush_event, poison_event, round_events
 
 VERSIONS = ("v1", "v2", "v3", "poisoned")
+# versions whose state is made by a migration function: per country, from v3's per user and country; and the
+# same with a migration that returns one key twice (devtools/broken_migration.py: the upgrade must stop)
+MIGRATING = {
+    "by_country": ("by_country", "spark_jobs.jobs.windowed.migrations:per_country"),
+    "by_country_broken": ("by_country", "devtools.broken_migration:twice"),
+}
 JOB = "kafka_counts"
 PARTITIONS = 3
 DUPLICATES_PER_ROUND = 5  # records of each round sent a second time, as a retrying producer would
@@ -52,6 +58,7 @@ def write_jobs_file(
         store,
         job=JOB,
         versions=VERSIONS,
+        migrating=MIGRATING,
         source_args=("--topic", topic, "--max-offsets-per-trigger", str(max_offsets_per_trigger)),
         conf={
             "spark.sql.shuffle.partitions": str(shuffle_partitions),

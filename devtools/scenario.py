@@ -6,13 +6,19 @@ file sink beside its local checkpoints, or with a `lake` (an S3 bucket, `s3a://.
 checkpoints on S3 through S3A and a Delta table on S3 as the sink.
 
     deploy v1 -> savepoint (pinned, labelled; it records the Kafka offsets) -> retention -> upgrade to v2
-    (passes; the health gate waits for the Kafka lag to fall) -> upgrade to v3 (blocked by the pre-flight:
-    v2 keeps running) -> [upgrade to `poisoned`: it commits batches to the sink, then fails; the health gate
-    fails and the rollback rewinds the sink and puts v2 back from the same savepoint] -> [SIGKILL of the
-    driver mid-batch, redeployed from the latest state] -> stop-with-savepoint -> exactly-once check of every
-    record produced -> a fresh deploy (restore none) onto the sink the job wrote is refused (it would write
-    every record again, or lose them) -> retention deletes the records the first savepoint would read next:
-    a deploy from it is refused before anything starts, and the retention plan marks it with the records lost
+    (the pre-flight picks the mode: blue/green on Delta; the health gate waits for the Kafka lag to fall) ->
+    [upgrade to `poisoned`: it fails before its cutover, the upgrade aborts, v2 never stopped; again, failing
+    after its cutover: the rollback rewinds the sink and puts v2 back from the same savepoint] -> upgrade to
+    v3 (a new grouping key: the state cannot be taken over, v3 replays, beside v2, from where the state it
+    needs began) -> upgrade to `by_country_broken` (a migration function that returns a key twice:
+    refused before anything starts, v3 keeps running) -> upgrade to by_country (per country: its state made
+    from v3's by the version's migration function, checked on a throwaway run) -> [SIGKILL of the driver
+    mid-batch, redeployed from the latest state] -> Kafka retention deletes the records the running version
+    read: a replay upgrade back to v2 is refused, naming what is gone -> stop-with-savepoint -> exactly-once
+    check of every record produced, each window written by one version -> a fresh deploy (restore none) onto
+    the sink the job wrote is refused (it would write every record again, or lose them) -> retention deletes
+    the records the first savepoint would read next: a deploy from it is refused before anything starts, and
+    the retention plan marks it with the records lost
 
 Events are produced continuously while the DAGs run (the health gate waits for new batches), with a few
 producer retries (records sent twice), then flushed, so the final output can be compared with every
@@ -46,9 +52,20 @@ from airflow_plugin.core.upgrades.steps import iso_millis
 from devtools.dag_runs import DagRunResult, run_dag
 from devtools.feeding import BackgroundFeeder
 from devtools.kafka import EmbeddedKafka
-from devtools.kafka_job import JOB, PARTITIONS, KafkaFeeder, commit_gaps, processed, table_of, write_jobs_file
+from devtools.kafka_job import (
+    JOB,
+    PARTITIONS,
+    KafkaFeeder,
+    commit_gaps,
+    committed_offsets,
+    processed,
+    table_of,
+    write_jobs_file,
+)
 from devtools.windowed import batches, wait_for
 from spark_jobs.jobs.windowed.output import read_output, read_table, summarize
+
+BESIDE = ("blue_green", "replay", "migrate")  # the modes that run the new version beside the old one
 
 
 def one_line(text: str, limit: int = 200) -> str:
@@ -211,12 +228,12 @@ class Lifecycle:
         old = before[0] if before else None
         self.say(f"   upgrade {record.id}: mode {record.mode or '-'}, {record.phase}")
         if expect is Outcome.BLOCKED:
-            reason = ((record.preflight or {}).get("reason")) or record.error or "none recorded"
+            reason = record.error or ((record.preflight or {}).get("reason")) or "none recorded"
             self.check(
                 not result.succeeded and result.tasks.get("begin") == "failed" and record.phase is Phase.BLOCKED,
-                f"upgrade DAG to {version}: blocked by the pre-flight on {record.savepoint}",
+                f"upgrade DAG to {version}: blocked before anything started, on {record.savepoint}",
             )
-            self.say(f"   the pre-flight's reason: {one_line(reason)}")
+            self.say(f"   why: {one_line(reason, 400)}")
             self.check(record.new_deployment is None, "nothing was started")
             self.check(
                 [d.id for d in after] == [d.id for d in before],
@@ -266,12 +283,24 @@ class Lifecycle:
         self.check(
             sources.get("restorable") is True, f"the pre-flight checked the Kafka offsets: {sources.get('summary')}"
         )
-        if record.mode == "blue_green":
+        if record.mode in BESIDE:
             gap, usual = self.commit_gaps(record)
+            started = {
+                "blue_green": f"from the live savepoint {record.savepoint}"
+                if new.restored_from == record.savepoint
+                else None,
+                "replay": f"with empty state, replaying {(record.replay or {}).get('records')} Kafka records from "
+                f"{(record.replay or {}).get('note')}"
+                if record.replay and new.restored_from is None
+                else None,
+                "migrate": f"with the state {(record.migration or {}).get('function')} made from {record.savepoint}"
+                if (record.migration or {}).get("passed") and new.restored_from is None
+                else None,
+            }[str(record.mode)]
             self.check(
-                new.restored_from == record.savepoint and record.cutover_ms is not None,
-                f"{version} started beside {old.version if old else '-'} from the live savepoint {record.savepoint}, "
-                f"took over at {iso_millis(record.cutover_ms)}",
+                started is not None and record.cutover_ms is not None,
+                f"{version} started beside {old.version if old else '-'} {started}, took over at "
+                f"{iso_millis(record.cutover_ms)}",
             )
             self.say(
                 f"   the output never stopped: the longest time without a commit to the table during the "
@@ -356,6 +385,11 @@ class Lifecycle:
             f"{summary.events} counted, {len(summary.duplicates)} windows emitted twice",
         )
         self.check(
+            not summary.shared_windows,
+            f"every window written by one version, across every upgrade and regrouping (rows per version: "
+            f"{summary.versions}; windows with rows of two versions: {len(summary.shared_windows)})",
+        )
+        self.check(
             "poisoned" not in summary.versions,
             f"the live output holds no row of a rolled-back version (rows per version: {summary.versions})",
         )
@@ -406,6 +440,28 @@ class Lifecycle:
             f"the final savepoint {final.id} stays restorable",
         )
 
+    def refuse_replay(self, version: str) -> None:
+        """Retention deletes every record the running deployment has read: an upgrade to `version`, which cannot
+        take over its state, would have to replay some of them, so it is blocked, naming what is gone."""
+        current = self.running()[-1]
+        read = {p: o for p, o in committed_offsets(current.checkpoint).items() if o > 0}
+        self.kafka.delete_records(self.topic, read)
+        record = self.upgrade(version, Outcome.BLOCKED, mode="replay")
+        self.check(
+            "records are gone" in str(record.error) and f"{self.topic}-" in str(record.error),
+            f"replay refused: it would start before what Kafka still holds ({sum(read.values())} records deleted)",
+        )
+
+    def refuse_migration(self, version: str) -> None:
+        """An upgrade to `version`, whose migration function returns a key twice: stopped before anything starts,
+        the error naming the function, the running version untouched."""
+        function = self.job.spec.version(version).migrate
+        record = self.upgrade(version, Outcome.BLOCKED, mode="migrate")
+        self.check(
+            str(function) in str(record.error) and not (record.migration or {}).get("passed"),
+            f"the migration by {function} was checked on a throwaway copy and refused, naming the function",
+        )
+
     def run(self, *, rollback: bool = False, crash: bool = False) -> None:
         self.say(f"deploy v1 (deploy DAG), producing events to Kafka topic {self.topic}")
         with BackgroundFeeder(self.feeder) as feeding:
@@ -416,16 +472,22 @@ class Lifecycle:
             self.retention()
             self.say("upgrade to v2 (upgrade DAG; the pre-flight picks the mode)")
             self.upgrade("v2", Outcome.UPGRADED)
-            self.say("upgrade to v3: state-incompatible")
-            self.upgrade("v3", Outcome.BLOCKED)
             if rollback:
                 self.say("upgrade to poisoned, which fails before its cutover: the upgrade aborts")
                 self.upgrade("poisoned", Outcome.ABORTED, feeding, poison=lambda u: _committed(self, u) >= 2)
                 self.say("upgrade to poisoned, which fails after its cutover: the upgrade rolls back")
                 self.upgrade("poisoned", Outcome.ROLLED_BACK, feeding, poison=lambda u: u.cut_over)
+            self.say("upgrade to v3: a new grouping key, the state cannot be taken over; the pre-flight picks replay")
+            self.upgrade("v3", Outcome.UPGRADED)
+            self.say("upgrade to by_country with a migration function that returns a key twice: refused")
+            self.refuse_migration("by_country_broken")
+            self.say("upgrade to by_country (per country): its state migrated from v3's by the version's function")
+            self.upgrade("by_country", Outcome.UPGRADED, mode="migrate")
             if crash:
                 self.say("SIGKILL the driver mid-batch; deploy DAG from the latest state")
                 self.crash()
+            self.say("Kafka retention deletes records the running version has read: a replay can no longer start")
+            self.refuse_replay("v2")
         self.say("stop producing; stop with a savepoint (savepoint DAG); exactly-once check")
         final = self.finish()
         self.say("a fresh start onto the sink the job wrote (deploy DAG, restore none)")

@@ -42,12 +42,20 @@ def write_jobs_file(
     table: str = "",
     checkpoint_root: str = "checkpoints",
     sink_args: tuple[str, ...] = ("--output", "output"),
+    migrating: dict[str, tuple[str, str]] | None = None,
 ) -> Path:
     """A jobs file whose job reads `<directory>/input` (or what `source_args` say), writes `<directory>/output`,
     keeps logs (and checkpoints, unless `checkpoint_root` says where) under `directory`, and declares the
     example versions (the windowed job's, or those in `apps`). `conf` adds Spark confs, `table` lines to the
-    job's table (its `kafka`), `sink_args` where the output goes instead (`--sink delta --output s3a://...`)."""
-    declared = "\n".join(f'versions.{v} = {{ application = "{apps / v}.py" }}' for v in versions)
+    job's table (its `kafka`), `sink_args` where the output goes instead (`--sink delta --output s3a://...`),
+    `migrating` versions that migrate the state: name -> (the application's name in `apps`, its function)."""
+    declared = "\n".join(
+        [f'versions.{v} = {{ application = "{apps / v}.py" }}' for v in versions]
+        + [
+            f'versions.{v} = {{ application = "{apps / app}.py", migrate = "{function}" }}'
+            for v, (app, function) in (migrating or {}).items()
+        ]
+    )
     confs = {"spark.sql.shuffle.partitions": str(partitions), **SPARK_UI, **(conf or {})}
     args = ", ".join(f'"{arg}"' for arg in (*source_args, *sink_args))
     path = directory / "jobs.toml"

@@ -3,11 +3,13 @@ moto server and the session's Kafka broker, with real spark-submit drivers. The 
 Airflow AWS connection; the job's checkpoints and its sink, a Delta table, are on the same S3 (S3A). The
 scenario (devtools/scenario.py, also the demo) runs the Kafka job: deploys v1, takes a savepoint (with its
 Kafka offsets), runs retention, upgrades to v2 blue/green (v2 beside v1, an exactly-once cutover; the health
-gates wait for the lag to fall), is blocked upgrading to v3, upgrades to a version that fails before its
-cutover (the upgrade aborts: v2 never stopped, the table holds nothing of it) and then to one that fails
-after it (the rollback RESTOREs the table and puts v2 back from the live savepoint), kills the driver
+gates wait for the lag to fall), upgrades to a version that fails before its cutover (the upgrade aborts: v2
+never stopped, the table holds nothing of it) and then to one that fails after it (the rollback RESTOREs the
+table and puts v2 back from the live savepoint), upgrades to v3 (a new grouping key) by replay, is refused a
+migration whose function returns a key twice, upgrades to by_country by migrating v3's state, kills the driver
 mid-batch and redeploys from the latest state, stops with a savepoint, and compares the live output with
-every record produced: each exactly once, every window once. Then a fresh deploy onto the table is refused,
+every record produced: each exactly once, every window once and by one version. Before that, a replay
+upgrade is refused once Kafka deleted the records it needs. Then a fresh deploy onto the table is refused,
 retention deletes the records, and a deploy from the first savepoint is refused before anything starts. (The
 file-source job's lifecycle: test_lifecycle_e2e; a blue/green upgrade killed at every step: test_blue_green.)"""
 

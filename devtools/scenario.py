@@ -367,7 +367,9 @@ class Lifecycle:
             # the kill landed after the batch's write to the table and before Spark's commit: a stateful query
             # cannot let Delta skip that batch (its state would never be written); the runbook's way out
             self.say(f"   the kill landed after the table took the batch: {one_line(error, 200)}")
-            result = self._run("savepoints_deploy", {**conf, "rewind_sink": True})
+            refused = max(self.deployments(), key=lambda d: d.id)  # the same snapshot again, the sink rewound
+            result = self._run("savepoints_deploy", {**conf, "restore": refused.restored_from, "rewind_sink": True})
+            error = str(result.pushed.get("deploy", {}).get("error", ""))
         deployed = result.value("deploy") if result.succeeded else {}
         source = self.store.get(JOB, deployed["restored_from"]) if deployed.get("restored_from") else None
         self.check(
@@ -375,6 +377,8 @@ class Lifecycle:
             f"deploy DAG from the latest state: {victim.version} again, restored from {deployed.get('restored_from')}, "
             "the killed batch replayed with its logged offsets",
         )
+        if not deployed:
+            raise RuntimeError(f"the deploy from the latest state failed: {one_line(error, 300)}")
         return Deployments(self.store.storage).get(JOB, deployed["deployment"])
 
     def _sink_holds(self, deployment: Deployment, batch: int) -> bool:

@@ -6,10 +6,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class Feeds(Protocol):
+    def round(self) -> None: ...
+
+
+@runtime_checkable
+class Poisons(Protocol):
+    """A feeder that can also write a poison event (the example jobs' `poisoned` versions fail on it)."""
+
     def round(self) -> None: ...
 
     def poison(self) -> None: ...
@@ -34,6 +41,7 @@ class BackgroundFeeder:
                 self.feeder.round()
             elif not self._poisoned.is_set():
                 if condition():
+                    assert isinstance(self.feeder, Poisons)  # poisoning() refuses a feeder without poison()
                     self.feeder.poison()
                     self._poisoned.set()
                 else:
@@ -42,6 +50,8 @@ class BackgroundFeeder:
     @contextmanager
     def poisoning(self, condition: Callable[[], bool]) -> Iterator[threading.Event]:
         """Poison once `condition()` holds; yields the event that is set when it was written."""
+        if not isinstance(self.feeder, Poisons):
+            raise TypeError(f"{type(self.feeder).__name__} writes no poison event: it has no poison()")
         self._poisoned.clear()
         self._poison_when = condition
         try:

@@ -106,9 +106,6 @@ class WordFeeder(_Producer):
         self.counts.update(word for line in lines for word in line.split(" "))
         self.send(lines)
 
-    def poison(self) -> None:
-        raise NotImplementedError
-
 
 class SessionFeeder(_Producer):
     """Per round, three events a second apart for each user, 30 s of event time after the last round's: one
@@ -130,9 +127,6 @@ class SessionFeeder(_Producer):
 
     def flush(self) -> None:
         self.send([(FLUSH_USER, self._at(self.rounds * 30 + 3600))])
-
-    def poison(self) -> None:
-        raise NotImplementedError
 
 
 _NONE = DeploymentStatus(State.STARTING, 0)

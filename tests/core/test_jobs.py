@@ -247,3 +247,30 @@ def test_a_script_version_runs_the_script_under_the_runtimes_script_driver(tmp_p
     (tmp_path / "count.py").unlink()
     with pytest.raises(NotFound, match=r"versions\.v1\.script"):
         ctx.spec.launchable("v1")
+
+
+@pytest.mark.parametrize(("value", "seconds"), [('"10 minutes"', "600"), ("45", "45"), ('"90 s"', "90")])
+def test_a_script_versions_start_timeout_reaches_the_script_driver(tmp_path: Path, value: str, seconds: str) -> None:
+    (tmp_path / "count.py").touch()
+    extra = f'[jobs.counts]\nversions.v1 = {{ script = "count.py", start_timeout = {value} }}\n'
+    ctx = Settings(jobs_file=str(write_jobs(tmp_path, extra=extra))).resolve().job("counts")
+    spec = submit_spec(ctx, ctx.spec.launchable("v1"), "dp-1", str(tmp_path / "checkpoint"), {})
+    assert spec.app_args[:4] == ["--script", str(tmp_path / "count.py"), "--script-start-timeout", seconds]
+    from spark_jobs.runtime.script import _parser
+
+    assert _parser().parse_known_args(spec.app_args)[0].script_start_timeout == float(seconds)
+
+
+@pytest.mark.parametrize(
+    ("version", "refusal"),
+    [
+        ('{ script = "count.py", start_timeout = "soon" }', r"versions\.v1\.start_timeout = 'soon': give a positive"),
+        ('{ script = "count.py", start_timeout = 0 }', r"versions\.v1\.start_timeout = 0: give a positive"),
+        ('{ application = "count.py", start_timeout = 60 }', r"versions\.v1: start_timeout is the time a script"),
+    ],
+)
+def test_a_start_timeout_that_cannot_apply_is_refused(tmp_path: Path, version: str, refusal: str) -> None:
+    (tmp_path / "count.py").touch()
+    jobs = write_jobs(tmp_path, extra=f"[jobs.counts]\nversions.v1 = {version}\n")
+    with pytest.raises(InvalidInput, match=refusal):
+        load_jobs(str(jobs))

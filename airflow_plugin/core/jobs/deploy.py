@@ -450,6 +450,7 @@ def submit_spec(
         application=str(tool_path("run_script")) if version.script else version.application,
         app_args=[
             *(("--script", version.script) if version.script else ()),
+            *(("--script-start-timeout", version.start_timeout) if version.start_timeout else ()),
             "--store",
             ctx.store.uri,
             "--job",

@@ -65,6 +65,9 @@ class VersionSpec:
     # an ordinary streaming script run as it is, its query taken over when it starts (spark_jobs/runtime/script.py);
     # a version has an application or a script
     script: str | None = None
+    # a script version's time from its start to its query's start, "5 minutes" by default (a script that reads a
+    # large input first needs more): past it, the deployment is refused (SCRIPT_START_TIMEOUT)
+    start_timeout: str | None = None
 
     @property
     def code(self) -> str:
@@ -165,6 +168,21 @@ def _migrate(value: Any, where: str) -> str | None:
     return value
 
 
+def _start_timeout(value: Any, where: str) -> str | None:
+    """An interval ("10 minutes") or a number of seconds, as the seconds the script runner takes."""
+    if value is None:
+        return None
+    seconds = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if seconds is None and isinstance(value, str):
+        try:
+            seconds = interval_seconds(value)
+        except InvalidInput:
+            seconds = None
+    if seconds is None or seconds <= 0:
+        raise InvalidInput(f'{where} = {value!r}: give a positive time, e.g. "10 minutes" or 600 (seconds)')
+    return f"{seconds:g}"
+
+
 def _application(base: Path, value: str) -> str:
     """A job's .py file: next to the jobs file, else in an installed package, else (missing) next to it."""
     resolved = _resolve(base, value)
@@ -240,6 +258,11 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
                     "script (an ordinary streaming script, run as it is), one of the two"
                 )
             _known(spec, VERSION_KEYS, f"{where} versions.{version}")
+            if "start_timeout" in spec and "script" not in spec:
+                raise InvalidInput(
+                    f"{where} versions.{version}: start_timeout is the time a script has to start its query; an "
+                    "application's build returns its query at once: drop start_timeout"
+                )
             if "script" in spec and spec.get("migrate"):
                 raise InvalidInput(
                     f"{where} versions.{version}: a script takes no migrate function (a migration gives the state to "
@@ -252,6 +275,7 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
                 conf=_conf(spec.get("conf", {}), base, f"{where} versions.{version}.conf"),
                 args=_args(spec.get("args", []), base, f"{where} versions.{version}.args"),
                 migrate=_migrate(spec.get("migrate"), f"{where} versions.{version}.migrate"),
+                start_timeout=_start_timeout(spec.get("start_timeout"), f"{where} versions.{version}.start_timeout"),
             )
         if not versions:
             raise InvalidInput(f'{where} declares no versions: add e.g. versions.v1 = {{ application = "job.py" }}')

@@ -1,7 +1,7 @@
 """A script run as it is under the runtime (spark_jobs/runtime/script.py): the refusals without Spark, then on
 the tests' session a query taken over (checkpoint, name and trigger replaced, stopped with a drain on request, the
-script's awaitTermination returning) and a second query refused with nothing left running; and a refusal through the
-CLI's deploy and a real driver (exit 9)."""
+script's awaitTermination returning), one started by toTable writing its table, and a second query refused with
+nothing left running; and a refusal through the CLI's deploy and a real driver (exit 9)."""
 
 from __future__ import annotations
 
@@ -100,6 +100,16 @@ open(sys.argv[1] + "/after-await", "w").write(query.name)
 spark.stop()
 """
 
+TO_TABLE = """
+import sys
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.getOrCreate()
+rows = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+query = rows.writeStream.format("parquet").option("path", sys.argv[1] + "/table").toTable("script_rate_rows")
+query.awaitTermination()
+"""
+
 TWO_QUERIES = """
 from pyspark.sql import SparkSession
 
@@ -134,11 +144,31 @@ def test_a_query_is_taken_over_until_stopped_and_a_second_query_is_refused(
     assert any("30000" in warning and "1 second" in warning for warning in status.warnings), status.warnings
     assert spark.sparkContext._jsc is not None, "the script's spark.stop() left the session to the runtime"
 
+    tabled = _runner(tmp_path / "table", TO_TABLE.replace("sys.argv[1]", repr(str(tmp_path / "table"))))
+    thread = threading.Thread(target=lambda: codes.append(tabled.run(lambda: spark)))
+    thread.start()
+    try:
+        wait_for(lambda: _last_batch(tabled) >= 1, "the toTable query's second batch", 120)
+        Deployments(open_storage(str(tmp_path / "table" / "store"))).request("j", "d", ControlRequest("rq-2", "stop"))
+        thread.join(60)
+        status = _status(tabled)
+        assert (codes[-1], status.state) == (0, State.STOPPED), status
+        assert status.sink == f"FileSink[file:{tmp_path / 'table' / 'table'}]", "the table's files, as Spark says"
+        assert (tmp_path / "table" / "checkpoint" / "commits" / "1").is_file(), "the deployment's checkpoint"
+        assert spark.read.table("script_rate_rows").count() > 0, "toTable wrote the script's table"
+    finally:
+        spark.sql("DROP TABLE IF EXISTS script_rate_rows")
+
     refused = _runner(tmp_path / "two", TWO_QUERIES)
     code = refused.run(lambda: spark)
     status = _status(refused)
     assert (status.state, status.error_class, code) == (State.FAILED, SECOND_QUERY, EXIT_SCRIPT_REFUSED)
     wait_for(lambda: not spark.streams.active, "nothing left running (Spark lists a stopped query a moment)", 30)
+
+
+def _last_batch(runner: ScriptRunner) -> int:
+    status = runner.deployments.status("j", "d")
+    return -1 if status is None or status.last_batch_id is None else status.last_batch_id
 
 
 def _status_or_none(runner: ScriptRunner) -> State | None:

@@ -1,8 +1,8 @@
 """The planning `savepoints deploy JOB --restore latest-savepoint` does before it writes anything but its
 lease, in a process of its own (history_bench.py measures it): under the job's lease, the deployments that
 may still run (there must be none), the newest COMPLETED savepoint, the new location's check, and the
-restore plan (its Kafka positions checked when it has any). The engine calls of core/jobs/deploy.py
-`_deploy`, in its order, through their public names.
+restore plan (its Kafka positions checked when it has any): core/jobs/deploy.py `plan_deploy`, on the
+deployments the lease's operation found, as `deploy` runs it.
 
     python -m bench.deploy_plan --jobs FILE --job JOB
 """
@@ -13,26 +13,16 @@ import argparse
 import json
 
 from airflow_plugin.core.context import Settings
-from airflow_plugin.core.jobs.deploy import live_deployments
-from airflow_plugin.core.jobs.deployments import new_deployment_id
-from airflow_plugin.core.snapshots.manifest import Kind
-from airflow_plugin.core.snapshots.restore import plan_restore
+from airflow_plugin.core.jobs.deploy import DeployRequest, plan_deploy
 
 
 def plan(jobs: str, job: str) -> dict[str, object]:
     ctx = Settings(jobs_file=jobs).resolve().job(job)
-    with ctx.operation("deploy"):
-        live = live_deployments(ctx)
-        if live:
-            raise SystemExit(f"job {job} has a live deployment ({live[0][0].id}): the planning would refuse")
-        source = ctx.store.latest(ctx.name, kind=Kind.SAVEPOINT)
-        checkpoint = ctx.checkpoint_location(new_deployment_id())
-        owners = [d.id for d in ctx.deployments.list(ctx.name) if d.checkpoint.rstrip("/") == checkpoint]
-        if owners or ctx.open(checkpoint).exists():
-            raise SystemExit(f"{checkpoint} is taken")
-        target = ctx.open(checkpoint)
-        restore = plan_restore(ctx.store, ctx.name, source.id, target, open_location=ctx.open, kafka=ctx.kafka)
-    return {"snapshot": source.id, "batch_id": source.batch_id, "files": len(restore.files)}
+    with ctx.operation("deploy") as found:
+        assert found is not None  # the outermost operation: what it found on taking the lease
+        planned = plan_deploy(ctx, DeployRequest(restore="latest-savepoint"), found)
+    assert planned.source is not None and planned.restore is not None
+    return {"snapshot": planned.source.id, "batch_id": planned.source.batch_id, "files": len(planned.restore.files)}
 
 
 def main() -> None:

@@ -254,21 +254,22 @@ class JobContext:
         return f"{self.spec.checkpoint_root.rstrip('/')}/{self.name}/{deployment_id}"
 
     @contextmanager
-    def operation(self, name: str) -> Iterator[None]:
+    def operation(self, name: str) -> Iterator[list[Deployment] | None]:
         """Hold the job's lease (core/lease.py) while an operation changes the job: a second operation on
         the same job, from anyone else, is refused at once (exit 4) naming the holder. Nested operations
-        share the lease of the outermost one."""
+        share the lease of the outermost one. Yields the job's deployments as the operation found them on
+        taking the lease (what it decides on, read once); None in a nested one (the outer one may have
+        changed them since: read them)."""
         if self._held.lease is not None:
             self._held.lease.check()
-            yield
+            yield None
             return
         holder = self.settings.holder or default_holder()
         lease = acquire(self.store.storage, self.name, holder, name, self.settings.lease_ttl)
         self._held.lease = lease
         try:
             with lease:
-                self.deployments.adopt_unlisted(self.name)  # what it decides on must not miss a deployment
-                yield
+                yield self.deployments.adopt_unlisted(self.name)  # what it decides on must not miss a deployment
                 if self.settings.keep_lease:
                     lease.keep()
         finally:

@@ -29,7 +29,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..context import JobContext
 from ..errors import CheckpointError, InvalidInput, NoState, NotFound, Refused
@@ -61,10 +61,11 @@ class DeployRequest:
     accept_source_gap: bool = False  # restore even if Kafka no longer holds records after the snapshot (recorded)
 
 
-def live_deployments(ctx: JobContext) -> list[tuple[Deployment, State]]:
-    """Deployments that run or may still run (LOST: no heartbeat, but perhaps alive elsewhere)."""
+def live_deployments(ctx: JobContext, listed: list[Deployment] | None = None) -> list[tuple[Deployment, State]]:
+    """Deployments that run or may still run (LOST: no heartbeat, but perhaps alive elsewhere), of `listed`: the
+    job's deployments as the caller read them (else read here)."""
     found = []
-    for deployment in ctx.deployments.list(ctx.name):
+    for deployment in ctx.deployments.list(ctx.name) if listed is None else listed:
         state = ctx.state_of(deployment)
         if state.live or state is State.LOST:
             found.append((deployment, state))
@@ -74,10 +75,13 @@ def live_deployments(ctx: JobContext) -> list[tuple[Deployment, State]]:
 FIRST_DEPLOYMENT = "latest-state of a job that never ran: no earlier deployment, no snapshot"
 
 
-def _restore_source(ctx: JobContext, mode: str, exclude: str | None = None) -> Manifest | None:
-    """The snapshot a deployment starts from; None for a fresh start (see `first_deployment`). `exclude`: the
-    deployment being activated (its empty location is no source)."""
-    if mode == "none" or first_deployment(ctx, mode, exclude):
+def _restore_source(
+    ctx: JobContext, mode: str, listed: list[Deployment], exclude: str | None = None
+) -> Manifest | None:
+    """The snapshot a deployment starts from; None for a fresh start (see `first_deployment`). `listed`: the
+    job's deployments, as read under its lease. `exclude`: the deployment being activated (its empty location
+    is no source)."""
+    if mode == "none" or first_deployment(ctx, mode, listed, exclude):
         return None
     if mode == "latest-savepoint":
         return ctx.store.latest(ctx.name, kind=Kind.SAVEPOINT)
@@ -87,7 +91,7 @@ def _restore_source(ctx: JobContext, mode: str, exclude: str | None = None) -> M
         newest = ctx.store.latest(ctx.name)
     except NotFound:
         newest = None
-    previous = [d for d in ctx.deployments.list(ctx.name) if d.id != exclude]
+    previous = [d for d in listed if d.id != exclude]
     if previous:
         last = previous[-1]
         location = ctx.open(last.checkpoint)
@@ -119,12 +123,13 @@ def _restore_source(ctx: JobContext, mode: str, exclude: str | None = None) -> M
     return newest
 
 
-def first_deployment(ctx: JobContext, mode: str, exclude: str | None = None) -> bool:
-    """latest-state for a job without any history (no deployment but `exclude`, no snapshot of any status):
-    there is no state to lose, so the deployment starts fresh (the deploy DAG's default, for a first deploy)."""
+def first_deployment(ctx: JobContext, mode: str, listed: list[Deployment], exclude: str | None = None) -> bool:
+    """latest-state for a job without any history (no deployment in `listed` but `exclude`, no snapshot of any
+    status): there is no state to lose, so the deployment starts fresh (the deploy DAG's default, for a first
+    deploy)."""
     if mode != "latest-state":
         return False
-    return not any(d.id != exclude for d in ctx.deployments.list(ctx.name)) and not ctx.store.list(ctx.name)
+    return not any(d.id != exclude for d in listed) and not ctx.store.list(ctx.name)
 
 
 def _newest_of_query(ctx: JobContext, query_id: str) -> Manifest | None:
@@ -147,7 +152,7 @@ def _plan(
     return plan_restore(
         ctx.store,
         ctx.name,
-        source.id,
+        source,
         ctx.open(checkpoint),
         rewind_sink=rewind_sink,
         open_location=ctx.open,
@@ -163,21 +168,44 @@ def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
     version = ctx.spec.launchable(request.version)
     if request.partitions is not None and request.partitions < 1:
         raise InvalidInput(f"cannot deploy with {request.partitions} state partitions: give a positive number")
-    with ctx.operation("deploy"):
-        return _deploy(ctx, request, version)
+    with ctx.operation("deploy") as found:
+        return _deploy(ctx, request, version, _listed(ctx, found))
 
 
-def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec) -> Deployment:
-    earlier = _earlier_attempt(ctx)
+def _listed(ctx: JobContext, found: list[Deployment] | None) -> list[Deployment]:
+    """The job's deployments under its lease: as the operation found them on taking it, read in a nested one
+    (see JobContext.operation). The steps of one deploy decide on this one read."""
+    return ctx.deployments.list(ctx.name) if found is None else found
+
+
+class DeployPlan(NamedTuple):
+    """What a deploy decided before it writes its deployment: the deployment's id and location, the snapshot it
+    starts from (None: fresh) and that snapshot's restore plan."""
+
+    deployment_id: str
+    checkpoint: str
+    source: Manifest | None
+    restore: RestorePlan | None
+
+
+def plan_deploy(ctx: JobContext, request: DeployRequest, listed: list[Deployment]) -> DeployPlan:
+    """Under the job's lease, `listed` its deployments as read under it: refused while one may still run, the
+    snapshot to start from (latest-state of a newer live checkpoint: that checkpoint snapshotted first), a
+    location of its own, the restore's plan (bench/deploy_plan.py measures it)."""
+    _refuse_while_live(ctx, listed)
+    source = _restore_source(ctx, request.restore, listed)
+    deployment_id = new_deployment_id()
+    checkpoint = _claimable_location(ctx, deployment_id, listed)
+    plan = _plan(ctx, source, checkpoint, request.rewind_sink, request.accept_source_gap)
+    return DeployPlan(deployment_id, checkpoint, source, plan)
+
+
+def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, listed: list[Deployment]) -> Deployment:
+    earlier = _earlier_attempt(ctx, listed)
     if earlier is not None:  # this request's process died after launching: the driver it started goes on
         wait_until_started(ctx, earlier, request.wait_seconds)
         return earlier
-    _refuse_while_live(ctx)
-    source = _restore_source(ctx, request.restore)
-
-    deployment_id = new_deployment_id()
-    checkpoint = _claimable_location(ctx, deployment_id)
-    plan = _plan(ctx, source, checkpoint, request.rewind_sink, request.accept_source_gap)
+    deployment_id, checkpoint, source, plan = plan_deploy(ctx, request, listed)
     build = build_of(ctx, version)
     fresh_rewinds = fresh_start(ctx, build, deployment_id, request.rewind_sink) if source is None else []
     rescale_to = None
@@ -248,20 +276,21 @@ def launch_beside(
     `--seed`: a replay's or a migration's start) with `initial_state` (a migration's), or from the start of its
     sources. Under the job's lease: the upgrade holds it."""
     version = ctx.spec.launchable(version_name)
-    with ctx.operation("deploy"):
-        earlier = _earlier_attempt(ctx)
+    with ctx.operation("deploy") as found:
+        listed = _listed(ctx, found)
+        earlier = _earlier_attempt(ctx, listed)
         if earlier is not None:
             wait_until_started(ctx, earlier, wait_seconds)
             return earlier
         source = ctx.store.get(ctx.name, snapshot_id)
         deployment_id = new_deployment_id()
-        checkpoint = _claimable_location(ctx, deployment_id)
+        checkpoint = _claimable_location(ctx, deployment_id, listed)
         plan, conf = None, {**ctx.spec.conf, **version.conf}
         if not fresh:
             plan = plan_restore(
                 ctx.store,
                 ctx.name,
-                source.id,
+                source,
                 ctx.open(checkpoint),
                 check_sinks=False,  # it writes its staging table; the live table is the old version's until the cutover
                 open_location=ctx.open,
@@ -295,14 +324,14 @@ def launch_beside(
         return deployment
 
 
-def _earlier_attempt(ctx: JobContext) -> Deployment | None:
+def _earlier_attempt(ctx: JobContext, listed: list[Deployment]) -> Deployment | None:
     """The deployment an earlier attempt of this same request made (a retried Airflow task whose worker
-    died): one it launched is taken over; one it recorded but never launched is marked FAILED so that it
-    does not read as starting, and the retry deploys anew."""
+    died), of `listed`: one it launched is taken over; one it recorded but never launched is marked FAILED
+    so that it does not read as starting (retired in `listed` too), and the retry deploys anew."""
     request_id = ctx.settings.request_id
     if not request_id:
         return None
-    for deployment in reversed(ctx.deployments.list(ctx.name)):
+    for deployment in reversed(listed):
         if deployment.request_id != request_id:
             continue
         state = ctx.state_of(deployment)
@@ -322,8 +351,8 @@ def _earlier_attempt(ctx: JobContext) -> Deployment | None:
     return None
 
 
-def _refuse_while_live(ctx: JobContext, besides: str | None = None) -> None:
-    for deployment, state in live_deployments(ctx):
+def _refuse_while_live(ctx: JobContext, listed: list[Deployment], besides: str | None = None) -> None:
+    for deployment, state in live_deployments(ctx, listed):
         if deployment.id == besides:
             continue
         gone = on_this_host(deployment.launcher) and not alive(deployment.launcher)
@@ -334,9 +363,10 @@ def _refuse_while_live(ctx: JobContext, besides: str | None = None) -> None:
             )
 
 
-def _claimable_location(ctx: JobContext, deployment_id: str) -> str:
+def _claimable_location(ctx: JobContext, deployment_id: str, listed: list[Deployment]) -> str:
+    """The new deployment's location, if no deployment in `listed` owns it and it is empty."""
     checkpoint = ctx.checkpoint_location(deployment_id)
-    owners = [d.id for d in ctx.deployments.list(ctx.name) if d.checkpoint.rstrip("/") == checkpoint]
+    owners = [d.id for d in listed if d.checkpoint.rstrip("/") == checkpoint]
     if owners or ctx.open(checkpoint).exists():
         owner = f"owned by deployment {', '.join(owners)}" if owners else "not empty"
         raise Refused(f"checkpoint location {checkpoint} is {owner}: every deployment needs its own; nothing done")
@@ -351,16 +381,18 @@ def prestart(
     `activate` moves only what changed since. No sink is checked or rewound here: the old version still
     runs; `activate` guards the sink against the snapshot it starts from."""
     version = ctx.spec.launchable(version_name)
-    with ctx.operation("deploy"):
-        return _prestart(ctx, version, wait_seconds, prerestore)
+    with ctx.operation("deploy") as found:
+        return _prestart(ctx, version, wait_seconds, prerestore, _listed(ctx, found))
 
 
-def _prestart(ctx: JobContext, version: VersionSpec, wait_seconds: float, prerestore: str | None) -> Deployment:
-    for other, state in live_deployments(ctx):
+def _prestart(
+    ctx: JobContext, version: VersionSpec, wait_seconds: float, prerestore: str | None, listed: list[Deployment]
+) -> Deployment:
+    for other, state in live_deployments(ctx, listed):
         if state is State.STANDBY:
             raise Refused(f"job {ctx.name} already has a pre-started deployment {other.id}: activate or stop it first")
     deployment_id = new_deployment_id()
-    checkpoint = _claimable_location(ctx, deployment_id)
+    checkpoint = _claimable_location(ctx, deployment_id, listed)
     deployment = Deployment(
         id=deployment_id,
         job=ctx.name,
@@ -395,12 +427,19 @@ def activate(
 ) -> Deployment:
     """Restore state into a pre-started deployment's location and start its query. Refused while any
     other deployment of the job is live (stop the old version first) or if it is not in STANDBY."""
-    with ctx.operation("deploy"):
-        return _activate(ctx, deployment_id, restore, wait_seconds, rewind_sink, accept_source_gap)
+    with ctx.operation("deploy") as found:
+        listed = _listed(ctx, found)
+        return _activate(ctx, deployment_id, restore, wait_seconds, rewind_sink, accept_source_gap, listed)
 
 
 def _activate(
-    ctx: JobContext, deployment_id: str, restore: str, wait_seconds: float, rewind_sink: bool, accept_source_gap: bool
+    ctx: JobContext,
+    deployment_id: str,
+    restore: str,
+    wait_seconds: float,
+    rewind_sink: bool,
+    accept_source_gap: bool,
+    listed: list[Deployment],
 ) -> Deployment:
     deployment = ctx.deployments.get(ctx.name, deployment_id)
     state = ctx.state_of(deployment)
@@ -409,8 +448,8 @@ def _activate(
             f"deployment {deployment_id} of job {ctx.name} is {state}, not a pre-started driver in STANDBY; "
             f"deploy normally (`savepoints deploy {ctx.name} --restore {restore}`)"
         )
-    _refuse_while_live(ctx, besides=deployment_id)
-    source = _restore_source(ctx, restore, exclude=deployment_id)
+    _refuse_while_live(ctx, listed, besides=deployment_id)
+    source = _restore_source(ctx, restore, listed, exclude=deployment_id)
     if source is None and deployment.prerestored_from:
         raise Refused(
             f"deployment {deployment_id} holds a restore of snapshot {deployment.prerestored_from}: it cannot "

@@ -255,19 +255,21 @@ class Deployments:
                 return
         raise Conflict(f"deployment {deployment.id} of job {deployment.job} kept changing while it was written: retry")
 
-    def adopt_unlisted(self, job: str) -> list[str]:
+    def adopt_unlisted(self, job: str) -> list[Deployment]:
         """Settle into the job's index the records it does not list (an older savepoints keeps no index): their
         ids from one delimited listing of the job's deployments. What an operation under the job's lease does
-        first, so that a deploy never misses a deployment an older savepoints started."""
+        first, so that a deploy never misses a deployment an older savepoints started. Returns the job's
+        deployments as `list` does, from the index it read."""
         index = self.index(job)
-        unlisted = sorted(set(self.storage.children(layout.deployments_prefix(job))) - set(index.view()))
-        if not unlisted:
-            return []
-        index.settle(unlisted)  # a directory without a record (a pre-flight's throwaway run) stays unlisted
-        adopted = sorted(set(unlisted) & set(index.view()))
-        if adopted:
-            log.warning("job %s: deployments %s were not in its index (an older savepoints?): added", job, adopted)
-        return adopted
+        view = index.view()
+        unlisted = sorted(set(self.storage.children(layout.deployments_prefix(job))) - set(view))
+        if unlisted:
+            index.settle(unlisted)  # a directory without a record (a pre-flight's throwaway run) stays unlisted
+            view = index.view()
+            adopted = sorted(set(unlisted) & set(view))
+            if adopted:
+                log.warning("job %s: deployments %s were not in its index (an older savepoints?): added", job, adopted)
+        return self._listed(job, view)
 
     def final(self, deployment: Deployment) -> DeploymentStatus | None:
         """The heartbeat of a retired deployment, once its driver ended (a terminal state): it changes no more."""
@@ -289,7 +291,10 @@ class Deployments:
 
     def list(self, job: str) -> list[Deployment]:
         """A job's deployments, oldest first: one read of its index (and of the records it marks)."""
-        entries = sorted(self.index(job).view().items())
+        return self._listed(job, self.index(job).view())
+
+    def _listed(self, job: str, view: dict[str, DeploymentEntry]) -> list[Deployment]:
+        entries = sorted(view.items())
         for deployment_id, entry in entries:
             if entry.final is not None:
                 self._finals[(job, deployment_id)] = entry.final

@@ -99,7 +99,7 @@ class RestorePlan:
 def plan_restore(
     store: SnapshotStore,
     job: str,
-    snapshot_id: str,
+    snapshot: str | Manifest,
     target: Storage,
     *,
     rewind_sink: bool = False,
@@ -121,8 +121,9 @@ def plan_restore(
     `check_sources=False` for copies that never read a source (deep verify) or are checked again before
     they start (an upgrade's early restore). `spark`: the job's Spark conf and environment, for a rewind that
     runs Spark (a Delta table's RESTORE). `new_query_id`: the restored query gets an id of its own (a blue/green
-    upgrade's green runs beside the snapshot's query, and sinks tell queries apart by id)."""
-    manifest = _completed(store, job, snapshot_id)
+    upgrade's green runs beside the snapshot's query, and sinks tell queries apart by id). `snapshot`: its id
+    (or `latest`), or its manifest as the caller just read it (not read again)."""
+    manifest = _completed(store, job, snapshot)
     plan = RestorePlan(manifest, target, [])
     plan.files, plan.dropped, plan.rewrites = _checkpoint_files(manifest)
     if onto is None:
@@ -152,8 +153,8 @@ def plan_restore(
     return plan
 
 
-def _completed(store: SnapshotStore, job: str, snapshot_id: str) -> Manifest:
-    manifest = store.get(job, snapshot_id)
+def _completed(store: SnapshotStore, job: str, snapshot: str | Manifest) -> Manifest:
+    manifest = store.get(job, snapshot) if isinstance(snapshot, str) else snapshot
     if manifest.status is not SnapshotStatus.COMPLETED:
         detail = f": {manifest.error}" if manifest.error else ""
         raise Refused(

@@ -118,6 +118,14 @@ def check_start(sink: SinkRef, checkpoint: str) -> None:
         return
     if position is None:
         start, rewind = FRESH_START, rewind_of_fresh_start(sink, storage)
+    elif position.stateful and position.pending is not None and found.skipped == str(position.pending):
+        # the driver died after the sink took its batch and before Spark recorded it: this checkpoint, restored
+        # with a rewind of its own sink position, still holds that batch; an earlier snapshot can
+        start = f"at batch {position.pending} (logged, never committed: its driver died after the sink took it)"
+        rewind = (
+            f"restore the newest snapshot from before batch {position.pending} with --rewind-sink (`savepoints list "
+            f"--job JOB`): the sink goes back to it and every later batch runs again from the same source positions"
+        )
     else:
         start = f"at batch {position.next_batch}"
         rewind = "rewinding belongs to the restore that made this checkpoint: restore again with --rewind-sink"

@@ -105,6 +105,17 @@ def test_the_runtime_refuses_to_start_a_query_whose_sink_is_ahead(tmp_path: Path
         check_start(sink, str(restored))
     assert SinkAhead.error_class == SINK_AHEAD
 
+    # a driver killed after the Delta table took its batch 3 and before Spark committed it: the latest state
+    # still holds that batch pending; the way out is an earlier snapshot, rewound
+    crashed = write_checkpoint(tmp_path / "crashed", batches=3, pending=True)
+    table = tmp_path / "table"
+    for version in range(4):
+        write(table, version, QUERY_ID, version)
+    with pytest.raises(
+        SinkAhead, match=r"at batch 3 \(logged, never committed.*restore the newest snapshot from before"
+    ):
+        check_start(SinkRef(DELTA, str(table)), str(crashed))
+
 
 def test_a_refused_start_ends_the_wait_as_a_refusal(tmp_path: Path) -> None:
     job = Settings(jobs_file=str(write_jobs(tmp_path))).resolve().job("orders")

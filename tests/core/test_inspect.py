@@ -1,12 +1,13 @@
 """`savepoints inspect` and `savepoints diff`: Spark's state data source reads a snapshot's state in an
-application of its own, from a scratch restore, on a RocksDB and an HDFS-backed checkpoint and a
-stream-stream join (named stores). Rows, partitions, keys and changes are checked against the state read here,
-in the test's own session, from the original checkpoint."""
+application of its own, from a scratch restore, on a RocksDB checkpoint, an HDFS-backed one of windowed counts
+(the oldest event-time window) and a stream-stream join (named stores). Rows, partitions, keys and changes are
+checked against the state read here, in the test's own session, from the original checkpoint."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -15,16 +16,32 @@ from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapsho
 from airflow_plugin.core.snapshots.inspect import diff_snapshots, inspect_snapshot
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
-from tests.support.spark_kinds import KINDS, read_state, run_rounds
+from tests.support.spark_kinds import EVENT_SCHEMA, KINDS, Kind, last_value_per_key, read_state, run_rounds
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("kind_name", ["rocksdb", "hdfs", "join"])
+def _windowed(spark: SparkSession, input_dir: str) -> DataFrame:
+    """Counts per user and 10-minute window of event time (event n at minute n), nothing evicted yet."""
+    from pyspark.sql import functions as F
+
+    events = spark.readStream.schema(EVENT_SCHEMA).json(input_dir)
+    timed = events.withColumn("ts", F.timestamp_seconds(F.col("n") * 60)).withWatermark("ts", "1 day")
+    return timed.groupBy(F.window("ts", "10 minutes"), "user").agg(F.count("*").alias("cnt"), F.sum("n").alias("total"))
+
+
+# the HDFS-backed provider (no confs), its keys a window and a user
+WINDOWED = Kind("windowed", _windowed, "update", "foreach_batch", last_value_per_key("user"))
+
+
+@pytest.mark.parametrize("kind_name", ["rocksdb", "windowed", "join"])
 def test_inspect_reads_every_store_and_diff_tells_what_changed(
     spark, tmp_path: Path, kind_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    kind = KINDS[kind_name]
+    kind = WINDOWED if kind_name == "windowed" else KINDS[kind_name]
     store = SnapshotStore(open_storage(str(tmp_path / "store")))
     ckpt, inputs, output = (str(tmp_path / d) for d in ("ckpt", "in", "out"))
     query = kind.start(spark, ckpt, inputs, output)
@@ -58,6 +75,14 @@ def test_inspect_reads_every_store_and_diff_tells_what_changed(
         )
         wanted = [r for r in rows if key in json.dumps(json.loads(r)["key"])]
         assert len(op["matches"]) == len(wanted)
+        if kind_name == "windowed":  # the oldest window of event time the state holds, and a key of it
+            starts = [json.loads(r)["key"]["window"]["start"] for r in rows]
+            assert op["oldest_window_start"] == min(starts) and len(set(starts)) > 1, (op, starts)
+            assert json.loads(op["oldest_key"])["user"] in {
+                json.loads(r)["key"]["user"] for r in rows if json.loads(r)["key"]["window"]["start"] == min(starts)
+            }
+        else:
+            assert "oldest_window_start" not in op, "a key without a window has no oldest window"
     if kind_name == "join":
         return  # the rest is the same code for every kind
 

@@ -26,21 +26,19 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any
 from xml.sax.saxutils import escape
 
 from devtools import java, jvm
-from devtools.jvm_service import end_process, free_ports, without_stack_frames
+from devtools.jvm_service import JvmService, free_ports
 
 START_TIMEOUT_SECONDS = 240.0  # four servers in one JVM on 2 busy cores (about 10 s when idle)
 STOP_TIMEOUT_SECONDS = 60.0  # a stop takes a few seconds (MiniHadoop.java bounds YARN's)
-PORT_ATTEMPTS = 3  # a free port picked here can be taken by another process before Hadoop binds it
 LAUNCHER = Path(__file__).resolve().parent / "jvm" / "MiniHadoop.java"
 NODE_MEMORY_MB = 4096  # what the NodeManager offers: two applications of a driver and an executor
 LOOPBACK = "127.0.0.1"
@@ -87,67 +85,56 @@ def java_home() -> Path:
     return home
 
 
-class MiniHadoop:
+class MiniHadoop(JvmService):
+    what = "the mini Hadoop cluster"
+    error = HadoopError
+    dir_prefix = "mini-hadoop-"
+    log_name = "hadoop.log"
+    stop_timeout = STOP_TIMEOUT_SECONDS
+
     def __init__(self, start_timeout: float = START_TIMEOUT_SECONDS) -> None:
-        self.start_timeout = start_timeout
+        super().__init__(start_timeout)
         self.ports: dict[str, int] = {}
-        self._dir: Path | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
 
     # --- lifecycle ---
 
-    def start(self) -> MiniHadoop:
+    def _java_command(self) -> list[str]:
         problem = java.java_problem()
         if problem:
             raise HadoopError(f"the mini Hadoop cluster needs Java: {problem}")
-        home = java_home()
-        command = [
-            str(home / "bin" / "java"),
+        return [
+            str(java_home() / "bin" / "java"),
             "-Xmx768m",
             "-XX:TieredStopAtLevel=1",  # C1 only: a test cluster starts faster and needs no peak speed
             *_ADD_OPENS,
             "-cp",
             os.pathsep.join(str(jar) for jar in jvm.classpath("hadoop-minicluster")),
         ]
-        self._dir = Path(tempfile.mkdtemp(prefix="mini-hadoop-"))
-        try:
-            for attempt in range(1, PORT_ATTEMPTS + 1):
-                if self._launch(command, home):
-                    self._write_client_conf()
-                    return self
-                _LOG.warning("Hadoop's ports were taken before it bound them (attempt %d): new ports", attempt)
-            raise HadoopError(f"the mini Hadoop cluster found no free ports in {PORT_ATTEMPTS} attempts")
-        except BaseException:  # Ctrl-C included: never leave a JVM behind
-            self.stop()
-            raise
 
-    def _launch(self, command: list[str], home: Path) -> bool:
+    def _launch(self, command: list[str]) -> bool:
         """Starts the cluster on new ports; False when another process took one of them first."""
-        assert self._dir is not None
-        self._end_process()
-        work = self._dir / "cluster"
+        directory = self._started_dir
+        work = directory / "cluster"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         names = ("namenode", "namenode_http", "rm", "rm_scheduler", "rm_tracker", "rm_admin", "rm_web")
         self.ports = dict(zip([*names, "nm", "nm_localizer", "nm_web"], free_ports(len(names) + 3), strict=True))
-        settings = self._dir / "settings.properties"
+        settings = directory / "settings.properties"
         settings.write_text("".join(f"{k}={v}\n" for k, v in self._config(work).items()))
-        (self._dir / "log4j2.properties").write_text(_LOG4J2)
-        ready = self._dir / "ready"
+        (directory / "log4j2.properties").write_text(_LOG4J2)
+        ready = directory / "ready"
         ready.unlink(missing_ok=True)
-        self._log = self.log_path.open("wb")  # this attempt's log only: its port check reads it
-        arguments = [str(settings), str(ready)]
-        self._process = subprocess.Popen(
-            [*command, f"-Dlog4j2.configurationFile={self._dir / 'log4j2.properties'}", str(LAUNCHER), *arguments],
+        log_config = f"-Dlog4j2.configurationFile={directory / 'log4j2.properties'}"
+        self._spawn(
+            [*command, log_config, str(LAUNCHER), str(settings), str(ready)],
             cwd=work,  # the mini YARN keeps its NodeManager's directories under ./target
             stdin=subprocess.PIPE,  # closed by stop(), or when this Python dies: the JVM then stops the cluster
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "JAVA_HOME": str(home)},
-            start_new_session=True,  # a terminal's Ctrl-C reaches Python only, which then stops the cluster
+            env={**os.environ, "JAVA_HOME": str(java_home())},
         )
-        return self._wait_until_ready(ready, time.monotonic() + self.start_timeout)
+        return self._wait_until(ready.exists, time.monotonic() + self.start_timeout, tail=400)
+
+    def _started(self) -> None:
+        self._write_client_conf()
 
     def _config(self, work: Path) -> dict[str, str | int]:
         ports = self.ports
@@ -189,27 +176,6 @@ class MiniHadoop:
             "yarn.nodemanager.process-kill-wait.ms": 500,
         }
 
-    def _wait_until_ready(self, ready: Path, deadline: float) -> bool:
-        """Polls for the launcher's ready file; False if a port was taken, HadoopError if the JVM died."""
-        assert self._process is not None
-        while time.monotonic() < deadline:
-            if ready.exists():
-                return True
-            try:
-                code = self._process.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                continue
-            if "Address already in use" in self.log_tail(400):
-                return False
-            raise HadoopError(
-                f"the mini Hadoop cluster exited with code {code} while starting (log: {self.log_path}):\n"
-                f"{without_stack_frames(self.log_tail(400))}"
-            )
-        raise HadoopError(
-            f"the mini Hadoop cluster did not come up within {self.start_timeout:.0f} s (log: {self.log_path}):\n"
-            f"{without_stack_frames(self.log_tail(400))}"
-        )
-
     def _write_client_conf(self) -> None:
         """The configuration a client needs (spark-submit's HADOOP_CONF_DIR, `hdfs dfs`, the engine's WebHDFS)."""
         ports = self.ports
@@ -231,23 +197,13 @@ class MiniHadoop:
             )
             (self.conf_dir / name).write_text(f'<?xml version="1.0"?>\n<configuration>\n{entries}</configuration>\n')
 
-    def stop(self) -> None:
-        self._end_process()
-        self._end_leftover_containers()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+    def _stop_request(self, process: subprocess.Popen[bytes]) -> Callable[[], None]:
+        """Closing its standard input makes the launcher stop YARN, then HDFS."""
+        stdin = process.stdin
+        return stdin.close if stdin is not None else process.terminate
 
-    def _end_process(self) -> None:
-        process, self._process = self._process, None
-        if process is not None:
-            # closing its standard input makes the launcher stop YARN, then HDFS
-            stdin = process.stdin
-            ask = stdin.close if stdin is not None else process.terminate
-            end_process(process, ask, STOP_TIMEOUT_SECONDS, "the mini Hadoop cluster", _LOG)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+    def _after_stop(self) -> None:
+        self._end_leftover_containers()
 
     def _end_leftover_containers(self) -> None:
         """Containers outlive a NodeManager that was killed rather than stopped: SIGKILL every process whose
@@ -262,12 +218,6 @@ class MiniHadoop:
                     os.kill(int(proc.name), signal.SIGKILL)
             except OSError:  # gone meanwhile, or not ours to read
                 continue
-
-    def __enter__(self) -> MiniHadoop:
-        return self.start()
-
-    def __exit__(self, *exc: tuple[type[BaseException], BaseException, TracebackType] | None) -> None:
-        self.stop()
 
     # --- facts ---
 
@@ -292,26 +242,6 @@ class MiniHadoop:
     def env(self) -> dict[str, str]:
         """The environment of a process that submits to this YARN or reads this HDFS through Hadoop."""
         return {"HADOOP_CONF_DIR": str(self.conf_dir)}
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    @property
-    def _started_dir(self) -> Path:
-        if self._dir is None:
-            raise HadoopError("the mini Hadoop cluster is not started: use `with MiniHadoop() as hadoop:`")
-        return self._dir
-
-    @property
-    def log_path(self) -> Path:
-        return self._started_dir / "hadoop.log"
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
 
     # --- the ResourceManager's REST API ---
 

@@ -19,20 +19,17 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 from devtools import java, jvm
-from devtools.jvm_service import end_process, free_ports, without_stack_frames
+from devtools.jvm_service import JvmService, free_ports, without_stack_frames
 
 START_TIMEOUT_SECONDS = 120.0  # two JVMs (format, then the broker) on 2 busy cores
 STOP_TIMEOUT_SECONDS = 20.0
-PORT_ATTEMPTS = 3  # a free port picked here can be taken by another process before the broker binds it
 
 # librdkafka's connection errors while the broker starts go to Python logging, not to stderr
 _LOG = logging.getLogger(__name__)
@@ -62,56 +59,48 @@ def _cluster_id() -> str:
             return cluster_id
 
 
-class EmbeddedKafka:
+class EmbeddedKafka(JvmService):
+    what = "the embedded Kafka broker"
+    error = KafkaError
+    dir_prefix = "embedded-kafka-"
+    log_name = "broker.log"
+    stop_timeout = STOP_TIMEOUT_SECONDS
+
     def __init__(
         self, broker_config: dict[str, str] | None = None, start_timeout: float = START_TIMEOUT_SECONDS
     ) -> None:
         """`broker_config` adds to or overrides the broker's server.properties (see _config)."""
+        super().__init__(start_timeout)
         self.broker_config = broker_config or {}
-        self.start_timeout = start_timeout
         self.port = 0
-        self._dir: Path | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
         self._admin: Any = None
 
     # --- lifecycle ---
 
-    def start(self) -> EmbeddedKafka:
+    def _java_command(self) -> list[str]:
         problem = java.java_problem()
         executable = java.java_executable()
         if problem or executable is None:
             raise KafkaError(f"the embedded Kafka broker needs Java: {problem}")
-        jvm_command = [
+        return [
             executable,
             "-Xmx512m",
             "-XX:TieredStopAtLevel=1",  # C1 only: a test broker starts faster and needs no peak speed
             "-cp",
             os.pathsep.join(str(jar) for jar in jvm.classpath("kafka-broker")),
         ]
-        self._dir = Path(tempfile.mkdtemp(prefix="embedded-kafka-"))
-        try:
-            for attempt in range(1, PORT_ATTEMPTS + 1):
-                if self._launch(jvm_command):
-                    return self
-                _LOG.warning("Kafka's ports were taken before it bound them (attempt %d): new ports", attempt)
-            raise KafkaError(f"the embedded Kafka broker found no free ports in {PORT_ATTEMPTS} attempts")
-        except BaseException:  # Ctrl-C included: never leave a JVM behind
-            self.stop()
-            raise
 
-    def _launch(self, jvm_command: list[str]) -> bool:
+    def _launch(self, command: list[str]) -> bool:
         """Formats fresh storage and starts the broker; False when another process took one of its ports."""
-        assert self._dir is not None
-        self._end_process()
-        data = self._dir / "data"
+        directory = self._started_dir
+        data = directory / "data"
         shutil.rmtree(data, ignore_errors=True)
         self.port, controller_port = free_ports(2)
-        config = self._dir / "server.properties"
+        config = directory / "server.properties"
         settings = {**self._config(data, controller_port), **self.broker_config}
         config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
-        (self._dir / "log4j2.properties").write_text(_LOG4J2)
-        command = [*jvm_command, f"-Dlog4j2.configurationFile={self._dir / 'log4j2.properties'}"]
+        (directory / "log4j2.properties").write_text(_LOG4J2)
+        command = [*command, f"-Dlog4j2.configurationFile={directory / 'log4j2.properties'}"]
         deadline = time.monotonic() + self.start_timeout
         try:
             formatted = subprocess.run(
@@ -128,15 +117,19 @@ class EmbeddedKafka:
                 f"formatting the embedded Kafka broker's storage failed (exit {formatted.returncode}):\n"
                 f"{without_stack_frames(formatted.stdout + formatted.stderr)}"
             )
-        self._log = self.log_path.open("wb")  # this attempt's log only: its port check reads it
-        self._process = subprocess.Popen(
-            [*command, "kafka.Kafka", str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a terminal's Ctrl-C reaches Python only, which then stops the broker
-        )
-        return self._wait_until_ready(deadline)
+        self._spawn([*command, "kafka.Kafka", str(config)])
+        admin = self._admin_client()
+
+        def listed() -> bool:
+            try:
+                if admin.list_topics(timeout=1.0).brokers:  # an unfenced broker answers with itself
+                    self._admin = admin
+                    return True
+            except Exception:  # KafkaException: not listening yet
+                pass
+            return False
+
+        return self._wait_until(listed, deadline)
 
     def _config(self, data: Path, controller_port: int) -> dict[str, str | int]:
         return {
@@ -170,76 +163,15 @@ class EmbeddedKafka:
             "num.io.threads": 2,
         }
 
-    def _wait_until_ready(self, deadline: float) -> bool:
-        """Polls the broker until it lists itself; False if its port was taken, KafkaError if it died."""
-        assert self._process is not None
-        admin = self._admin_client()
-        while time.monotonic() < deadline:
-            try:
-                if admin.list_topics(timeout=1.0).brokers:  # an unfenced broker answers with itself
-                    self._admin = admin
-                    return True
-            except Exception:  # KafkaException: not listening yet
-                pass
-            try:
-                code = self._process.wait(timeout=0.2)
-            except subprocess.TimeoutExpired:
-                continue
-            if "Address already in use" in self.log_tail(200):
-                return False
-            raise KafkaError(
-                f"the embedded Kafka broker exited with code {code} while starting:\n"
-                f"{without_stack_frames(self.log_tail(200))}"
-            )
-        raise KafkaError(
-            f"the embedded Kafka broker did not answer on {self.bootstrap} within {self.start_timeout:.0f} s "
-            f"(log: {self.log_path}):\n{self.log_tail()}"
-        )
-
-    def stop(self) -> None:
-        self._end_process()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-
     def _end_process(self) -> None:
         self._admin = None
-        process, self._process = self._process, None
-        if process is not None:
-            end_process(process, process.terminate, STOP_TIMEOUT_SECONDS, "the embedded Kafka broker", _LOG)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def __enter__(self) -> EmbeddedKafka:
-        return self.start()
-
-    def __exit__(self, *exc: tuple[type[BaseException], BaseException, TracebackType] | None) -> None:
-        self.stop()
+        super()._end_process()
 
     # --- facts ---
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    @property
-    def log_path(self) -> Path:
-        if self._dir is None:
-            raise KafkaError("the embedded Kafka broker is not started: use `with EmbeddedKafka() as kafka:`")
-        return self._dir / "broker.log"
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
-
-    # --- clients ---
 
     def _client_config(self) -> dict[str, Any]:
         return {

@@ -120,6 +120,9 @@ class GatedWriter:
         column = F.unix_millis(F.col(self.gate.column))
         batch = batch.persist()  # one run of the batch's plan (its state), however often it is read here
         try:
+            # the plan runs here, before any write: a batch a table already holds (its txn), which Delta then
+            # skips, still writes its state; a restored pending batch the live table took before a crash is safe
+            batch.count()
             if publish:
                 self._publish(batch, batch_id, column, publish[-1])
                 self._report(self.gate)

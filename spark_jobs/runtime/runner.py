@@ -254,7 +254,8 @@ class Runner:
         if sink is None:
             return
         self.board.update(sink=sink.description)
-        check_start(sink, delivery.checkpoint)
+        gated = not isinstance(gated_query(job, self.spark), str)  # the gate runs a batch's plan before its write
+        check_start(sink, delivery.checkpoint, runs_held_batches=gated)
 
     def _writer(self, job: StreamingJob, delivery: DeliveryPlan) -> DataStreamWriter:
         """The job's own writer; or, for a job whose Delta writes can be gated (it names its gate column), the

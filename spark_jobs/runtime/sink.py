@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from airflow_plugin.core.sinks import DELTA, FILE, SinkRef
-from airflow_plugin.core.sinks.guard import FRESH_START, SINK_AHEAD, ahead, rewind_of_fresh_start
+from airflow_plugin.core.sinks.guard import FRESH_START, SINK_AHEAD, ahead, rewind_of_fresh_start, start_bound
 from airflow_plugin.core.snapshots.checkpoint import read_position
 from airflow_plugin.core.storage import open_storage
 
@@ -108,19 +108,25 @@ def _qualified(path: str, spark: SparkSession) -> str:
     return str(hadoop_path.getFileSystem(conf).makeQualified(hadoop_path).toString())
 
 
-def check_start(sink: SinkRef, checkpoint: str) -> None:
-    """Raise SinkAhead when `sink` holds batches that a query starting on `checkpoint` would run."""
+def check_start(sink: SinkRef, checkpoint: str, *, runs_held_batches: bool = False) -> None:
+    """Raise SinkAhead when `sink` holds batches that a query starting on `checkpoint` would run.
+    `runs_held_batches`: the writer runs each batch's plan before its idempotent write (gate.py), so a pending
+    batch the sink already holds still writes its state: it may be replayed, as a stateless query's may."""
     position = read_position(open_storage(checkpoint))
     storage = open_storage(sink.location)
-    bound = position.sink_bound if position else -1
+    bound = -1
+    if position is not None:
+        stateful = position.stateful and not runs_held_batches
+        bound = start_bound(position.last_committed, position.pending, stateful)
     found = ahead(sink, storage, bound, position.query_id if position else None)
     if found is None:
         return
     if position is None:
         start, rewind = FRESH_START, rewind_of_fresh_start(sink, storage)
     elif position.stateful and position.pending is not None and found.skipped == str(position.pending):
-        # the driver died after the sink took its batch and before Spark recorded it: this checkpoint, restored
-        # with a rewind of its own sink position, still holds that batch; an earlier snapshot can
+        # the driver died after the sink took its batch and before Spark recorded it (a writer that is not gated:
+        # Delta's own sink skips the batch without running it): a restore of this checkpoint, even with a rewind
+        # to its own sink position, still finds that batch held; an earlier snapshot can
         start = f"at batch {position.pending} (logged, never committed: its driver died after the sink took it)"
         rewind = (
             f"restore the newest snapshot from before batch {position.pending} with --rewind-sink (`savepoints list "

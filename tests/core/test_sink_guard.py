@@ -115,6 +115,11 @@ def test_the_runtime_refuses_to_start_a_query_whose_sink_is_ahead(tmp_path: Path
         SinkAhead, match=r"at batch 3 \(logged, never committed.*restore the newest snapshot from before"
     ):
         check_start(SinkRef(DELTA, str(table)), str(crashed))
+    # a gated writer runs the batch's plan before Delta skips it: the pending batch is replayed, its state written
+    check_start(SinkRef(DELTA, str(table)), str(crashed), runs_held_batches=True)
+    write(table, 4, QUERY_ID, 4)  # but never a batch after the pending one: its offsets were never logged
+    with pytest.raises(SinkAhead, match=r"starts at batch 3: Spark would skip batches 4"):
+        check_start(SinkRef(DELTA, str(table)), str(crashed), runs_held_batches=True)
 
 
 def test_a_refused_start_ends_the_wait_as_a_refusal(tmp_path: Path) -> None:

@@ -234,6 +234,83 @@ def _delta_round_trip(path: str) -> list[int]:
     return sorted(row.id for row in _spark.read.format("delta").load(path).collect())
 
 
+# events of three files, one batch each: counts per key and minute of event time, a minute of watermark delay.
+# Batch 1 emits x's window (from batch 0's state) and adds to a's; batch 2 emits a's and z's (batch 1's state)
+_GATED_FILES = [
+    [("x", 10), ("a", 130), ("z", 160)],
+    [("a", 140), ("y", 300)],
+    [("w", 1200)],
+]
+
+
+def _run_gated(inputs: Path, checkpoint: Path, table: str) -> None:
+    from pyspark.sql import functions as F
+
+    from spark_jobs.runtime.gate import DeltaTarget, GatedWriter, GateState
+
+    events = _spark.readStream.schema("key string, ts timestamp").option("maxFilesPerTrigger", 1).json(str(inputs))
+    counts = events.withWatermark("ts", "1 minute").groupBy(F.window("ts", "1 minute"), "key").count()
+    rows = counts.select(F.col("window.end").alias("window_end"), "key", "count")
+    writer = GatedWriter(_spark, DeltaTarget(table), GateState("window_end"), str(checkpoint), print, print)
+    query = rows.writeStream.outputMode("append").foreachBatch(writer).option("checkpointLocation", str(checkpoint))
+    query.trigger(availableNow=True).start().awaitTermination(SPARK_CALL_TIMEOUT / 2)
+
+
+def _feed_gated(inputs: Path, index: int) -> None:
+    lines = [json.dumps({"key": key, "ts": second}) for key, second in _GATED_FILES[index]]
+    (inputs / f"{index}.json").write_text("\n".join(lines) + "\n")
+
+
+def _gated_replay_of_a_held_batch(root: str) -> dict[str, Any]:
+    """A stateful query written through the gate runs batches 0 and 1; then its checkpoint as a restore of the
+    driver's latest state after a crash between the table's commit of batch 1 and Spark's finds it: batch 1
+    pending (its commit and the state it wrote gone), the table holding it. The runtime's check lets it start
+    only because the gate runs a batch's plan before Delta skips its write; it replays batch 1 (state written,
+    nothing written twice) and batch 2 counts on that state."""
+    from airflow_plugin.core.sinks import DELTA, SinkRef
+    from spark_jobs.runtime.sink import SinkAhead, check_start
+
+    base = Path(root)
+    inputs, first, restored, table = base / "in", base / "first", base / "restored", str(base / "table")
+    inputs.mkdir(parents=True)
+    _spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")  # one batch a file
+    try:
+        for index in (0, 1):
+            _feed_gated(inputs, index)
+        _run_gated(inputs, first, table)
+        shutil.copytree(first, restored)
+        for crc in restored.rglob("*.crc"):  # a restore copies no checksum files
+            crc.unlink()
+        (restored / "commits" / "1").unlink()
+        removed = [f.unlink() or f.name for f in restored.glob("state/0/*/2.*")]  # state version 2: batch 1's
+        refused = ""
+        try:
+            check_start(SinkRef(DELTA, table), str(restored))
+        except SinkAhead as exc:
+            refused = str(exc)
+        check_start(SinkRef(DELTA, table), str(restored), runs_held_batches=True)
+        _feed_gated(inputs, 2)
+        _run_gated(inputs, restored, table)
+    finally:
+        _spark.conf.unset("spark.sql.streaming.noDataMicroBatches.enabled")
+    rows = _spark.read.format("delta").load(table).collect()
+    return {
+        "rows": sorted((row.key, row["count"]) for row in rows),
+        "removed": removed,
+        "refused": refused,
+        "commits": sorted(int(p.name) for p in (restored / "commits").iterdir() if p.name.isdigit()),
+    }
+
+
+def test_a_gated_query_replays_a_batch_its_table_already_holds(
+    spark_worker: Callable[..., Any], tmp_path: Path
+) -> None:
+    result = spark_worker("_gated_replay_of_a_held_batch", str(tmp_path))
+    assert result["removed"] and "logged, never committed" in result["refused"], result
+    assert result["commits"] == [0, 1, 2], result
+    assert result["rows"] == [("a", 2), ("x", 1), ("z", 1)], "every window once, batch 1's state counted"
+
+
 def test_spark_reads_a_topic(
     spark_worker: Callable[..., Any], kafka: EmbeddedKafka, new_topic: Callable[..., str]
 ) -> None:

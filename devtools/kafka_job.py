@@ -83,6 +83,7 @@ class KafkaFeeder:
         self.kafka, self.topic, self.events_per_round = kafka, topic, events_per_round
         self.rounds = self.events = self.produced = 0
         self.ends: dict[int, int] = {}
+        self.poisoned: dict[int, int] = {}  # `ends` once the latest poison event was produced
 
     def _produce(self, events: list[dict[str, object]]) -> None:
         records = [(str(e["user"]), json.dumps(e, separators=(",", ":"))) for e in events]
@@ -100,6 +101,7 @@ class KafkaFeeder:
         """One poison event (an ordinary event to every version but `poisoned`) as the next round."""
         self.events += 1
         self._produce([poison_event(self.rounds)])
+        self.poisoned = dict(self.ends)
 
     def flush(self) -> None:
         """The flush marker: far in the future, it closes every window (and is never counted)."""
@@ -109,9 +111,20 @@ class KafkaFeeder:
 def committed_offsets(checkpoint: str) -> dict[int, int]:
     """Per partition, the next offset after the latest committed batch (from offsets/N, as the engine parses it)."""
     commits = batches(checkpoint, "commits")
-    if not commits:
+    return _logged_offsets(checkpoint, commits[-1]) if commits else {}
+
+
+def began_at(checkpoint: str) -> dict[int, int]:
+    """Per partition, where the latest committed batch began: the end of the batch before it ({} for none)."""
+    commits = batches(checkpoint, "commits")
+    return _logged_offsets(checkpoint, commits[-1] - 1) if commits and commits[-1] > 0 else {}
+
+
+def _logged_offsets(checkpoint: str, batch: int) -> dict[int, int]:
+    try:
+        lines = open_storage(checkpoint).read(f"offsets/{batch}").decode().splitlines()
+    except FileNotFoundError:  # a restored checkpoint begins with the batch it was restored at
         return {}
-    lines = open_storage(checkpoint).read(f"offsets/{commits[-1]}").decode().splitlines()
     found: dict[int, int] = {}
     for position in kafka_positions(int(lines[0][1:]), lines[2:]):
         for partitions in position.offset.values():

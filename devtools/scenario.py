@@ -56,6 +56,7 @@ from devtools.kafka_job import (
     JOB,
     PARTITIONS,
     KafkaFeeder,
+    began_at,
     commit_gaps,
     committed_offsets,
     processed,
@@ -93,6 +94,15 @@ def _committed(lifecycle: Lifecycle, upgrade: Upgrade) -> int:
     if status is None or status.last_batch_id is None or new.restored_batch_id is None:
         return 0
     return status.last_batch_id - new.restored_batch_id
+
+
+def _otherwise(record: Upgrade, as_expected: bool) -> str:
+    """What a failed outcome check says beside what was expected: the phase the upgrade ended in, its error and
+    its steps (the scenario's only record of why, in a CI log)."""
+    if as_expected:
+        return ""
+    steps = "; ".join(f"{h['phase']}: {one_line(str(h.get('note') or ''), 200)}" for h in record.history)
+    return f" [it ended {record.phase}: {one_line(str(record.error or '-'), 300)}; steps: {steps}]"
 
 
 def _seconds(stamp: str) -> float:
@@ -215,6 +225,7 @@ class Lifecycle:
         """One run of the upgrade DAG (`mode`: the form's; auto, the pre-flight's choice), checked against what
         `expect` says. With `poison`, a poison event is produced once it holds for the upgrade's record: the
         `poisoned` version fails on it (before its cutover: an abort; after it: a rollback)."""
+        self._read_past_poison()
         before, upgrades = self.running(), len(self.upgrades())
         conf = {"job": JOB, "version": version, "mode": mode, "min_batches": 3, "kafka_lag_must_fall": True}
         if poison is not None and feeding is not None:
@@ -242,9 +253,11 @@ class Lifecycle:
             return record
         if expect is Outcome.ABORTED:
             green = Deployments(self.store.storage).get(JOB, str(record.new_deployment))
+            aborted = not result.succeeded and record.phase is Phase.ABORTED and not record.cut_over
             self.check(
-                not result.succeeded and record.phase is Phase.ABORTED and not record.cut_over,
-                f"upgrade DAG to {version} ({record.mode}): {green.id} failed before the cutover, the upgrade aborted",
+                aborted,
+                f"upgrade DAG to {version} ({record.mode}): {green.id} failed before the cutover, the upgrade aborted"
+                + _otherwise(record, aborted),
             )
             self.check(
                 [d.id for d in after] == [d.id for d in before],
@@ -257,10 +270,13 @@ class Lifecycle:
             )
             return record
         if expect is Outcome.ROLLED_BACK:
-            self.check(
-                not result.succeeded and record.phase is Phase.ROLLED_BACK and record.cut_over,
-                f"upgrade DAG to {version} ({record.mode}): it failed after the cutover, the upgrade rolled back",
-            )
+            rolled_back = not result.succeeded and record.phase is Phase.ROLLED_BACK and record.cut_over
+            if not self.check(
+                rolled_back,
+                f"upgrade DAG to {version} ({record.mode}): it failed after the cutover, the upgrade rolled back"
+                + _otherwise(record, rolled_back),
+            ):
+                return record  # nothing was rolled back: what follows would check what is not there
             redeployed = after[-1] if after else None
             self.check(
                 redeployed is not None
@@ -276,7 +292,9 @@ class Lifecycle:
                 redeployed.id if redeployed else None,
             )
             return record
-        self.check(result.succeeded and record.phase is Phase.DONE, f"upgrade DAG to {version}: {record.mode}, healthy")
+        done = result.succeeded and record.phase is Phase.DONE
+        if not self.check(done, f"upgrade DAG to {version}: {record.mode}, healthy" + _otherwise(record, done)):
+            return record
         new = Deployments(self.store.storage).get(JOB, str(record.new_deployment))
         self.check([d.id for d in after] == [new.id], f"{version} runs ({new.id}), the old version stopped")
         sources = (record.preflight or {}).get("sources") or {}
@@ -313,6 +331,18 @@ class Lifecycle:
             f"{status.last_batch_id if status else '-'} (first batch {status.kafka_lag_first if status else '-'})",
         )
         return record
+
+    def _read_past_poison(self) -> None:
+        """Wait until the running version's latest batch began after the last poison event: the pre-flight runs
+        the live savepoint's last batch again, so a `poisoned` version restored from one that holds the poison
+        would be blocked there (rightly), not fail where the scenario means it to."""
+        current, poisoned = self.running(), self.feeder.poisoned
+        if current and poisoned:
+            wait_for(
+                lambda: all(began_at(current[-1].checkpoint).get(p, 0) >= end for p, end in poisoned.items()),
+                f"{current[-1].id} to begin a batch after the poison event",
+                300,
+            )
 
     def upgrades(self) -> list[Upgrade]:
         return Upgrades(self.store.storage).list(JOB)

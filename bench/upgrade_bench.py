@@ -58,7 +58,20 @@ MODES = os.environ.get("UPGRADE_BENCH_MODES", "stop_restore blue_green replay").
 # events per round (5 minutes of event time, a round a second): the amount a replay reads scales with it. Both
 # rates stay under what a driver reads beside another on 2 cores (2,000 records a batch of about 5 s): at 2,000
 # a round neither version ever catches up, and the upgrade waits out its catch-up limit
-REPLAY_ROUNDS = (100, 200)
+# (replay runs at the example's 3 partitions only: at 200 a driver beside another keeps up with 20 events a round,
+# too few for a replay's records to tell a rate)
+REPLAY_ROUNDS = {3: (100, 200)}
+# events per round (a round a second) for cold start, stop_restore and blue_green: what one driver keeps up with
+# beside another on 2 cores. At 200 state partitions a batch takes some 10-20 s whatever it reads (it opens 400
+# RocksDB stores) and reads at most the job's 2,000 records, so 200 a second outgrow both versions and green
+# never catches up
+FEED = {3: 200, 200: 20}
+
+
+def feed_rate(partitions: int) -> int:
+    return FEED.get(partitions, min(FEED.values()))
+
+
 WARM_COMMITS = 8  # commits of the old version before an upgrade: its rhythm is measured on these
 STOP_RESTORE_LIMITS = {3: 0.2, 200: 0.35}
 GAP_LIMIT = 1.5
@@ -68,7 +81,7 @@ BUCKET = "bench-upgrade"
 class Run:
     """One measurement's job: its own topic, store prefix and table, events produced from a thread."""
 
-    def __init__(self, kafka: EmbeddedKafka, name: str, partitions: int, events_per_round: int = 200) -> None:
+    def __init__(self, kafka: EmbeddedKafka, name: str, partitions: int, events_per_round: int | None = None) -> None:
         directory = WORK / name
         directory.mkdir(parents=True)
         topic = f"{name}-{uuid.uuid4().hex[:6]}"
@@ -79,7 +92,7 @@ class Run:
         )
         self.job: JobContext = Settings(jobs_file=str(jobs_file)).resolve().job(JOB)
         self.table = self.job.open(table_of(lake))
-        self.feeder = KafkaFeeder(kafka, topic, events_per_round=events_per_round)
+        self.feeder = KafkaFeeder(kafka, topic, events_per_round=events_per_round or feed_rate(partitions))
         self.records = Deployments(self.job.store.storage)
 
     def commits(self, deployment: Deployment | None = None) -> list[float]:
@@ -222,7 +235,7 @@ def main() -> int:
 def measure(kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
     cold, downtimes, green = [], [], []
     memory: dict[str, list[float]] = {"stop_restore": [], "blue_green": []}
-    replays: dict[int, list[dict[str, Any]]] = {rate: [] for rate in REPLAY_ROUNDS}
+    replays: dict[int, list[dict[str, Any]]] = {rate: [] for rate in REPLAY_ROUNDS.get(partitions, ())}
     for pair in range(PAIRS):
         if "stop_restore" in MODES:
             cold.append(cold_start(Run(kafka, f"p{partitions}-cold-{pair}", partitions)))
@@ -236,10 +249,15 @@ def measure(kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
             memory["blue_green"].append(green[-1]["memory_mib"])
             log(f"{partitions} partitions, blue_green {pair + 1}/{PAIRS}: {green[-1]}")
         if "replay" in MODES:
-            for rate in REPLAY_ROUNDS:
+            for rate in replays:
                 replays[rate].append(replay(Run(kafka, f"p{partitions}-rp{rate}-{pair}", partitions, rate)))
                 log(f"{partitions} partitions, replay at {rate} events a round {pair + 1}/{PAIRS}: {replays[rate][-1]}")
     section = f"{partitions} partitions"
+    results.row(
+        section,
+        "events fed (cold start, stop_restore, blue_green)",
+        f"{feed_rate(partitions)} a second",
+    )
     if cold:
         _stop_restore_rows(section, partitions, cold, downtimes, results)
     if green:

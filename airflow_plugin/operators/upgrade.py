@@ -13,7 +13,7 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from .. import stats
 from ..compat import AirflowFailException
 from ..core.context import JobContext
-from ..core.jobs.preflight import DEFAULT_TIMEOUT, preflight
+from ..core.jobs.preflight import preflight
 from ..core.jobs.upgrade import rollback
 from ..core.upgrades.record import Phase, Upgrade, Upgrades
 from ..core.upgrades.run import begin, run_upgrade
@@ -184,7 +184,7 @@ class PreflightCheckOperator(SavepointsBaseOperator):
         snapshot_id: str = "latest",
         allow_renames: bool | str = False,
         accept_source_gap: bool | str = False,
-        timeout_seconds: float = DEFAULT_TIMEOUT,
+        timeout_seconds: float | None = None,  # None: the job's preflight_timeout (jobs file)
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

@@ -317,3 +317,37 @@ def test_a_start_timeout_that_cannot_apply_is_refused(tmp_path: Path, version: s
     jobs = write_jobs(tmp_path, extra=f"[jobs.counts]\nversions.v1 = {version}\n")
     with pytest.raises(InvalidInput, match=refusal):
         load_jobs(str(jobs))
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(None, 600.0), ('"20 minutes"', 1200.0), ("90", 90.0)])
+def test_the_preflight_timeout_is_the_jobs_to_set(tmp_path: Path, value: str | None, seconds: float) -> None:
+    extra = (
+        ""
+        if value is None
+        else f'[jobs.counts]\npreflight_timeout = {value}\nversions.v1 = {{ application = "job.py" }}\n'
+    )
+    jobs = load_jobs(str(write_jobs(tmp_path, extra=extra)))
+    assert jobs["counts" if value else "orders"].preflight_timeout == seconds
+
+
+def test_a_preflight_timeout_that_is_no_time_is_refused(tmp_path: Path) -> None:
+    jobs = write_jobs(
+        tmp_path, extra='[jobs.counts]\npreflight_timeout = "never"\nversions.v1 = { application = "job.py" }\n'
+    )
+    with pytest.raises(InvalidInput, match=r"jobs\.counts.*preflight_timeout = 'never': give a positive time"):
+        load_jobs(str(jobs))
+
+
+def test_a_throwaway_run_past_the_preflight_timeout_is_killed_and_the_error_names_the_setting(tmp_path: Path) -> None:
+    """The pre-flight's (and a migration check's) Spark application gets the job's preflight_timeout: past it,
+    it is killed, and the refusal says which setting to raise. A real spark-submit, killed a second in."""
+    from airflow_plugin.core.errors import Refused
+    from airflow_plugin.core.jobs.preflight import run_throwaway
+
+    (tmp_path / "slow.py").write_text("import time\n\ntime.sleep(120)\n")
+    extra = '[jobs.counts]\npreflight_timeout = 1\nversions.v1 = { application = "slow.py" }\n'
+    ctx = Settings(jobs_file=str(write_jobs(tmp_path, extra=extra))).resolve().job("counts")
+    started = time.monotonic()
+    with pytest.raises(Refused, match=r"did not finish within 1s .* raise preflight_timeout of job counts"):
+        run_throwaway(ctx, ctx.spec.launchable("v1"), "pf-1", str(tmp_path / "cp"), {}, (), what="preflight")
+    assert time.monotonic() - started < 60  # killed at its timeout, not left to run its two minutes

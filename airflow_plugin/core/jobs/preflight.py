@@ -40,7 +40,6 @@ from .spec import VersionSpec
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT = 600.0
 # Stored state schemas. Formats v1/v2: one file per state store, its key and value schema as JSON.
 _SCHEMA_FILE = re.compile(r"^state/.+/_metadata/schema$")
 # transformWithState (format v3): a file per run, `<batch>_<uuid>`, with a key and a value schema per state
@@ -247,11 +246,13 @@ def run_throwaway(
     runtime_args: tuple[str, ...],
     *,
     what: str,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
 ) -> ThrowawayRun:
     """Run `version` under the runtime with `runtime_args` (`--preflight ...`, `--migration ...`) on `checkpoint`
-    until it ends (STOPPED or FAILED in its status), killed after `timeout`; its status is removed afterwards."""
+    until it ends (STOPPED or FAILED in its status), killed after `timeout` (default: the job's
+    preflight_timeout); its status is removed afterwards."""
     job = ctx.spec
+    timeout = job.preflight_timeout if timeout is None else timeout
     spec = submit_spec(ctx, version, run_id, checkpoint, conf, runtime_args)
     spec = replace(spec, name=f"{job.name}-{version.name}-{what}")
     log_path = Path(job.log_dir) / job.name / f"{run_id}.log"
@@ -270,7 +271,9 @@ def run_throwaway(
             force_kill(handle)
             raise Refused(
                 f"the {what} of job {job.name} did not finish within {timeout:.0f}s (log {log_path}); it was killed. "
-                "The running deployment was not touched"
+                "The running deployment was not touched. If the log shows it still working (a state of many "
+                f"partitions on a slow store takes minutes), raise preflight_timeout of job {job.name} in the jobs "
+                "file"
             )
         if status is not None and status.state is State.STOPPED:
             return ThrowawayRun(State.STOPPED, status, str(log_path))
@@ -287,7 +290,7 @@ def preflight(
     version: str,
     *,
     allow_renames: bool = False,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
     accept_source_gap: bool = False,
 ) -> PreflightReport:
     """Run the pre-flight and return its report (`raise_if_blocked()` turns a block into an error). Before
@@ -314,7 +317,8 @@ def preflight(
         _prepare(ctx, manifest, probe, drop_schemas=True)
         conf = {**job.conf, **spec_version.conf, **manifest.spark_conf, **manifest.restore_conf}
         log.info("pre-flight of %s %s on snapshot %s (batch %s)", job.name, version, manifest.id, manifest.batch_id)
-        run = run_throwaway(ctx, spec_version, run_id, check_uri, conf, ("--preflight", probe_uri), what="preflight")
+        args = ("--preflight", probe_uri)
+        run = run_throwaway(ctx, spec_version, run_id, check_uri, conf, args, what="preflight", timeout=timeout)
         report.log, status = run.log, run.status
         if status is not None:
             report.sink, report.gate, report.replay = status.sink, status.gate, status.replay

@@ -90,6 +90,9 @@ class JobSpec:
     conf: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
     heartbeat_timeout: float = 30.0
+    # a pre-flight's or a migration check's throwaway Spark application is killed after this (seconds): it runs
+    # the snapshot's batch, which on a state of many partitions on a slow store takes minutes
+    preflight_timeout: float = 600.0
     retention: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     kafka: KafkaSettings | None = None  # the broker a Kafka job reads; the engine checks offsets against it
@@ -170,8 +173,11 @@ def _migrate(value: Any, where: str) -> str | None:
 
 def _start_timeout(value: Any, where: str) -> str | None:
     """An interval ("10 minutes") or a number of seconds, as the seconds the script runner takes."""
-    if value is None:
-        return None
+    return None if value is None else _positive_seconds(value, where)
+
+
+def _positive_seconds(value: Any, where: str) -> str:
+    """An interval ("10 minutes") or a number of seconds, as seconds (a string, as a command line takes it)."""
     seconds = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
     if seconds is None and isinstance(value, str):
         try:
@@ -299,6 +305,9 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
             conf=_conf(merged.get("conf", {}), base, f"{where} conf"),
             args=_args(merged.get("args", []), base, f"{where} args"),
             heartbeat_timeout=float(merged.get("heartbeat_timeout", 30)),
+            preflight_timeout=float(
+                _positive_seconds(merged.get("preflight_timeout", 600), f"{where} preflight_timeout")
+            ),
             retention=dict(merged.get("retention", {})),
             description=str(merged.get("description", "")),
             kafka=_kafka(merged.get("kafka"), where),

@@ -55,7 +55,13 @@ def seed_of(manifest: Manifest) -> dict[str, Any]:
 
 
 def run_migration(
-    ctx: JobContext, manifest: Manifest, version: str, function: str, initial_state: str, *, timeout: float = 600.0
+    ctx: JobContext,
+    manifest: Manifest,
+    version: str,
+    function: str,
+    initial_state: str,
+    *,
+    timeout: float | None = None,
 ) -> MigrationReport:
     """Run the migration of `manifest`'s state for `version` into `initial_state` and check it (see the module's
     doc). Returns the report; `passed` False says why in `reason`."""

@@ -40,6 +40,7 @@ def write_jobs_file(
     shuffle_partitions: int = 3,
     max_offsets_per_trigger: int = 2000,
     lake: str | None = None,
+    preflight_timeout: float | None = None,
 ) -> Path:
     """The windowed job's jobs file (devtools/windowed.py) for job `kafka_counts` reading `topic` on `bootstrap`:
     its `kafka` table, and the Kafka connector's jars as the repository's jobs.toml names them (a glob of
@@ -65,7 +66,8 @@ def write_jobs_file(
             "spark.jars": ",".join(str(jvm.link(group) / "*.jar") for group in groups),
             **({**delta_sink.SESSION_CONF, **windowed.SMALL_DELTA_TABLE} if lake is not None else {}),
         },
-        table=f'kafka = {{ bootstrap_servers = "{bootstrap}" }}',
+        table=f'kafka = {{ bootstrap_servers = "{bootstrap}" }}'
+        + (f"\npreflight_timeout = {preflight_timeout:g}" if preflight_timeout else ""),
         **on_lake,
     )
 

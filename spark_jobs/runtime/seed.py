@@ -1,11 +1,14 @@
 """The engine's starts that are not a restore (docs/architecture.md "Replay and migration"): `--seed` starts an
-empty checkpoint at given Kafka positions and watermark (a replay's or a migration's green), `--migration`
+empty checkpoint at given Kafka positions, or after given files of a file source, and watermark (a replay's or a
+migration's green), `--migration`
 asks for a migration run (migration.py). Both arrive as JSON; this module parses them and writes the seed.
 
 A seed is written into the checkpoint before the query starts, and only while it has no offsets yet (a
 restarted green continues from its own log):
 - `sources/<i>/0`: the Kafka source i's initial positions, the file Spark's Kafka source reads its
   `startingOffsets` from (format: airflow_plugin.core.snapshots.checkpoint.kafka_initial_offsets);
+- `sources/<i>/0` of a file source i: the files of the old version's log it starts after, counted as seen and
+  read by no batch (format and why: airflow_plugin.core.sources.files), its position `{"logOffset":0}`;
 - `offsets/0`: batch 0 planned with those positions as its end, and the seeded watermark. Without
   `commits/0` Spark re-runs batch 0 (MicroBatchExecution.populateStartOffsets), from the initial positions
   (the start of a first batch) to its logged end: the same positions, so batch 0 reads nothing and batch 1
@@ -20,12 +23,13 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_plugin.core.snapshots.checkpoint import kafka_initial_offsets
 from airflow_plugin.core.snapshots.restore import METADATA
-from airflow_plugin.core.sources import KAFKA, positions
+from airflow_plugin.core.sources import FILE, KAFKA, positions
+from airflow_plugin.core.sources import files as file_log
 from airflow_plugin.core.storage import open_storage
 
 if TYPE_CHECKING:
@@ -56,20 +60,32 @@ def _object(text: str, what: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Seed:
-    """Where an empty checkpoint starts: per source (in the query's order) its offset JSON or None, and the
-    watermark of the first batch."""
+    """Where an empty checkpoint starts: per source (in the query's order) its offset JSON or None, the
+    watermark of the first batch, and per file source the old checkpoint whose files it starts after (up to its
+    log id `through`, or modified before `before_ms`: airflow_plugin.core.upgrades.replay)."""
 
     offsets: tuple[str | None, ...]
     watermark_ms: int
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, data: dict[str, Any], what: str = "--seed") -> Seed:
-        offsets, watermark = data.get("offsets"), data.get("watermark_ms", 0)
+        offsets, watermark, files = data.get("offsets"), data.get("watermark_ms", 0), data.get("files") or {}
         if not isinstance(offsets, list) or not all(o is None or isinstance(o, str) for o in offsets):
             raise argparse.ArgumentTypeError(f"{what}: 'offsets' must be a list of offset JSON strings or nulls")
         if not isinstance(watermark, int) or isinstance(watermark, bool) or watermark < 0:
             raise argparse.ArgumentTypeError(f"{what}: 'watermark_ms' must be a non-negative integer")
-        return cls(tuple(offsets), watermark)
+        for source, bound in files.items() if isinstance(files, dict) else [("", None)]:
+            if not (
+                isinstance(bound, dict)
+                and isinstance(bound.get("checkpoint"), str)
+                and sum(isinstance(bound.get(k), int) for k in ("through", "before_ms")) == 1
+            ):
+                raise argparse.ArgumentTypeError(
+                    f"{what}: 'files' must map a source id to {{'checkpoint': URI, 'through' or 'before_ms': int}}, "
+                    f"got {source!r}: {bound!r}"
+                )
+        return cls(tuple(offsets), watermark, dict(files))
 
     @classmethod
     def from_json(cls, text: str) -> Seed:
@@ -126,20 +142,31 @@ def apply_seed(spark: SparkSession, checkpoint: str, seed: Seed, *, only_kafka: 
     if any(True for _ in storage.list("offsets/")):
         log.info("seed not applied: %s already has offsets (a restart continues its own log)", checkpoint)
         return False
-    not_kafka = [p for p in positions(1, [o or NO_OFFSET for o in seed.offsets]) if p.kind != KAFKA]
+    given = positions(1, [o or NO_OFFSET for o in seed.offsets])
+    not_kafka = [p for p in given if p.kind != KAFKA and not (p.kind == FILE and p.source in seed.files)]
     if not_kafka and not only_kafka:
         left_out = {int(p.source) for p in not_kafka}
-        seed = Seed(tuple(None if i in left_out else o for i, o in enumerate(seed.offsets)), seed.watermark_ms)
+        offsets = tuple(None if i in left_out else o for i, o in enumerate(seed.offsets))
+        seed = Seed(offsets, seed.watermark_ms, seed.files)
     elif not_kafka:
         raise SeedRefused(
             f"cannot start source(s) {', '.join(f'{p.source} ({p.kind})' for p in not_kafka)} at given positions: "
-            "only a Kafka source's start can be set. Start a job with another source fresh (no seed)"
+            "only a Kafka source's start, or a file source's files to start after, can be set. Start a job with "
+            "another source fresh (no seed)"
         )
     if storage.stat(METADATA) is None:  # the engine writes it for a green; a migration's check run has none
         storage.write(METADATA, json.dumps({"id": str(uuid.uuid4())}).encode())
-    for index, offset in enumerate(seed.offsets):
-        if offset is not None:
+    for index, offset in enumerate(seed.offsets):  # what is left: Kafka positions and seeded file sources
+        if str(index) in seed.files:
+            storage.write(f"sources/{index}/0", _seen_files(str(index), seed.files[str(index)]))
+        elif offset is not None:
             storage.write(f"sources/{index}/0", kafka_initial_offsets(offset))
     storage.write("offsets/0", offset_log_entry(spark, seed))
     log.info("seeded %s: batch 1 starts at %s, watermark %d ms", checkpoint, list(seed.offsets), seed.watermark_ms)
     return True
+
+
+def _seen_files(source: str, bound: dict[str, Any]) -> bytes:
+    """A file source's seeded log: the files of the old checkpoint's log (its source `source`) it starts after."""
+    logged = file_log.log_entries(open_storage(bound["checkpoint"]), source)
+    return file_log.seen_log(file_log.seen(logged, through=bound.get("through"), before_ms=bound.get("before_ms")))

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_plugin.core.snapshots.checkpoint import OffsetLog, kafka_initial_offsets, parse_kafka_initial_offsets
+from airflow_plugin.core.sources import files as file_log
 from airflow_plugin.core.sources import positions
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.mode import decide
@@ -136,9 +137,56 @@ def test_unbounded_state_replays_only_a_topic_that_holds_everything() -> None:
     assert "state_horizon" in trimmed.reason
 
 
-def test_a_file_source_replays_from_the_start_and_other_sources_not_at_all() -> None:
+def file_source_log(checkpoint: Path, compacted_through: int, after: int) -> list[str]:
+    """A file source's log as Spark writes it: `9.compact` holding log ids 0..9, then one file a log id up to
+    `after`, each taking in one file (modified at its log id's minute); the files' URIs by log id."""
+    directory = checkpoint / "sources" / "0"
+    directory.mkdir(parents=True, exist_ok=True)
+    uris = [f"file:///input/events-{i:03d}.json" for i in range(after + 1)]
+
+    def entry(i: int) -> str:
+        return json.dumps({"path": uris[i], "timestamp": i * MINUTE, "batchId": i}, separators=(",", ":"))
+
+    (directory / f"{compacted_through}.compact").write_text("v1\n" + "\n".join(entry(i) for i in range(10)))
+    for i in range(compacted_through + 1, after + 1):
+        (directory / str(i)).write_text(f"v1\n{entry(i)}")
+        (directory / f".{i}.crc").write_bytes(b"crc")  # Hadoop's checksums beside them are no log files
+    return uris
+
+
+def test_a_file_source_replays_the_files_since_the_batch_its_start_lies_in(tmp_path: Path) -> None:
+    # the query read log id b in batch b; the horizon (8 min) lies between batches 12 and 13
+    log = write_log(tmp_path, {b: (w * MINUTE, f'{{"logOffset":{b}}}') for b, w in {11: 6, 12: 7, 13: 8}.items()})
+    uris = file_source_log(tmp_path, 9, 13)
+    found = plan(log, snapshot_sources=positions(1, ['{"logOffset":13}']), watermarks=None)
+    start = found.start
+    assert start is not None and start.found == HISTORY and start.watermark_ms == 7 * MINUTE
+    assert start.files == {"0": {"checkpoint": log.storage.uri, "through": 11}}, "batch 12 began after log id 11"
+    assert start.seed == {"offsets": ['{"logOffset":0}'], "watermark_ms": 7 * MINUTE, "files": start.files}
+    assert "12 files skipped, 2 read again" in start.note and "batch 12" in found.reason
+
+    logged = file_log.log_entries(log.storage, "0")
+    assert [e["path"] for e in logged] == uris, "the compact file and the files after it, in order"
+    skipped = file_log.seen(logged, through=11)
+    seeded = [json.loads(line) for line in file_log.seen_log(skipped).decode().split("\n")[1:]]
+    assert [e["path"] for e in seeded] == uris[:12] and {e["batchId"] for e in seeded} == {file_log.SEEN_BEFORE_START}
+
+    # Spark keeps the newest 100 offset files: when they begin after the horizon, by the files' modification times
+    late = write_log(tmp_path / "late", {13: (8 * MINUTE, '{"logOffset":13}'), 14: (9 * MINUTE, '{"logOffset":14}')})
+    file_source_log(tmp_path / "late", 9, 14)
+    by_time = plan(late, snapshot_sources=positions(1, ['{"logOffset":14}']), watermarks=None).start
+    assert by_time is not None and by_time.found == TIMESTAMPS and by_time.watermark_ms == 8 * MINUTE
+    assert by_time.files == {"0": {"checkpoint": late.storage.uri, "before_ms": 7 * MINUTE}}, "W - horizon - margin"
+    assert "7 files skipped, 8 read again" in by_time.note
+    assert check_first_batch(by_time, 8 * MINUTE + 1) is not None, "checked against what green read, as Kafka's"
+
+
+def test_a_file_source_without_a_horizon_or_its_log_reads_every_file_and_other_sources_not_at_all() -> None:
     files = plan(None, snapshot_sources=positions(1, ['{"logOffset":7}']), watermarks=None)
     assert files.start is not None and files.start.found == FILES and files.start.seed is None
+    assert "every file" in files.reason and "checkpoint is gone" in files.reason
+    unbounded = plan(None, snapshot_sources=positions(1, ['{"logOffset":7}']), horizon_ms=None).start
+    assert unbounded is not None and unbounded.seed is None
     mixed = plan(None, snapshot_sources=positions(1, [kafka(1, 1), "42"]))
     assert mixed.start is None and "only Kafka sources" in mixed.reason
     assert plan(None, watermarks=None).start is None, "no broker to check the positions against"

@@ -20,10 +20,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from airflow_plugin.core.jobs.deployments import DeploymentStatus, State
-from airflow_plugin.core.snapshots.checkpoint import KAFKA_INITIAL_OFFSETS_PREFIX
+from airflow_plugin.core.snapshots.checkpoint import KAFKA_INITIAL_OFFSETS_PREFIX, OffsetLog
+from airflow_plugin.core.sources import files as file_log
+from airflow_plugin.core.sources import positions
+from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.upgrades.replay import HISTORY, plan_replay
 from devtools.jvm import spark_conf
 from spark_jobs import generate
-from spark_jobs.jobs.windowed import by_country, v3
+from spark_jobs.jobs.windowed import by_country, v1, v3
 from spark_jobs.jobs.windowed.common import JOB_CONF, STATE_HORIZON
 from spark_jobs.jobs.windowed.migrations import per_country
 from spark_jobs.jobs.windowed.output import read_output
@@ -194,6 +198,66 @@ def test_a_bad_migration_function_fails_the_run_naming_it(
     message = status.error_message or ""
     assert message.startswith(f"migration function {function}: ") and named in message, message
     assert not (tmp_path / "check" / "offsets").exists()  # nothing ran: the check comes after the function
+
+
+def _read_once(spark: SparkSession, job: Callable[..., StreamingJob], work: Path, name: str) -> Path:
+    """The windowed job `job` over `work/input`, a file a batch, until it has read every file: its output."""
+    args = ["--input", str(work / "input"), "--output", str(work / name), "--max-files-per-trigger", "1"]
+    writer = job(spark, args).writer.option("checkpointLocation", str(work / f"{name}-checkpoint"))
+    writer.trigger(availableNow=True).start().awaitTermination()
+    return work / name
+
+
+def _by_user_and_window(rows: list[dict[str, Any]], after_ms: int) -> dict[tuple[str, str], int]:
+    """Events per (user, window) of the windows ending after `after_ms`, whatever else a row is keyed by."""
+    counts: dict[tuple[str, str], int] = {}
+    for row in rows:
+        if int(datetime.fromisoformat(row["window_end"].replace("Z", "+00:00")).timestamp() * 1000) > after_ms:
+            key = (row["user"], row["window_end"])
+            counts[key] = counts.get(key, 0) + int(row["events"])
+    return counts
+
+
+@pytest.mark.spark
+def test_a_file_source_replay_reads_the_files_since_its_start_and_rebuilds_every_later_window(
+    spark: SparkSession, job_confs: None, tmp_path: Path
+) -> None:
+    """v1 reads six rounds (five minutes of event time each), a file a batch; its savepoint is at the batch that
+    read the fifth. The replay the engine plans for v3 (a new grouping key) from v1's checkpoint starts green after
+    the files v1 had read before the batch where the state v3 needs begins; the runtime's seed makes Spark skip
+    exactly those. Green then writes every window ending after the savepoint's watermark with v1's counts (per
+    user, summed over country)."""
+    for round_no in range(6):
+        generate.write_round(tmp_path / "input", round_no, 60)
+    old_output = _read_once(spark, v1.build, tmp_path, "v1")
+    old = open_storage(str(tmp_path / "v1-checkpoint"))
+    logged = {b: OffsetLog(old).read(b) for b in OffsetLog(old).batch_ids}
+    savepoint = min(b for b, batch in logged.items() if batch.source_offsets == ['{"logOffset":4}'])
+    watermark = logged[savepoint].watermark_ms
+    planned = plan_replay(
+        horizon_ms=declared_replay(v3.build(spark, ["--input", str(tmp_path / "input"), "--output", "-"]))[
+            "state_horizon_ms"
+        ],
+        snapshot_watermark_ms=watermark,
+        snapshot_sources=positions(1, logged[savepoint].source_offsets),
+        history=OffsetLog(old),
+        watermarks=None,
+        by_time=None,
+        margin_ms=60_000,
+    )
+    start = planned.start
+    assert start is not None and start.found == HISTORY and start.seed is not None and start.files, planned.reason
+    read_by_v1 = [e["path"] for e in file_log.log_entries(old, "0")]
+    through = start.files["0"]["through"]
+    assert len(read_by_v1) == 6 and 0 <= through < 4, f"{planned.reason}: it skips some files, not all"
+
+    green = tmp_path / "v3-checkpoint"
+    assert apply_seed(spark, str(green), Seed.of(start.seed)) is True
+    green_output = _read_once(spark, v3.build, tmp_path, "v3")
+    green_read = [e for e in file_log.log_entries(open_storage(str(green)), "0") if e["batchId"] < 1 << 40]
+    assert [e["path"] for e in green_read] == read_by_v1[through + 1 :], "green read the files after, each once"
+    expected = _by_user_and_window(read_output(old_output), watermark)
+    assert expected and _by_user_and_window(read_output(green_output), watermark) == expected
 
 
 @pytest.mark.spark

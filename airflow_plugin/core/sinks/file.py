@@ -16,24 +16,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from ..compactible_log import complete_at, entries, log_id, needed_for
 from ..errors import Refused
 from ..storage import ObjectInfo, Storage, spark_uri
 
 LOG_DIR = "_spark_metadata/"
 QUARANTINE = "_savepoints_quarantine/"
-_LOG_FILE = re.compile(r"^(\d+)(\.compact)?$")
-
-
-def _batch(name: str) -> tuple[int, bool] | None:
-    match = _LOG_FILE.match(name)
-    return (int(match[1]), bool(match[2])) if match else None
 
 
 def log_files(output: Storage) -> dict[str, ObjectInfo]:
@@ -41,34 +35,15 @@ def log_files(output: Storage) -> dict[str, ObjectInfo]:
     found = {}
     for info in output.list(LOG_DIR):
         name = info.key[len(LOG_DIR) :]
-        if "/" not in name and _batch(name) is not None:
+        if "/" not in name and log_id(name) is not None:
             found[name] = info
-    return dict(sorted(found.items(), key=lambda item: _batch(item[0]) or (0, False)))
+    return dict(sorted(found.items(), key=lambda item: log_id(item[0]) or (0, False)))
 
 
 def position(output: Storage) -> int | None:
     """The last batch id the file sink at `output` committed, or None if it committed none."""
-    batches = [b[0] for name in log_files(output) if (b := _batch(name))]
+    batches = [b[0] for name in log_files(output) if (b := log_id(name))]
     return max(batches) if batches else None
-
-
-def needed_for(names: Iterable[str], batch_id: int) -> list[str]:
-    """The log files whose entries make up the sink's state at `batch_id`: the newest compact file at or
-    before it and the batch files after that compact, up to `batch_id` (Spark's own reading order)."""
-    parsed = [(name, b) for name in names if (b := _batch(name)) is not None and b[0] <= batch_id]
-    compacts = [b[0] for _, b in parsed if b[1]]
-    start = max(compacts) if compacts else -1
-    chosen = [(b[0], name) for name, b in parsed if (b[1] and b[0] == start) or (not b[1] and b[0] > start)]
-    return [name for _, name in sorted(chosen)]
-
-
-def complete_at(names: Iterable[str], batch_id: int) -> bool:
-    """Whether `names` hold every log file the state at `batch_id` needs (none compacted away)."""
-    chosen = needed_for(names, batch_id)
-    compacts = [b[0] for name in chosen if (b := _batch(name)) and b[1]]
-    start = compacts[0] if compacts else -1
-    have = {b[0] for name in chosen if (b := _batch(name)) and not b[1]}
-    return have == set(range(start + 1, batch_id + 1))
 
 
 def log_at(output: Storage, batch_id: int) -> list[ObjectInfo]:
@@ -81,10 +56,7 @@ def committed(contents: Iterable[bytes]) -> list[str]:
     """The data file URIs committed by these log files (read in batch order), `delete` entries applied."""
     files: dict[str, None] = {}
     for raw in contents:
-        for line in raw.decode("utf-8").splitlines()[1:]:  # line 1 is the log version, "v1"
-            if not line.strip():
-                continue
-            entry = json.loads(line)
+        for entry in entries(raw):
             if entry.get("action", "add") == "delete":
                 files.pop(entry["path"], None)
             else:
@@ -159,7 +131,7 @@ def plan_rewind(output: Storage, saved: Mapping[str, bytes] | None, batch_id: in
         batch_id=batch_id,
         position=now if now is not None else batch_id,
         restore_log={name: data.decode("utf-8") for name, data in at_n.items() if current.get(name) != data},
-        drop_log=[name for name in current if (b := _batch(name)) is not None and b[0] > batch_id],
+        drop_log=[name for name in current if (b := log_id(name)) is not None and b[0] > batch_id],
         data=sorted(key_of(output, uri) for uri in added_since),
         quarantine=f"{QUARANTINE}{stamp}-{snapshot_id}/",
     )

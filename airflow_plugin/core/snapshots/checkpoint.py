@@ -14,14 +14,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..compactible_log import log_id
 from ..errors import CheckpointError, NotFound
 from ..sinks.guard import start_bound
 from ..sources import offsets_by_source
+from ..sources.files import log_offset
 from ..storage import ObjectInfo, Storage
 from .state_files import files_for_version
 
 _BATCH = re.compile(r"^\d+$")
-_SOURCE_LOG = re.compile(r"^(\d+)(\.compact)?$")
 PARTITION_META = "_metadata"
 OPERATOR_META = ("_metadata", "_stateSchema")
 STORE_SUBDIRS = ("SSTs", "logs")
@@ -336,14 +337,14 @@ def _source_logs(storage: Storage, last_kept: dict[str, str]) -> list[ObjectInfo
     """All of `sources/<id>/`, except that a file source's log stops at the logOffset of the last kept
     offsets file (its position by source id): an entry beyond it would make Spark skip files it never processed."""
     selected = []
-    bounds = {source: _log_offset(line) for source, line in last_kept.items()}  # once, not once per log file
+    bounds = {source: log_offset(line) for source, line in last_kept.items()}  # once, not once per log file
     for info in storage.list("sources/"):
         parts = info.key.split("/")
         if len(parts) < 3 or is_transient(parts[-1]):
             continue
         bound = bounds.get(parts[1])
-        match = _SOURCE_LOG.match(parts[-1])
-        if bound is not None and match and len(parts) == 3 and int(match.group(1)) > bound:
+        logged = log_id(parts[-1])
+        if bound is not None and logged and len(parts) == 3 and logged[0] > bound:
             continue
         selected.append(info)
     return selected
@@ -396,14 +397,6 @@ def _unique_id(unique_ids: dict[str, Any], store: StateStoreDir, stores: dict[st
     names = sorted(s.name for s in stores.values() if s.operator == store.operator and s.partition == store.partition)
     index = names.index(store.name) if len(ids) == len(names) else 0
     return ids[index] if ids else None
-
-
-def _log_offset(line: str) -> int | None:
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    return value.get("logOffset") if isinstance(value, dict) else None
 
 
 def _with_companion_checksums(selected: list[ObjectInfo], listed: list[ObjectInfo]) -> list[ObjectInfo]:

@@ -20,8 +20,14 @@ from the event time, or write soon after it); green's first batch is checked aga
 (`check_first_batch`), and the upgrade aborts if its records begin after the event time green must cover.
 
 Unbounded state (no horizon declared: a running total since the beginning) can be replayed only from the
-start of every partition, and only while the topic still holds it (nothing deleted). A file source is replayed
-from the start of its directory (a fresh start reads every file in it).
+start of every partition, and only while the topic still holds it (nothing deleted).
+
+A file source is replayed the same way from the files since then: batch k's start is the files its source's
+log had taken in by batch k-1 (its `logOffset`, or none for k = 0); green starts with those counted as seen
+(sources/files.py), so it reads exactly the files batch k and later read, and every file that arrives after.
+When the offset log no longer reaches back, by the files' modification times instead: those modified before
+W - H - margin count as seen (the same assumption as Kafka's timestamps, checked the same way). Without a
+declared horizon, or without the old version's log, green starts fresh and reads every file.
 
 The positions are then checked against the broker like any restore's (sources/kafka.py `compare`): records
 retention deleted since make replay impossible, named per partition."""
@@ -37,6 +43,7 @@ from ..context import JobContext
 from ..snapshots.checkpoint import LoggedBatch, OffsetLog
 from ..snapshots.manifest import Manifest
 from ..sources import FILE, KAFKA, SourcePosition, offsets_by_source, positions
+from ..sources import files as file_log
 from ..sources.kafka import Broker, SourceCheck, Watermarks, compare, topics_of
 from ..storage import Storage
 
@@ -49,8 +56,9 @@ FILES = "file source"
 
 @dataclass(frozen=True)
 class ReplayStart:
-    """Where green starts: its seed (spark_jobs/runtime: an empty batch 0 at `offsets` with `watermark_ms`;
-    `offsets` None: a plain fresh start, for a file source), what T may not be earlier than, and how it was found."""
+    """Where green starts: its seed (spark_jobs/runtime: an empty batch 0 at `offsets` with `watermark_ms`, and
+    per file source the old version's files it starts after, `files`; `offsets` None: a plain fresh start, every
+    file read), what T may not be earlier than, and how it was found."""
 
     offsets: list[str] | None
     watermark_ms: int
@@ -60,13 +68,16 @@ class ReplayStart:
     note: str
     check: dict[str, Any] | None = None  # the positions against the broker (SourceCheck.to_dict)
     records: int | None = None  # records to replay up to the live savepoint's positions
+    # per file source id: {"checkpoint": the old version's, "through": log id} or {..., "before_ms": file time}
+    files: dict[str, dict[str, Any]] | None = None
 
     @property
     def seed(self) -> dict[str, Any] | None:
         """The runtime's `--seed` (spark_jobs/runtime): None for a plain fresh start."""
         if self.offsets is None:
             return None
-        return {"offsets": self.offsets, "watermark_ms": self.watermark_ms}
+        seed: dict[str, Any] = {"offsets": self.offsets, "watermark_ms": self.watermark_ms}
+        return seed | ({"files": self.files} if self.files else {})
 
     @property
     def by_timestamps(self) -> bool:
@@ -145,8 +156,7 @@ def plan_replay(
     if not snapshot_sources:
         return ReplayPlan(None, "the snapshot records no source positions: nothing to replay from")
     if kinds == {FILE}:
-        start = ReplayStart(None, 0, int(snapshot_watermark_ms or 0), 0, FILES, "a fresh start reads every file")
-        return ReplayPlan(start, "the new version starts fresh and reads every file of its source directory again")
+        return _plan_files(horizon_ms, int(snapshot_watermark_ms or 0), snapshot_sources, history, margin_ms)
     if kinds != {KAFKA}:
         other = ", ".join(sorted(kinds - {KAFKA}))
         return ReplayPlan(
@@ -205,6 +215,52 @@ def plan_replay(
     note = f"the first records with a Kafka timestamp at or after {target} ms (the horizon and a {margin_ms} ms margin)"
     start = ReplayStart(_kafka_lines(kafka, offsets), max(cutoff, 0), watermark, cutoff, TIMESTAMPS, note)
     return _checked(start, kafka, watermarks, f"from {note}, by the broker's offsets-for-times")
+
+
+def _plan_files(
+    horizon_ms: int | None,
+    watermark: int,
+    sources: Sequence[SourcePosition],
+    history: OffsetLog | None,
+    margin_ms: int,
+) -> ReplayPlan:
+    """A file source's replay (see the module's doc): after the files the old version had read before the batch
+    its start lies in, or before a file time; every file when neither can be known."""
+    if horizon_ms is None or history is None:
+        why = "its state declares no horizon" if horizon_ms is None else "the old version's checkpoint is gone"
+        start = ReplayStart(None, 0, watermark, 0, FILES, "a fresh start reads every file")
+        return ReplayPlan(start, f"starts fresh and reads every file of its source directory again ({why})")
+    cutoff = watermark - horizon_ms
+    logged = {p.source: file_log.log_entries(history.storage, p.source) for p in sources}
+    found = from_history(history.batch_ids, history.read, lambda _: file_log.NOTHING_READ, cutoff)
+    if found is not None:
+        batch, lines = found
+        through = {p.source: file_log.log_offset(line) for p, line in zip(sources, lines, strict=True)}
+        bounds = {source: {"through": -1 if at is None else at} for source, at in through.items()}
+        where = f"after the files the old version read before its batch {batch.batch_id}"
+        where += f" (watermark {batch.watermark_ms} ms)"
+        how, watermark_ms = HISTORY, batch.watermark_ms
+    else:
+        bounds = {p.source: {"before_ms": cutoff - margin_ms} for p in sources}
+        where = f"after the files modified before {cutoff - margin_ms} ms (the horizon and a {margin_ms} ms margin)"
+        how, watermark_ms = TIMESTAMPS, max(cutoff, 0)
+    skipped = sum(
+        len(file_log.seen(logged[s], through=bound.get("through"), before_ms=bound.get("before_ms")))
+        for s, bound in bounds.items()
+    )
+    again = sum(len(entries) for entries in logged.values()) - skipped
+    uri = history.storage.uri
+    start = ReplayStart(
+        [file_log.START] * len(sources),
+        watermark_ms,
+        watermark,
+        cutoff,
+        how,
+        f"{where}: {skipped} files skipped, {again} read again",
+        files={source: {"checkpoint": uri, **bound} for source, bound in bounds.items()},
+    )
+    source_found = "found in its offset log" if how == HISTORY else "by file modification times"
+    return ReplayPlan(start, f"reads {again} files again {where}, {source_found}, and every file after them")
 
 
 def _checked(start: ReplayStart, snapshot: Sequence[SourcePosition], watermarks: Watermarks, why: str) -> ReplayPlan:

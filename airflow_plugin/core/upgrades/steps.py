@@ -171,7 +171,7 @@ def launching(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     if upgrade.mode == Mode.REPLAY:
         start = ReplayStart.of(upgrade.replay or {})
         green = launch_beside(ctx, upgrade.to_version, upgrade.savepoint, upgrade.staging, fresh=True, seed=start.seed)
-        began = f"with empty state, {start.note} ({start.records if start.records is not None else 'all'} records)"
+        began = f"with empty state, {start.note}" + (f" ({start.records} records)" if start.records is not None else "")
     elif upgrade.mode == Mode.MIGRATE:
         migration = upgrade.migration or {}
         seed, initial = migration.get("seed"), migration.get("initial_state")

@@ -11,7 +11,6 @@ after it; entries are `add` or `delete` of absolute file URIs.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,25 +18,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from airflow_plugin.core.compactible_log import log_id, needed_for
 from airflow_plugin.core.sinks.delta import live_files
 from airflow_plugin.core.sinks.file import committed
 from airflow_plugin.core.storage import Storage
-
-_LOG_FILE = re.compile(r"^(\d+)(\.compact)?$")
 
 
 def _log_files(output: Path) -> list[Path]:
     """The sink log files to read, in batch order: the newest compact file and the batches after it."""
     log_dir = output / "_spark_metadata"
-    if not log_dir.is_dir():
+    ids = {path.name: logged for path in log_dir.iterdir() if (logged := log_id(path.name))} if log_dir.is_dir() else {}
+    if not ids:
         return []
-    entries = sorted(
-        ((int(m.group(1)), bool(m.group(2)), path) for path in log_dir.iterdir() if (m := _LOG_FILE.match(path.name))),
-        key=lambda e: e[0],
-    )
-    compacts = [batch for batch, compact, _ in entries if compact]
-    start = max(compacts) if compacts else -1
-    return [path for batch, compact, path in entries if batch > start or (batch == start and compact)]
+    return [log_dir / name for name in needed_for(ids, max(logged[0] for logged in ids.values()))]
 
 
 def committed_files(output: Path) -> list[Path]:

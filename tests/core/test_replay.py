@@ -164,6 +164,15 @@ def test_a_file_source_replays_the_files_since_the_batch_its_start_lies_in(tmp_p
     assert start.files == {"0": {"checkpoint": log.storage.uri, "through": 11}}, "batch 12 began after log id 11"
     assert start.seed == {"offsets": ['{"logOffset":0}'], "watermark_ms": 7 * MINUTE, "files": start.files}
     assert "12 files skipped, 2 read again" in start.note and "batch 12" in found.reason
+    asked: list[list[str]] = []
+    gone = plan(
+        log,
+        snapshot_sources=positions(1, ['{"logOffset":13}']),
+        watermarks=None,
+        missing_files=lambda uris: asked.append(uris) or uris[-1:],
+    )
+    assert asked == [uris[12:]], "only the files to read again are looked for"
+    assert gone.start is None and f"1 of them are gone from the input ({uris[13]})" in gone.reason
 
     logged = file_log.log_entries(log.storage, "0")
     assert [e["path"] for e in logged] == uris, "the compact file and the files after it, in order"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 import pytest
 
@@ -234,7 +235,7 @@ def test_a_file_source_replay_reads_the_files_since_its_start_and_rebuilds_every
     logged = {b: OffsetLog(old).read(b) for b in OffsetLog(old).batch_ids}
     savepoint = min(b for b, batch in logged.items() if batch.source_offsets == ['{"logOffset":4}'])
     watermark = logged[savepoint].watermark_ms
-    planned = plan_replay(
+    arguments: dict[str, Any] = dict(
         horizon_ms=declared_replay(v3.build(spark, ["--input", str(tmp_path / "input"), "--output", "-"]))[
             "state_horizon_ms"
         ],
@@ -245,6 +246,7 @@ def test_a_file_source_replay_reads_the_files_since_its_start_and_rebuilds_every
         by_time=None,
         margin_ms=60_000,
     )
+    planned = plan_replay(**arguments, missing_files=lambda uris: file_log.missing(uris, open_storage))
     start = planned.start
     assert start is not None and start.found == HISTORY and start.seed is not None and start.files, planned.reason
     read_by_v1 = [e["path"] for e in file_log.log_entries(old, "0")]
@@ -258,6 +260,11 @@ def test_a_file_source_replay_reads_the_files_since_its_start_and_rebuilds_every
     assert [e["path"] for e in green_read] == read_by_v1[through + 1 :], "green read the files after, each once"
     expected = _by_user_and_window(read_output(old_output), watermark)
     assert expected and _by_user_and_window(read_output(green_output), watermark) == expected
+
+    # a file it must read again gone from the input (a job that cleans its source): replay is no path
+    Path(urlparse(read_by_v1[-1]).path).unlink()
+    refused = plan_replay(**arguments, missing_files=lambda uris: file_log.missing(uris, open_storage))
+    assert refused.start is None and f"1 of them are gone from the input ({read_by_v1[-1]})" in refused.reason
 
 
 @pytest.mark.spark

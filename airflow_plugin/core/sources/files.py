@@ -14,6 +14,8 @@ tests/runtime/test_replay_runtime.py."""
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..compactible_log import entries, log_id, needed_for
@@ -68,3 +70,16 @@ def seen_log(files: list[dict[str, Any]]) -> bytes:
         for e in files
     ]
     return "\n".join(lines).encode()
+
+
+def missing(uris: Iterable[str], open_location: Callable[[str], Storage]) -> list[str]:
+    """Which of these file URIs (as a file source logs them) are no longer there: one listing per directory."""
+    by_directory: dict[str, set[str]] = defaultdict(set)
+    for uri in uris:
+        directory, _, name = uri.rpartition("/")
+        by_directory[directory].add(name)
+    gone = []
+    for directory, names in sorted(by_directory.items()):
+        present = {info.key for info in open_location(directory).list() if "/" not in info.key}
+        gone += [f"{directory}/{name}" for name in sorted(names - present)]
+    return gone

@@ -149,14 +149,17 @@ def plan_replay(
     watermarks: Watermarks | None,
     by_time: Callable[[list[tuple[str, int]], int], dict[tuple[str, int], int]] | None,
     margin_ms: int,
+    missing_files: Callable[[list[str]], list[str]] | None = None,
 ) -> ReplayPlan:
     """Decide where green starts (see the module's doc). `history`: the old version's live checkpoint;
-    `watermarks`: what the broker holds now (None: no broker known); `by_time`: the broker's offsets-for-times."""
+    `watermarks`: what the broker holds now (None: no broker known); `by_time`: the broker's offsets-for-times;
+    `missing_files`: which of a file source's files are gone from its input (None: not checked)."""
     kinds = {p.kind for p in snapshot_sources}
     if not snapshot_sources:
         return ReplayPlan(None, "the snapshot records no source positions: nothing to replay from")
     if kinds == {FILE}:
-        return _plan_files(horizon_ms, int(snapshot_watermark_ms or 0), snapshot_sources, history, margin_ms)
+        watermark = int(snapshot_watermark_ms or 0)
+        return _plan_files(horizon_ms, watermark, snapshot_sources, history, margin_ms, missing_files)
     if kinds != {KAFKA}:
         other = ", ".join(sorted(kinds - {KAFKA}))
         return ReplayPlan(
@@ -223,9 +226,11 @@ def _plan_files(
     sources: Sequence[SourcePosition],
     history: OffsetLog | None,
     margin_ms: int,
+    missing_files: Callable[[list[str]], list[str]] | None,
 ) -> ReplayPlan:
     """A file source's replay (see the module's doc): after the files the old version had read before the batch
-    its start lies in, or before a file time; every file when neither can be known."""
+    its start lies in, or before a file time; every file when neither can be known. Refused when files it must
+    read again are gone from the input (a job that cleans its source, or someone who deleted them)."""
     if horizon_ms is None or history is None:
         why = "its state declares no horizon" if horizon_ms is None else "the old version's checkpoint is gone"
         start = ReplayStart(None, 0, watermark, 0, FILES, "a fresh start reads every file")
@@ -244,11 +249,21 @@ def _plan_files(
         bounds = {p.source: {"before_ms": cutoff - margin_ms} for p in sources}
         where = f"after the files modified before {cutoff - margin_ms} ms (the horizon and a {margin_ms} ms margin)"
         how, watermark_ms = TIMESTAMPS, max(cutoff, 0)
-    skipped = sum(
-        len(file_log.seen(logged[s], through=bound.get("through"), before_ms=bound.get("before_ms")))
+    skipped_paths = {
+        e["path"]
         for s, bound in bounds.items()
-    )
-    again = sum(len(entries) for entries in logged.values()) - skipped
+        for e in file_log.seen(logged[s], through=bound.get("through"), before_ms=bound.get("before_ms"))
+    }
+    to_read = sorted({e["path"] for entries in logged.values() for e in entries} - skipped_paths)
+    skipped, again = len(skipped_paths), len(to_read)
+    gone = missing_files(to_read) if missing_files is not None else []
+    if gone:
+        named = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+        return ReplayPlan(
+            None,
+            f"the replay must read again the {again} files {where}, but {len(gone)} of them are gone from the "
+            f"input ({named}): put them back, or migrate",
+        )
     uri = history.storage.uri
     start = ReplayStart(
         [file_log.START] * len(sources),
@@ -309,6 +324,7 @@ def observe_replay(
         watermarks=watermarks,
         by_time=by_time,
         margin_ms=int(margin_s * 1000),
+        missing_files=lambda uris: file_log.missing(uris, ctx.open),
     )
 
 

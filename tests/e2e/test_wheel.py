@@ -76,7 +76,8 @@ def test_the_wheel_installs_into_an_older_airflow_and_keeps_it(tmp_path: Path) -
         "print(json.dumps({'airflow': airflow.__version__, 'pyspark': pyspark.__version__, "
         "'pyspark_dist': m.version('pyspark'), 'pyspark_client': m.version('pyspark-client')}))"
     )
-    probed = subprocess.run([python, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    probed = subprocess.run([python, "-c", probe], env=env, capture_output=True, text=True)
+    assert probed.returncode == 0, f"the installed package does not import:\n{probed.stderr[-3000:]}"
     found = json.loads(probed.stdout)
     assert found["airflow"] == OLDER_AIRFLOW, f"installing the wheel replaced the user's Airflow: {found}"
     assert found["pyspark"] == found["pyspark_dist"] == found["pyspark_client"], found

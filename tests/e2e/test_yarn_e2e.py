@@ -8,8 +8,9 @@ YARN in cluster mode with `checkpoint_root` on the mini HDFS and its Python envi
 - a live savepoint while the query commits batches, and a retained checkpoint;
 - the driver's container killed: YARN's second attempt (spark.yarn.maxAppAttempts=2 in this job's conf; the
   engine's default is 1) restarts the query from the deployment's own checkpoint, under the same deployment;
-- the upgrade to v2 (`savepoints upgrade --mode stop_restore`: the pre-flight as a YARN application on a
-  throwaway copy on HDFS, the new driver pre-started, stop-with-savepoint, the restore into HDFS, the health gate);
+- the upgrade to v2 through the upgrade DAG (`dag.test()`, mode stop_restore: the pre-flight as a YARN application
+  on a throwaway copy on HDFS, the new driver pre-started, stop-with-savepoint, the restore into HDFS, the health
+  gate);
 - every event counted exactly once across the retry and the upgrade;
 - someone kills the v2 application with YARN (as `yarn application -kill` does): `savepoints status` shows the
   deployment FAILED with YARN's diagnostics, not a RUNNING heartbeat that goes stale."""
@@ -25,12 +26,15 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.cli import main
-from airflow_plugin.core.context import Settings
+from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import State
 from airflow_plugin.core.jobs.savepoint import take_savepoint
+from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.jobs.yarn import resource_manager
 from airflow_plugin.core.snapshots.manifest import Kind, SnapshotStatus
+from airflow_plugin.core.upgrades.record import Upgrade, Upgrades
+from devtools.dag_runs import load_dags, run_dag
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.hadoop import MiniHadoop
 from devtools.windowed import Feeder, batches, feeding_version, processed, wait_for, wait_output_complete
@@ -48,6 +52,10 @@ def ancestors(pid: int) -> list[int]:
     return chain
 
 
+def job_upgrades(job: JobContext) -> list[Upgrade]:
+    return Upgrades(job.store.storage).list(job.name)
+
+
 def status_rows(capsys: pytest.CaptureFixture[str], jobs: Path) -> dict[str, dict[str, object]]:
     assert main(["status", "windowed", "--jobs", str(jobs), "--json"]) == 0
     return {row["deployment"]: row for row in json.loads(capsys.readouterr().out)}
@@ -59,7 +67,9 @@ def test_cluster_mode_on_yarn_with_checkpoints_on_hdfs(
     driver_env: str,
     s3_server: EmbeddedS3,
     s3_store: str,
+    airflow_db: Path,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     hadoop = hadoop_client
     # YARN may restart the driver once here: the retry this test watches (the engine's default is one attempt)
@@ -114,12 +124,20 @@ def test_cluster_mode_on_yarn_with_checkpoints_on_hdfs(
     assert job.state_of(v1) is State.RUNNING
     assert job.deployments.status("windowed", v1.id).pid != driver
 
-    # the upgrade to v2: stop/restore with its pre-flight, all on YARN and HDFS; once v2 runs, rounds keep coming
-    # whenever it has caught up (its health gate counts new batches)
+    # the upgrade to v2 through the upgrade DAG: stop/restore with its pre-flight, all on YARN and HDFS; once v2
+    # runs, rounds keep coming whenever it has caught up (its health gate counts new batches)
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", s3_server.airflow_connection())
+    # in Airflow the spark_default connection gives the master (docs/clusters.md): YARN, cluster mode
+    spark_default = {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(spark_default))
+    monkeypatch.setenv(JOBS_ENV, str(jobs))  # the DAGs read this jobs file
+    load_dags()  # before the feeding thread: Airflow's lazy imports
     with feeding_version(job, feed, "v2"):
-        upgraded = main(["upgrade", "windowed", "--version", "v2", "--mode", "stop_restore", "--jobs", str(jobs)])
-    assert upgraded == 0, capsys.readouterr().err
-    capsys.readouterr()
+        upgraded = run_dag("savepoints_upgrade", {"job": "windowed", "version": "v2", "mode": "stop_restore"})
+    record = job_upgrades(job)[-1]
+    assert upgraded.succeeded, f"{upgraded.tasks}: {record.phase} {record.error}"
+    assert record.mode == "stop_restore" and record.to_version == "v2" and record.stop_savepoint is not None
+    capsys.readouterr()  # what the DAG run logged
     rows = status_rows(capsys, jobs)
     v2 = job.deployments.list("windowed")[-1]
     assert rows[v1.id]["state"] == "STOPPED" and rows[v2.id]["state"] == "RUNNING" and v2.version == "v2"

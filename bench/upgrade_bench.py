@@ -4,8 +4,9 @@ Delta table on the embedded S3 server through S3A, real spark-submit drivers in 
 throughout, at the example's 3 state partitions and at Spark's default 200 (UPGRADE_BENCH_PARTITIONS).
 
     cold start    a fresh deployment's deploy call -> its first commit to the table
-    stop_restore  `savepoints upgrade --mode stop_restore`: the longest time the table went without a commit
-                  during the upgrade, the old version's last commit -> the new version's first (the downtime)
+    stop_restore  `savepoints upgrade --mode stop_restore`: the old version's last commit -> the new version's
+                  first (the downtime: its stop-with-savepoint lies between them), and the longest time the
+                  table went without a commit during the whole upgrade (its pre-flight runs beside the old version)
     blue_green    `savepoints upgrade --mode blue_green`: the longest time the table went without a commit
                   during the upgrade, against the longest between commits before it (the job's own rhythm);
                   the time from the upgrade's start to its cutover; both drivers' peak memory (the sum of
@@ -180,14 +181,18 @@ def _seconds(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def stop_restore(run: Run) -> tuple[float, dict[str, float]]:
+def stop_restore(run: Run) -> tuple[float, float, dict[str, float]]:
+    """The downtime and the longest time without a commit during the whole upgrade, and the drivers' peaks."""
     upgrade, _, peaks = upgraded(run, "stop_restore")
     if upgrade.phase is not Phase.DONE:
         raise RuntimeError(f"stop_restore upgrade {upgrade.id} ended {upgrade.phase}: {upgrade.error}")
-    # the longest time the table went without a commit during the upgrade: the old version's last commit to
-    # the new one's first (both write under the one query id a restore keeps, so no query tells them apart)
-    gap, _ = commit_gaps(run.table, _seconds(upgrade.created_at), _seconds(upgrade.updated_at))
-    return gap, peaks
+    # both versions write under the one query id a restore keeps, so the stop-with-savepoint tells them apart:
+    # the old version committed its last batch before it, the new one its first after it
+    stopped = _seconds(run.job.store.get(JOB, str(upgrade.stop_savepoint)).created_at)
+    times = run.commits()
+    downtime = min(t for t in times if t > stopped) - max(t for t in times if t <= stopped)
+    whole, _ = commit_gaps(run.table, _seconds(upgrade.created_at), _seconds(upgrade.updated_at))
+    return downtime, whole, peaks
 
 
 def blue_green(run: Run) -> dict[str, Any]:
@@ -243,17 +248,18 @@ def main() -> int:
 
 
 def measure(kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
-    cold, downtimes, green = [], [], []
+    cold, downtimes, wholes, green = [], [], [], []
     memory: dict[str, list[float]] = {"stop_restore": [], "blue_green": []}
     replays: dict[int, list[dict[str, Any]]] = {rate: [] for rate in REPLAY_ROUNDS.get(partitions, ())}
     for pair in range(PAIRS):
         if "stop_restore" in MODES:
             cold.append(cold_start(Run(kafka, f"p{partitions}-cold-{pair}", partitions)))
             log(f"{partitions} partitions, cold start {pair + 1}/{PAIRS}: {cold[-1]:.2f} s")
-            downtime, peaks = stop_restore(Run(kafka, f"p{partitions}-sr-{pair}", partitions))
+            downtime, whole, peaks = stop_restore(Run(kafka, f"p{partitions}-sr-{pair}", partitions))
             downtimes.append(downtime)
+            wholes.append(whole)
             memory["stop_restore"].append(sum(peaks.values()))
-            log(f"{partitions} partitions, stop_restore {pair + 1}/{PAIRS}: {downtime:.2f} s without a commit")
+            log(f"{partitions} partitions, stop_restore {pair + 1}/{PAIRS}: {downtime:.2f} s down ({whole:.2f} s)")
         if "blue_green" in MODES:
             green.append(blue_green(Run(kafka, f"p{partitions}-bg-{pair}", partitions)))
             memory["blue_green"].append(green[-1]["memory_mib"])
@@ -270,6 +276,7 @@ def measure(kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
     )
     if cold:
         _stop_restore_rows(section, partitions, cold, downtimes, results)
+        results.row(section, "  longest time without a commit during the whole upgrade", f"{max(wholes):.2f} s")
     if green:
         _blue_green_rows(section, green, results)
     for mode, values in memory.items():
@@ -281,6 +288,7 @@ def measure(kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
     results.data[section] = {
         "cold_s": cold,
         "stop_restore_s": downtimes,
+        "stop_restore_whole_s": wholes,
         "blue_green": green,
         "memory_mib": memory,
         "replay": {str(rate): runs for rate, runs in replays.items()},

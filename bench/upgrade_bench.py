@@ -80,21 +80,28 @@ def feed_rate(partitions: int) -> int:
 WARM_COMMITS = 8  # commits of the old version before an upgrade: its rhythm is measured on these
 STOP_RESTORE_LIMITS = {3: 0.2, 200: 0.35}
 GAP_LIMIT = 1.5
-BUCKET = "bench-upgrade"
+# a bucket per measurement: the embedded S3 server lists a prefix by scanning its whole bucket, so runs that
+# shared one slowed down as the earlier runs' checkpoints (tens of thousands of objects at 200 partitions) piled up
+BUCKET_PREFIX = "bench-upgrade"
+WAIT = 1800.0  # seconds for a deploy, a warm-up or the first commits: a batch at 200 partitions takes minutes
 
 
 class Run:
     """One measurement's job: its own topic, store prefix and table, events produced from a thread."""
 
-    def __init__(self, kafka: EmbeddedKafka, name: str, partitions: int, events_per_round: int | None = None) -> None:
+    def __init__(
+        self, s3: EmbeddedS3, kafka: EmbeddedKafka, name: str, partitions: int, events_per_round: int | None = None
+    ) -> None:
         directory = WORK / name
+        bucket = f"{BUCKET_PREFIX}-{name}"
+        s3.create_bucket(bucket)
         directory.mkdir(parents=True)
         topic = f"{name}-{uuid.uuid4().hex[:6]}"
         kafka.create_topic(topic, TOPIC_PARTITIONS)
-        lake = f"s3a://{BUCKET}/{name}"
+        lake = f"s3a://{bucket}/{name}"
         jobs_file = write_jobs_file(
             directory,
-            f"s3://{BUCKET}/{name}/store",
+            f"s3://{bucket}/{name}/store",
             kafka.bootstrap,
             topic,
             shuffle_partitions=partitions,
@@ -117,14 +124,14 @@ class Run:
         return delta_sink.commit_times(self.table, query)
 
     def warm(self, deployment: Deployment) -> None:
-        wait_for(lambda: len(self.commits(deployment)) >= WARM_COMMITS, f"{deployment.id} to warm up", 900)
+        wait_for(lambda: len(self.commits(deployment)) >= WARM_COMMITS, f"{deployment.id} to warm up", WAIT)
 
 
 def cold_start(run: Run) -> float:
     with BackgroundFeeder(run.feeder, interval=1.0):
         started = time.time()
-        deployment = deploy(run.job, DeployRequest("v1", wait_seconds=900))
-        wait_for(lambda: bool(run.commits(deployment)), "the first commit", 900)
+        deployment = deploy(run.job, DeployRequest("v1", wait_seconds=WAIT))
+        wait_for(lambda: bool(run.commits(deployment)), "the first commit", WAIT)
         seconds = run.commits(deployment)[0] - started
         stop(run.job)
     return seconds
@@ -135,7 +142,7 @@ def upgraded(run: Run, mode: str, version: str = "v2") -> tuple[Upgrade, Deploym
     drivers sampled meanwhile."""
     peaks: dict[str, float] = {}
     with BackgroundFeeder(run.feeder, interval=1.0):
-        old = deploy(run.job, DeployRequest("v1", wait_seconds=900))
+        old = deploy(run.job, DeployRequest("v1", wait_seconds=WAIT))
         run.warm(old)
         done = threading.Event()
         sampler = threading.Thread(target=_sample_peaks, args=(run.job, peaks, done), daemon=True)
@@ -144,7 +151,7 @@ def upgraded(run: Run, mode: str, version: str = "v2") -> tuple[Upgrade, Deploym
         upgrade = run_upgrade(run.job, begin(run.job, version, mode=mode, settings=settings))
         new = run.records.get(JOB, str(upgrade.new_deployment)) if upgrade.new_deployment else old
         if upgrade.phase is Phase.DONE:
-            wait_for(lambda: len(run.commits(new)) >= 3, "the new version's commits", 900)
+            wait_for(lambda: len(run.commits(new)) >= 3, "the new version's commits", WAIT)
         done.set()
         sampler.join()
         stop(run.job)
@@ -239,34 +246,33 @@ def main() -> int:
     try:
         with EmbeddedS3() as s3, EmbeddedKafka() as kafka:
             s3.apply_env()
-            s3.create_bucket(BUCKET)
             for partitions in PARTITIONS:
-                measure(kafka, partitions, results)
+                measure(s3, kafka, partitions, results)
     finally:  # interrupted part-way: what was measured by then
         report(results, RESULTS)
     return 0 if all(t.passed for t in results.targets) else 1
 
 
-def measure(kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
+def measure(s3: EmbeddedS3, kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
     cold, downtimes, wholes, green = [], [], [], []
     memory: dict[str, list[float]] = {"stop_restore": [], "blue_green": []}
     replays: dict[int, list[dict[str, Any]]] = {rate: [] for rate in REPLAY_ROUNDS.get(partitions, ())}
     for pair in range(PAIRS):
         if "stop_restore" in MODES:
-            cold.append(cold_start(Run(kafka, f"p{partitions}-cold-{pair}", partitions)))
+            cold.append(cold_start(Run(s3, kafka, f"p{partitions}-cold-{pair}", partitions)))
             log(f"{partitions} partitions, cold start {pair + 1}/{PAIRS}: {cold[-1]:.2f} s")
-            downtime, whole, peaks = stop_restore(Run(kafka, f"p{partitions}-sr-{pair}", partitions))
+            downtime, whole, peaks = stop_restore(Run(s3, kafka, f"p{partitions}-sr-{pair}", partitions))
             downtimes.append(downtime)
             wholes.append(whole)
             memory["stop_restore"].append(sum(peaks.values()))
             log(f"{partitions} partitions, stop_restore {pair + 1}/{PAIRS}: {downtime:.2f} s down ({whole:.2f} s)")
         if "blue_green" in MODES:
-            green.append(blue_green(Run(kafka, f"p{partitions}-bg-{pair}", partitions)))
+            green.append(blue_green(Run(s3, kafka, f"p{partitions}-bg-{pair}", partitions)))
             memory["blue_green"].append(green[-1]["memory_mib"])
             log(f"{partitions} partitions, blue_green {pair + 1}/{PAIRS}: {green[-1]}")
         if "replay" in MODES:
             for rate in replays:
-                replays[rate].append(replay(Run(kafka, f"p{partitions}-rp{rate}-{pair}", partitions, rate)))
+                replays[rate].append(replay(Run(s3, kafka, f"p{partitions}-rp{rate}-{pair}", partitions, rate)))
                 log(f"{partitions} partitions, replay at {rate} events a round {pair + 1}/{PAIRS}: {replays[rate][-1]}")
     section = f"{partitions} partitions"
     results.row(

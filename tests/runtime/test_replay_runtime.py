@@ -38,6 +38,7 @@ from spark_jobs.runtime.migration import MIGRATION_FAILED, OldState, StateOperat
 from spark_jobs.runtime.runner import declared_replay
 from spark_jobs.runtime.seed import Seed, SeedRefused, apply_seed
 from tests.runtime.test_runtime import LAUNCH_TIMEOUT, launch
+from tests.support.spark_kinds import BASE_CONFS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -96,7 +97,11 @@ def test_a_seed_writes_the_sources_start_and_an_empty_batch_0_once(spark: SparkS
 
 @pytest.fixture(scope="module")
 def job_confs(spark: SparkSession) -> Iterator[None]:
-    """The windowed job sets its confs on the session (RocksDB, which transformWithState needs): unset after."""
+    """The windowed job sets its confs on the session (RocksDB, which transformWithState needs): unset after. What
+    earlier tests' kinds left on the shared session is unset before: with their minBatchesToRetain of 2 the old
+    version's offset log would no longer reach back to where a replay starts."""
+    for key in BASE_CONFS:
+        spark.conf.unset(key)
     yield
     for key in JOB_CONF:
         spark.conf.unset(key)

@@ -31,30 +31,6 @@ AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="savepoints-airflow-"))
 airflow_env.configure(AIRFLOW_HOME)
 
 
-# `make test` runs the suite in two pytest workers (pytest-xdist, `--dist loadgroup`), a lane each: the Airflow
-# lifecycle end to end (the longest test, a third of the whole) and the end-to-end tests collected after it in the
-# second lane, everything else in the first. The e2e tests mostly wait on Spark, Kafka and S3 (about one core of
-# two busy), so the lanes share the machine; each lane runs its tests in the serial order (a lane's test never runs
-# before one it would follow alone), and each worker has its own Airflow home, Spark session, broker and S3 server.
-SECOND_LANE = (
-    "tests/e2e/test_dags_e2e.py",
-    "tests/e2e/test_s3a_checkpoints.py",
-    "tests/e2e/test_scripts_e2e.py",
-    "tests/e2e/test_standalone.py",
-    "tests/e2e/test_wheel.py",
-    "tests/e2e/test_yarn_e2e.py",
-    "tests/test_docs.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if getattr(config.option, "dist", "no") == "no":
-        return
-    for item in items:
-        lane = "second" if item.nodeid.split("::")[0] in SECOND_LANE else "first"
-        item.add_marker(pytest.mark.xdist_group(lane))
-
-
 def _require_java() -> None:
     major = java_major()
     if major is None or major < REQUIRED:

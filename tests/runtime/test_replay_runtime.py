@@ -38,7 +38,7 @@ from spark_jobs.runtime.migration import MIGRATION_FAILED, OldState, StateOperat
 from spark_jobs.runtime.runner import declared_replay
 from spark_jobs.runtime.seed import Seed, SeedRefused, apply_seed
 from tests.runtime.test_runtime import LAUNCH_TIMEOUT, launch
-from tests.support.spark_kinds import BASE_CONFS
+from tests.support.spark_kinds import unset_confs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -100,8 +100,7 @@ def job_confs(spark: SparkSession) -> Iterator[None]:
     """The windowed job sets its confs on the session (RocksDB, which transformWithState needs): unset after. What
     earlier tests' kinds left on the shared session is unset before: with their minBatchesToRetain of 2 the old
     version's offset log would no longer reach back to where a replay starts."""
-    for key in BASE_CONFS:
-        spark.conf.unset(key)
+    unset_confs(spark)
     yield
     for key in JOB_CONF:
         spark.conf.unset(key)

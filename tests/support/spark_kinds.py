@@ -6,8 +6,9 @@ on the session, and `final_output(...)` gives a canonical, sorted view of everyt
 that does not depend on where batch boundaries fell. Sinks are exactly-once: the file sink (append) or
 a `foreachBatch` that overwrites `<output>/batch_id=<id>/` (idempotent on the batch id).
 
-The confs of a kind are session-wide, so `apply_confs` first resets every key any kind touches and then
-sets the kind's own: the same call must be made before a restart from a copy.
+The confs of a kind are session-wide: `apply_confs` sets them (every kind sets every key of BASE_CONFS, so the
+last call wins whole) and they stay on the shared session after the test; the same call must be made before a
+restart from a copy, and a test that needs Spark's defaults calls `unset_confs` first.
 """
 
 from __future__ import annotations
@@ -239,6 +240,12 @@ class Kind:
 def apply_confs(spark: SparkSession, kind: Kind) -> None:
     for key, value in kind.all_confs().items():
         spark.conf.set(key, value)
+
+
+def unset_confs(spark: SparkSession) -> None:
+    """Spark's defaults again for every key a kind sets (each kind's keys are BASE_CONFS')."""
+    for key in BASE_CONFS:
+        spark.conf.unset(key)
 
 
 ROCKSDB = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER}

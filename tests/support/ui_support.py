@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from airflow_plugin.core.jobs.spec import JOBS_ENV
+
 AIRFLOW = Path(sys.executable).parent / "airflow"
 
 
@@ -31,10 +33,17 @@ def bearer(username: str, role: str) -> dict[str, str]:
 
 def serialize_dags(jobs_file: Path, env: dict[str, str] | None = None) -> None:
     """Parse the DAGs folder with `jobs_file` and write the DAGs into the metadata DB, as the dag-processor
-    does: `airflow dags reserialize` (a subprocess, so that the DAG files read this jobs file)."""
+    does: `airflow dags reserialize` (a subprocess, so that the DAG files read this jobs file). Airflow skips a
+    DAG written less than `min_serialized_dag_update_interval` (30 s) ago: an earlier test's `dag.test()` would
+    keep its params (the repository's jobs) when this follows it that soon, so the interval is 0 here."""
     result = subprocess.run(
         [str(AIRFLOW), "dags", "reserialize"],
-        env={**os.environ, **(env or {}), "SAVEPOINTS_JOBS": str(jobs_file)},
+        env={
+            **os.environ,
+            **(env or {}),
+            JOBS_ENV: str(jobs_file),
+            "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0",
+        },
         capture_output=True,
         text=True,
         timeout=300,

@@ -1,0 +1,132 @@
+"""A class-data-sharing archive of a Spark driver's classes, for the JVMs the tests start through spark-submit.
+
+    options = submit_opts()        # "-XX:SharedArchiveFile=... ..." for SPARK_SUBMIT_OPTS, or None
+    python -m devtools.class_archive   # builds it if missing
+
+A driver spends its first seconds loading and verifying some 20,000 classes of Spark, Scala, Hadoop and Delta.
+Java's application class-data sharing (JDK 13+, `-XX:ArchiveClassesAtExit`) writes the classes one run loaded
+into an archive that later JVMs map instead: on this project's 2-core CI a driver reaches its first batch about a
+third sooner, and the suite starts a few hundred of them.
+
+The archive is made by running devtools/class_archive_app.py once (about two minutes; tests/conftest.py does it
+when a test session starts without one) and kept in .jvm/class-archive/ (git-ignored). Its name is a digest of
+what it depends on: the java binary and version, pyspark's jars (paths, sizes, times: a JVM checks all three),
+the Spark groups' jars and the app; a change of any makes a new one and removes the old. A JVM given an archive
+that does not fit refuses it by itself and starts as it would have. The product sets no JVM flag; this is for
+the tests' JVMs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from devtools.java import java_executable
+from devtools.jvm import CACHE_DIR, spark_conf
+
+ARCHIVE_DIR = CACHE_DIR / "class-archive"
+APP = Path(__file__).resolve().parent / "class_archive_app.py"
+GROUPS = ("spark-kafka", "s3a", "delta")  # the jars the tests' drivers add to pyspark's own
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a JVM that cannot use the archive says nothing and runs without
+BUILD_TIMEOUT_SECONDS = 600
+
+
+class ClassArchiveError(RuntimeError):
+    """The archive could not be made (the app failed, or the JVM wrote nothing)."""
+
+
+def spark_home() -> Path:
+    """The Spark that spark-submit runs: SPARK_HOME, else the locked pyspark's own (as pyspark finds it)."""
+    if os.environ.get("SPARK_HOME"):
+        return Path(os.environ["SPARK_HOME"])
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def archive_path() -> Path:
+    """Where the archive for this machine's Java, Spark jars and app lives (whether or not it exists yet)."""
+    java = java_executable()
+    if java is None:
+        raise ClassArchiveError("no java found: set JAVA_HOME or put java on PATH")
+    digest = hashlib.sha256()
+    version = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    digest.update(f"{os.path.realpath(java)}\n{version.stderr}".encode())
+    for jar in sorted((spark_home() / "jars").glob("*.jar")):  # a JVM checks each jar's size and time too
+        stat = jar.stat()
+        digest.update(f"{jar} {stat.st_size} {stat.st_mtime_ns}\n".encode())
+    digest.update(repr(sorted(spark_conf(GROUPS).items())).encode())
+    digest.update(APP.read_bytes())
+    return ARCHIVE_DIR / f"spark-driver-{digest.hexdigest()[:16]}.jsa"
+
+
+def build(target: Path) -> Path:
+    """Run the app once with -XX:ArchiveClassesAtExit; the archive appears at `target` only when whole."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="class-archive-") as work:
+        partial = target.with_suffix(f".{os.getpid()}.partial")
+        command = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[2]"]
+        for key, value in {**spark_conf(GROUPS), "spark.ui.enabled": "false"}.items():
+            command += ["--conf", f"{key}={value}"]
+        command += [str(APP), work]
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={partial} {QUIET}",
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        result = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS, check=False
+        )
+        if result.returncode != 0 or not partial.exists():
+            partial.unlink(missing_ok=True)
+            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
+            raise ClassArchiveError(f"the archive's app exited {result.returncode} ({APP.name}):\n{tail}")
+        os.replace(partial, target)
+    for stale in ARCHIVE_DIR.glob("spark-driver-*.jsa"):
+        if stale != target:
+            stale.unlink(missing_ok=True)
+    return target
+
+
+def ensure() -> Path:
+    """The archive, built first if missing."""
+    target = archive_path()
+    return target if target.exists() else build(target)
+
+
+def submit_opts() -> str | None:
+    """The JVM options that make spark-submit's drivers map the archive (built if missing), or None (with the
+    reason on stderr) when it cannot be made: the drivers then start as they would have, only slower."""
+    try:
+        return f"-XX:SharedArchiveFile={ensure()} {QUIET}"
+    except (ClassArchiveError, OSError, subprocess.TimeoutExpired) as e:
+        print(f"class archive: none, the drivers start without it: {e}", file=sys.stderr)
+        return None
+
+
+def main() -> int:
+    target = archive_path()
+    if target.exists():
+        print(f"class archive: {target}")
+        return 0
+    print("class archive: running a Spark app once to archive its classes ...", flush=True)
+    started = time.monotonic()
+    try:
+        build(target)
+    except (ClassArchiveError, subprocess.TimeoutExpired) as e:
+        print(f"class archive: {e}", file=sys.stderr)
+        return 1
+    size = target.stat().st_size / 1e6
+    print(f"class archive: {target}, {size:.0f} MB in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

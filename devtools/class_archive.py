@@ -56,7 +56,9 @@ def archive_path() -> Path:
         raise ClassArchiveError("no java found: set JAVA_HOME or put java on PATH")
     digest = hashlib.sha256()
     version = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    digest.update(f"{os.path.realpath(java)}\n{version.stderr}".encode())
+    # the version and the build; not the flags (JDK_JAVA_OPTIONS is "Picked up", C1 only shows in the VM's line)
+    described = [line for line in version.stderr.splitlines() if "Picked up" not in line][:2]
+    digest.update(f"{os.path.realpath(java)}\n{described}".encode())
     for jar in sorted((spark_home() / "jars").glob("*.jar")):  # a JVM checks each jar's size and time too
         stat = jar.stat()
         digest.update(f"{jar} {stat.st_size} {stat.st_mtime_ns}\n".encode())

@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from devtools.java import java_executable
@@ -100,7 +99,10 @@ def build(target: Path) -> Path:
 def ensure() -> Path:
     """The archive, built first if missing."""
     target = archive_path()
-    return target if target.exists() else build(target)
+    if target.exists():
+        return target
+    print(f"class archive: making {target.name} once (about two minutes) ...", file=sys.stderr, flush=True)
+    return build(target)
 
 
 def submit_opts() -> str | None:
@@ -114,19 +116,13 @@ def submit_opts() -> str | None:
 
 
 def main() -> int:
-    target = archive_path()
-    if target.exists():
-        print(f"class archive: {target}")
-        return 0
-    print("class archive: running a Spark app once to archive its classes ...", flush=True)
-    started = time.monotonic()
     try:
-        build(target)
+        target = ensure()
     except (ClassArchiveError, subprocess.TimeoutExpired) as e:
         print(f"class archive: {e}", file=sys.stderr)
         return 1
     size = target.stat().st_size / 1e6
-    print(f"class archive: {target}, {size:.0f} MB in {time.monotonic() - started:.0f} s")
+    print(f"class archive: {target}, {size:.0f} MB")
     return 0
 
 

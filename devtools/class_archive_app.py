@@ -40,14 +40,13 @@ def main(work: Path) -> None:
         .groupBy(F.window("ts", "10 seconds"), "key")
         .count()
     )
-    for sink, options in (("delta", {}), ("json", {})):
+    for sink in ("delta", "json"):
         checkpoint = work / f"checkpoint-{sink}"
         query = (
             stream.writeStream.format(sink)
             .outputMode("append")
             .option("checkpointLocation", str(checkpoint))
             .trigger(availableNow=True)
-            .options(**options)
             .start(str(work / f"out-{sink}"))
         )
         query.awaitTermination()

@@ -18,12 +18,21 @@ def java_executable() -> str | None:
     return java if java and os.path.exists(java) else None
 
 
-def java_major() -> int | None:
+def java_version() -> str | None:
+    """What `java -version` says of the Java (its version and build lines), without the "Picked up
+    JDK_JAVA_OPTIONS" note; None when there is no java."""
     java = java_executable()
     if java is None:
         return None
     result = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+    return "\n".join(line for line in (result.stderr + result.stdout).splitlines() if "Picked up" not in line)
+
+
+def java_major() -> int | None:
+    version = java_version()
+    if version is None:
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', version)
     if not match:
         return None
     major = int(match.group(1))

@@ -1,13 +1,24 @@
-"""One way to build a local SparkSession for the tests and the benchmarks."""
+"""One way to build a local SparkSession for the tests and the benchmarks, and the Spark home spark-submit runs."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from airflow_plugin.core.spark_app import check_session_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+def spark_home() -> Path:
+    """The Spark that spark-submit runs: SPARK_HOME, else the locked pyspark's own (as pyspark finds it)."""
+    if os.environ.get("SPARK_HOME"):
+        return Path(os.environ["SPARK_HOME"])
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
 
 
 def local_spark(app_name: str, shuffle_partitions: int = 3, **conf: str) -> SparkSession:

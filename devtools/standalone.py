@@ -19,17 +19,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from devtools.spark import spark_home
+
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
 
 
 class StandaloneCluster:

@@ -27,7 +27,7 @@ SHUFFLE_PARTITIONS = 3
 # than its code saves; on 2 cores that is a fifth of the e2e tests' time. The product sets no JVM flag.
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 # ... and every spark-submit (the session's, drivers', pre-flights') maps one archive of Spark's classes instead of
-# loading them again: a driver starts about a third sooner (devtools/class_archive.py; made once, two minutes).
+# loading them again: a driver starts seconds sooner (devtools/class_archive.py; made once per clone, two minutes).
 if "SPARK_SUBMIT_OPTS" not in os.environ and (ARCHIVE_OPTS := class_archive.submit_opts()):
     os.environ["SPARK_SUBMIT_OPTS"] = ARCHIVE_OPTS
 # Airflow reads its configuration when first imported: a private AIRFLOW_HOME for this test session.

@@ -49,3 +49,22 @@ def test_a_jvm_refuses_an_archive_that_does_not_fit_and_runs(tmp_path: Path) -> 
         check=False,
     )
     assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
+
+
+def test_a_failed_build_leaves_no_archive_and_keeps_the_one_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "spark"
+    (home / "bin").mkdir(parents=True)
+    submit = home / "bin" / "spark-submit"
+    submit.write_text("#!/bin/sh\necho 'Error: no driver here' >&2\nexit 3\n")
+    submit.chmod(0o755)
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    before = archives / "spark-driver-0000000000000000.jsa"
+    before.write_bytes(b"the archive made before")
+    with pytest.raises(class_archive.ClassArchiveError, match=r"exited 3 \(class_archive_app.py\):\nError: no driver"):
+        class_archive.build(archives / "spark-driver-1111111111111111.jsa")
+    assert [p.name for p in archives.iterdir()] == [before.name]
+    assert before.read_bytes() == b"the archive made before"

@@ -62,6 +62,8 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
         pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (`make test` tries to)", pytrace=False)
     from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=60_000)  # its checks wait like the page's actions: seconds on 2 busy cores
+
     jobs_file = write_jobs_file(tmp_path, s3_store)
     job = Settings(jobs_file=str(jobs_file)).resolve().job("windowed")
     store = job.store

@@ -61,7 +61,7 @@ def records(n: int, checkpoints: Path) -> dict[str, bytes]:
         live = Deployment(f"dp-{n:03d}-b", job, "v2", f"{checkpoints}/{job}/b")
         status = DeploymentStatus(State.RUNNING, now, last_batch_id=n * 10, kafka_lag=(n * 37) % 100)
         if n % 10 == 3:
-            status.updated_at = now - 3600  # no heartbeat for an hour
+            status.updated_at = now - 86400  # no heartbeat for a day
         if n % 10 == 7:
             status.state, status.error_class, status.error_message = State.FAILED, "BOOM", "the job failed"
         if n % 25 == 5:
@@ -85,7 +85,8 @@ def fleet(s3_server: EmbeddedS3, tmp_path_factory: pytest.TempPathFactory) -> di
     objects = {key: data for n in range(JOBS) for key, data in records(n, root / "checkpoints").items()}
     list(run_parallel(lambda item: storage.write(*item), objects.items(), concurrency=32))
     jobs_file = root / "jobs.toml"
-    body = f'[defaults]\nstore = "{store}"\ncheckpoint_root = "{root}/checkpoints"\n'
+    # the live heartbeats are written once, here: an hour's timeout keeps them live however long the tests take
+    body = f'[defaults]\nstore = "{store}"\ncheckpoint_root = "{root}/checkpoints"\nheartbeat_timeout = 3600\n'
     for n in range(JOBS):
         body += f'\n[jobs.{job_name(n)}]\nversions.v1 = {{ application = "job.py" }}\n'
     jobs_file.write_text(body)

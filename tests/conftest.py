@@ -45,23 +45,6 @@ def _require_java() -> None:
         )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files that take longest first. `make test` runs whole files on two workers (`-n 2 --dist loadfile
-    --no-loadscope-reorder`): each worker starts on the longest file it is given and the short tests fill in at the
-    end, so neither waits alone for the end-to-end scenario. A file's cost: its slow tests (the marker's `seconds`,
-    60 unless told), then its Spark tests."""
-
-    def cost(item: pytest.Item) -> int:
-        if slow := item.get_closest_marker("slow"):
-            return int(slow.kwargs.get("seconds", 60))
-        return 5 if item.get_closest_marker("spark") else 0
-
-    per_file: dict[Path, int] = {}
-    for item in items:
-        per_file[item.path] = per_file.get(item.path, 0) + cost(item)
-    items.sort(key=lambda item: -per_file[item.path])  # stable: a file's tests keep their order
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     _require_java()

@@ -27,7 +27,7 @@ from airflow_plugin.links import snapshot_page_url
 from airflow_plugin.ui.security import SAVEPOINT_DAG_ID
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.windowed import Feeder, processed, wait_for, write_jobs_file
-from tests.support.ui_support import AirflowStack
+from tests.support.ui_support import BROWSER_WAIT_MS, AirflowStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -62,7 +62,7 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
         pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (`make test` tries to)", pytrace=False)
     from playwright.sync_api import expect, sync_playwright
 
-    expect.set_options(timeout=60_000)  # its checks wait like the page's actions: seconds on 2 busy cores
+    expect.set_options(timeout=BROWSER_WAIT_MS)
 
     jobs_file = write_jobs_file(tmp_path, s3_store)
     job = Settings(jobs_file=str(jobs_file)).resolve().job("windowed")
@@ -98,7 +98,7 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                     executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-dev-shm-usage"]
                 )
                 page = browser.new_page(viewport={"width": 1440, "height": 1000})
-                page.set_default_timeout(60_000)
+                page.set_default_timeout(BROWSER_WAIT_MS)
 
                 # log in through Airflow's own login page
                 page.goto(f"{airflow.url}/")

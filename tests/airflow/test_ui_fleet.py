@@ -27,7 +27,7 @@ from airflow_plugin.ui.app import create_app
 from airflow_plugin.ui.views import PageSettings
 from devtools.embedded_s3 import EmbeddedS3
 from tests.support.catalogs import manifest
-from tests.support.ui_support import bearer, free_port
+from tests.support.ui_support import BROWSER_WAIT_MS, bearer, free_port
 
 JOBS = 100
 CHROMIUM = Path("/usr/bin/chromium")
@@ -159,7 +159,7 @@ def test_a_person_finds_the_unhealthy_jobs_sorts_them_and_opens_one(served: str)
         pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (`make test` tries to)", pytrace=False)
     from playwright.sync_api import expect, sync_playwright
 
-    expect.set_options(timeout=60_000)  # the first answer reads 100 jobs' records: seconds on 2 busy cores
+    expect.set_options(timeout=BROWSER_WAIT_MS)  # the first answer reads 100 jobs' records
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
@@ -169,7 +169,7 @@ def test_a_person_finds_the_unhealthy_jobs_sorts_them_and_opens_one(served: str)
             viewport={"width": 1440, "height": 1000}, extra_http_headers=bearer("ops", "user")
         )
         page = context.new_page()
-        page.set_default_timeout(60_000)
+        page.set_default_timeout(BROWSER_WAIT_MS)
         page.goto(f"{served}/")
 
         rows = page.locator("#fleet-table tbody tr")

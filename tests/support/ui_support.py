@@ -17,6 +17,8 @@ from pathlib import Path
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
+# how long a browser test's actions and checks (playwright's `expect`, 5 s by default) wait: seconds on 2 busy cores
+BROWSER_WAIT_MS = 60_000
 
 
 def token(username: str, role: str) -> str:

@@ -23,9 +23,15 @@ if TYPE_CHECKING:
 pytest_plugins = ["tests.support.kafka_fixtures", "tests.support.hadoop_fixtures"]
 SHUFFLE_PARTITIONS = 3
 # Every JVM the tests start (the session's Spark, spark-submit drivers, pre-flights, the broker, the mini cluster)
-# compiles with C1 only: the tests' JVMs live for seconds to minutes, where C2's compile threads cost more CPU
-# than its code saves; on 2 cores that is a fifth of the e2e tests' time. The product sets no JVM flag.
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+# runs with flags for short lives on 2 cores; the product sets no JVM flag. C1 only: the tests' JVMs live for
+# seconds to minutes, where C2's compile threads cost more CPU than its code saves. The serial collector: G1's
+# concurrent threads and barriers cost more than the small heaps need. No code cache flushing (with room for it):
+# Java 17's sweeper thread took 15% of a driver's CPU, following the classes Spark generates for every batch.
+# Measured on the Kafka job's driver (Delta on the embedded S3): CPU per batch 4.6 s with C1 alone, 3.1 s with all.
+os.environ.setdefault(
+    "JDK_JAVA_OPTIONS",
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UseCodeCacheFlushing -XX:ReservedCodeCacheSize=512m",
+)
 # ... and every spark-submit (the session's, drivers', pre-flights') maps one archive of Spark's classes instead of
 # loading them again: a driver starts seconds sooner (devtools/class_archive.py; made once per clone, two minutes).
 if "SPARK_SUBMIT_OPTS" not in os.environ and (ARCHIVE_OPTS := class_archive.submit_opts()):
@@ -45,6 +51,23 @@ def _require_java() -> None:
         )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files that take longest first. `make test` runs whole files on two workers (`-n 2 --dist loadfile
+    --no-loadscope-reorder`): each worker starts on the longest file it is given and the short tests fill in at the
+    end, so neither waits alone for the end-to-end scenario. A file's cost: its slow tests (the marker's `seconds`,
+    60 unless told), then its Spark tests."""
+
+    def cost(item: pytest.Item) -> int:
+        if slow := item.get_closest_marker("slow"):
+            return int(slow.kwargs.get("seconds", 60))
+        return 5 if item.get_closest_marker("spark") else 0
+
+    per_file: dict[Path, int] = {}
+    for item in items:
+        per_file[item.path] = per_file.get(item.path, 0) + cost(item)
+    items.sort(key=lambda item: -per_file[item.path])  # stable: a file's tests keep their order
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     _require_java()
@@ -58,6 +81,10 @@ def spark() -> Iterator[SparkSession]:
             "spark.default.parallelism": "2",
             "spark.sql.adaptive.enabled": "false",
             "spark.sql.streaming.stopTimeout": "30s",
+            # Spark starts state maintenance once per JVM, at the interval of the first stateful query's session:
+            # the tests that wait for snapshots and cleanup (tests/support/spark_kinds.py) need it short whichever
+            # test runs first (their own conf comes too late once another stateful query started it)
+            "spark.sql.streaming.stateStore.maintenanceInterval": "100ms",
         },
     )
     try:

@@ -31,12 +31,12 @@ from airflow_plugin.core.snapshots.verify import verify_snapshot
 from devtools.kafka import EmbeddedKafka
 from devtools.scenario import JOB, Lifecycle
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow(seconds=1000)]  # the longest file: make test starts it first
 
 
 # the longest scenario of the suite, its Spark applications one after another. A thread times it out, not SIGALRM:
 # Airflow parses DAG files under an alarm of its own and clears it after, pytest-timeout's with it
-@pytest.mark.timeout(1800, method="thread")
+@pytest.mark.timeout(2700, method="thread")
 def test_the_lifecycle_through_airflow_loses_no_record_and_rolls_back_a_failed_upgrade(
     tmp_path: Path, s3_server: Any, kafka: EmbeddedKafka, airflow_db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -27,7 +27,7 @@ from airflow_plugin.links import snapshot_page_url
 from airflow_plugin.ui.security import SAVEPOINT_DAG_ID
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.windowed import Feeder, processed, wait_for, write_jobs_file
-from tests.support.ui_support import BROWSER_WAIT_MS, AirflowStack
+from tests.support.ui_support import BROWSER_WAIT_MS, HTTP_WAIT_S, AirflowStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -48,7 +48,9 @@ def _wait_ready(airflow: AirflowStack) -> str:
 
     wait_for(healthy, "the Airflow API server and a healthy scheduler", timeout=150)
     login = httpx.post(
-        f"{airflow.url}/auth/token", json={"username": "admin", "password": airflow.passwords["admin"]}, timeout=10
+        f"{airflow.url}/auth/token",
+        json={"username": "admin", "password": airflow.passwords["admin"]},
+        timeout=HTTP_WAIT_S,
     )
     assert login.status_code == 201, login.text
     return str(login.json()["access_token"])
@@ -83,7 +85,7 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
             feed.round()
             wait_for(lambda: processed(deployment.checkpoint, feed.rounds), "the job to process the third round")
             token = _wait_ready(airflow)
-            api = httpx.Client(base_url=airflow.url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+            api = httpx.Client(base_url=airflow.url, headers={"Authorization": f"Bearer {token}"}, timeout=HTTP_WAIT_S)
 
             def dag_parsed() -> bool:
                 airflow.check_alive()

@@ -31,7 +31,7 @@ from devtools.airflow_env import REPO
 from devtools.windowed import wait_for
 from tests.support.sockets import listening, not_loopback
 from tests.support.synthetic import write_checkpoint
-from tests.support.ui_support import free_port
+from tests.support.ui_support import HTTP_WAIT_S, free_port
 
 pytestmark = [pytest.mark.slow]
 
@@ -119,16 +119,20 @@ class Standalone:
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        return httpx.get(f"{self.url}{path}", headers=headers, timeout=10, **kwargs)
+        return httpx.get(f"{self.url}{path}", headers=headers, timeout=HTTP_WAIT_S, **kwargs)
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        return httpx.post(f"{self.url}{path}", json=body, headers={"Authorization": f"Bearer {self.token}"}, timeout=10)
+        return httpx.post(
+            f"{self.url}{path}", json=body, headers={"Authorization": f"Bearer {self.token}"}, timeout=HTTP_WAIT_S
+        )
 
     def log_in(self) -> None:
         password_file = self.home / "simple_auth_manager_passwords.json.generated"
         self.wait_for(password_file.exists, "the admin password standalone generates", timeout=120)
         password = json.loads(password_file.read_text())["admin"]
-        response = httpx.post(f"{self.url}/auth/token", json={"username": "admin", "password": password}, timeout=10)
+        response = httpx.post(
+            f"{self.url}/auth/token", json={"username": "admin", "password": password}, timeout=HTTP_WAIT_S
+        )
         assert response.status_code == 201, response.text
         self.token = response.json()["access_token"]
 
@@ -177,7 +181,7 @@ class Prometheus:
 
     def query(self, expression: str) -> dict[str, float]:
         """Each series' labels (as sorted text) -> value, of an instant query."""
-        answer = httpx.get(f"{self.url}/api/v1/query", params={"query": expression}, timeout=10).json()
+        answer = httpx.get(f"{self.url}/api/v1/query", params={"query": expression}, timeout=HTTP_WAIT_S).json()
         assert answer["status"] == "success", answer
         return {json.dumps(r["metric"], sort_keys=True): float(r["value"][1]) for r in answer["data"]["result"]}
 
@@ -210,8 +214,10 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
             return all(health.get(c, {}).get("status") == "healthy" for c in ("metadatabase", "scheduler"))
 
         airflow.wait_for(healthy, "airflow standalone's API server and a healthy scheduler", timeout=240)
-        assert httpx.get(f"{airflow.url}/api/v2/dags", timeout=10).status_code == 401
-        assert httpx.get(f"{airflow.url}/savepoints/api/jobs", timeout=10).status_code == 401  # not open by default
+        assert httpx.get(f"{airflow.url}/api/v2/dags", timeout=HTTP_WAIT_S).status_code == 401
+        assert (
+            httpx.get(f"{airflow.url}/savepoints/api/jobs", timeout=HTTP_WAIT_S).status_code == 401
+        )  # not open by default
         airflow.log_in()
 
         def dags_parsed() -> bool:

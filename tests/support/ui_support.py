@@ -19,6 +19,9 @@ from airflow_plugin.core.jobs.spec import JOBS_ENV
 AIRFLOW = Path(sys.executable).parent / "airflow"
 # how long a browser test's actions and checks (playwright's `expect`, 5 s by default) wait: seconds on 2 busy cores
 BROWSER_WAIT_MS = 60_000
+# how long one HTTP request to a test's Airflow may take: its API server's first answers (a token) took over 10 s
+# while both cores ran Spark
+HTTP_WAIT_S = BROWSER_WAIT_MS / 1000
 
 
 def token(username: str, role: str) -> str:

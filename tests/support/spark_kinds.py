@@ -327,7 +327,7 @@ def run_until(
     input_dir: str,
     first_round: int,
     condition: Callable[[], bool],
-    max_rounds: int = 20,
+    max_rounds: int = 60,  # on 2 cores beside the other xdist worker, join_v2 needed more than 20
     settle: float = 1.0,
 ) -> int:
     """Feed rounds from `first_round` until `condition()` holds. State maintenance is asynchronous and

@@ -19,7 +19,7 @@ from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
-from tests.support.spark_kinds import KINDS, Kind, last_commit, read_state, run_rounds
+from tests.support.spark_kinds import KINDS, Kind, last_commit, read_state, remove_stopped_checkpoint, run_rounds
 from tests.support.synthetic import tree
 
 pytestmark = pytest.mark.spark
@@ -56,7 +56,7 @@ def test_live_snapshot_restore_resume(spark, tmp_path: Path, s3_store: str, name
     query.stop()
 
     execute_restore(store, plan_restore(store, name, manifest.id, open_storage(restored)))
-    shutil.rmtree(ckpt)  # the restored copy must stand on its own (absolute paths rewritten)
+    remove_stopped_checkpoint(ckpt)  # the restored copy must stand on its own (absolute paths rewritten)
     if kind.stateful:
         assert read_state(spark, restored, n) == original_state
         assert original_state, "the query had state"
@@ -110,7 +110,7 @@ def test_a_sink_ahead_is_refused_then_rewound_and_every_record_lands_once(spark,
     quarantined = Path(output) / rewind.quarantine
     assert json.loads((quarantined / "rewind.json").read_text())["state"] == "done"
     assert len(list((quarantined / "data").rglob("part-*"))) == len(rewind.data) > 0
-    shutil.rmtree(ckpt)
+    remove_stopped_checkpoint(ckpt)
 
     resumed = kind.start(spark, str(target), inputs, output)
     try:

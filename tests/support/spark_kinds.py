@@ -13,8 +13,10 @@ restart from a copy, and a test that needs Spark's defaults calls `unset_confs` 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -327,7 +329,7 @@ def run_until(
     input_dir: str,
     first_round: int,
     condition: Callable[[], bool],
-    max_rounds: int = 60,  # on 2 cores beside the other xdist worker, join_v2 needed more than 20
+    max_rounds: int = 20,
     settle: float = 1.0,
 ) -> int:
     """Feed rounds from `first_round` until `condition()` holds. State maintenance is asynchronous and
@@ -348,6 +350,26 @@ def poll(condition: Callable[[], bool], timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def remove_stopped_checkpoint(checkpoint: str | Path, timeout: float = 30.0) -> None:
+    """Delete the checkpoint of a query that stopped. The session's state store maintenance (every 100 ms, see
+    tests/conftest.py) may still be writing a snapshot of one of its stores: a task begun before the stop ends
+    after it, and a file it renames in makes the directory not empty again. Delete until it stays deleted."""
+
+    def removed() -> bool:
+        try:
+            shutil.rmtree(checkpoint)
+        except FileNotFoundError:  # a temporary file renamed away between the listing and its deletion
+            return False
+        except OSError as error:
+            if error.errno != errno.ENOTEMPTY:
+                raise
+            return False
+        return True
+
+    if not poll(removed, timeout):
+        raise AssertionError(f"{checkpoint}: still written to {timeout:g} s after its query stopped")
 
 
 def batch_ids(log_dir: Path) -> list[int]:

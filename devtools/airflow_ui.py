@@ -144,6 +144,7 @@ esac
 exec "{airflow}" "$@"
 """
 REPEAT_WINDOW = 2.0  # seconds: signals this close to the first are the same Ctrl-C arriving again
+STOP_GRACE = 60.0  # seconds standalone's components have to stop after the Ctrl-C
 
 
 def component_shim(home: Path, airflow: str) -> Path:
@@ -161,12 +162,15 @@ def run_until_interrupted(command: list[str]) -> int:
     REPEAT_WINDOW seconds later kills it. A terminal's Ctrl-C signals the whole foreground group, and under
     `make airflow` the same Ctrl-C arrives here more than once (from the terminal, and forwarded by uv run);
     standalone's scheduler, signalled twice (SIGINT, then SIGTERM from standalone), would wait forever for
-    its LocalExecutor workers. Signalled once, standalone stops every component within seconds."""
-    process = subprocess.Popen(command, start_new_session=True)
+    its LocalExecutor workers. Signalled once, standalone stops every component within seconds; one that has
+    not stopped STOP_GRACE seconds later is named and killed, so that standalone ends."""
+    process: subprocess.Popen[bytes] | None = None
     first: float | None = None
 
     def forward(signum: int, frame: object) -> None:
         nonlocal first
+        if process is None:  # not started yet: it will not start
+            raise KeyboardInterrupt
         now = time.monotonic()
         if first is None:
             first = now
@@ -176,9 +180,45 @@ def run_until_interrupted(command: list[str]) -> int:
             print("killing airflow standalone", flush=True)
             os.killpg(process.pid, signal.SIGKILL)
 
+    # before the start: a handled signal is reset to its default in the child, an ignored one stays ignored
+    # (a shell ignores SIGINT in what it starts in the background: standalone would never see the Ctrl-C)
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGTERM, forward)
-    return process.wait()
+    process = subprocess.Popen(command, start_new_session=True)
+    forced = False
+    while True:
+        try:
+            return process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            if first is not None and not forced and time.monotonic() - first > STOP_GRACE:
+                forced = True
+                kill_lingering(process.pid)
+
+
+def kill_lingering(session: int) -> None:
+    """Kill what still runs in standalone's session but standalone itself, each named: standalone waits for its
+    components' output to end, and a component that ignored its SIGTERM would keep it waiting for ever."""
+    for pid, command in sorted(session_processes(session).items()):
+        if pid != session:
+            print(f"{command} (pid {pid}) did not stop {STOP_GRACE:.0f} s after the Ctrl-C: killing it", flush=True)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def session_processes(session: int) -> dict[int, str]:
+    """The live processes of a session: pid -> command line (as `ps` shows it, the title a process set)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if fields[0] != "Z" and int(fields[3]) == session:
+                found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return found
 
 
 if __name__ == "__main__":

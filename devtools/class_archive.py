@@ -1,6 +1,6 @@
 """A class-data-sharing archive of a Spark driver's classes, for the JVMs the tests start through spark-submit.
 
-    options = submit_opts()        # "-XX:SharedArchiveFile=... ..." for SPARK_SUBMIT_OPTS, or None
+    options, builder = start()     # "-XX:SharedArchiveFile=... ..." for SPARK_SUBMIT_OPTS; the archive's maker
     python -m devtools.class_archive   # builds it if missing
 
 A driver spends its first seconds loading and verifying some 20,000 classes of Spark, Scala, Hadoop and Delta.
@@ -9,12 +9,12 @@ into an archive that later JVMs map instead. On 2 cores a trivial spark-submit t
 the pre-flight, file-lifecycle and inspect tests together 330 and 344 s instead of 514 and 455 (two rounds);
 the suite starts a few hundred drivers.
 
-The archive is made by running devtools/class_archive_app.py once (about two minutes; tests/conftest.py does it
-when a test session starts without one) and kept in .jvm/class-archive/ (git-ignored). Its name is a digest of
-what it depends on: the java binary and version, pyspark's jars (paths, sizes, times: a JVM checks all three),
-the Spark groups' jars and the app; a change of any makes a new one and removes the old. A JVM given an archive
-that does not fit refuses it by itself and starts as it would have. The product sets no JVM flag; this is for
-the tests' JVMs.
+The archive is made by running devtools/class_archive_app.py once (about two minutes; tests/conftest.py has it
+made in the background when a test session starts without one, while the first tests run) and kept in
+.jvm/class-archive/ (git-ignored). Its name is a digest of what it depends on: the java binary and version,
+pyspark's jars (paths, sizes, times: a JVM checks all three), the Spark groups' jars and the app; a change of any
+makes a new one and removes the old. A JVM given an archive that does not fit, or none yet, refuses it by itself
+and starts as it would have. The product sets no JVM flag; this is for the tests' JVMs.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from devtools.java import java_executable, java_version
@@ -35,6 +36,7 @@ APP = Path(__file__).resolve().parent / "class_archive_app.py"
 GROUPS = ("spark-kafka", "s3a", "delta")  # the jars the tests' drivers add to pyspark's own
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a JVM that cannot use the archive says nothing and runs without
 BUILD_TIMEOUT_SECONDS = 600
+BUILDER_ENV = "SAVEPOINTS_CLASS_ARCHIVE_BUILDER"
 
 
 class ClassArchiveError(RuntimeError):
@@ -100,14 +102,38 @@ def ensure() -> Path:
     return build(target)
 
 
-def submit_opts() -> str | None:
-    """The JVM options that make spark-submit's drivers map the archive (built if missing), or None (with the
-    reason on stderr) when it cannot be made: the drivers then start as they would have, only slower."""
+def start() -> tuple[str | None, subprocess.Popen[bytes] | None]:
+    """The JVM options that make spark-submit's drivers map the archive, without waiting for it: when it is missing,
+    a process of its own makes it (returned, to be waited for; its pid in $BUILDER_ENV for the processes started
+    from here), and the JVMs that start before it is whole start without it, as with an archive that does not fit.
+    (None, None) without java: the drivers start as they would have, only slower."""
     try:
-        return f"-XX:SharedArchiveFile={ensure()} {QUIET}"
+        target = archive_path()
     except FAILURES as e:
         print(f"class archive: none, the drivers start without it: {e}", file=sys.stderr)
-        return None
+        return None, None
+    builder = None
+    if not target.exists():
+        builder = subprocess.Popen(
+            [sys.executable, "-m", "devtools.class_archive"], cwd=APP.parents[1], stdout=subprocess.DEVNULL
+        )
+        os.environ[BUILDER_ENV] = str(builder.pid)
+    return f"-XX:SharedArchiveFile={target} {QUIET}", builder
+
+
+def wait_for_builder() -> None:
+    """Wait while the process named by $BUILDER_ENV makes the archive: for a JVM that must map it."""
+    pid, target = os.environ.get(BUILDER_ENV), archive_path()
+    while pid and not target.exists() and _running(int(pid)):
+        time.sleep(0.5)
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"  # ended, not yet reaped by its parent
 
 
 def main() -> int:

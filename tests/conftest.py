@@ -33,9 +33,14 @@ os.environ.setdefault(
     "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UseCodeCacheFlushing -XX:ReservedCodeCacheSize=512m",
 )
 # ... and every spark-submit (the session's, drivers', pre-flights') maps one archive of Spark's classes instead of
-# loading them again: a driver starts seconds sooner (devtools/class_archive.py; made once per clone, two minutes).
-if "SPARK_SUBMIT_OPTS" not in os.environ and (ARCHIVE_OPTS := class_archive.submit_opts()):
-    os.environ["SPARK_SUBMIT_OPTS"] = ARCHIVE_OPTS
+# loading them again: a driver starts seconds sooner (devtools/class_archive.py; made once per clone, two minutes of
+# one core: in the background, while the first tests run on the other; the drivers they start go without it).
+# The workers of `make test` inherit the options, and the builder's pid for the session's JVM to wait for.
+ARCHIVE_BUILDER = None
+if "SPARK_SUBMIT_OPTS" not in os.environ:
+    ARCHIVE_OPTS, ARCHIVE_BUILDER = class_archive.start()
+    if ARCHIVE_OPTS:
+        os.environ["SPARK_SUBMIT_OPTS"] = ARCHIVE_OPTS
 # Airflow reads its configuration when first imported: a private AIRFLOW_HOME for this test session.
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="savepoints-airflow-"))
 airflow_env.configure(AIRFLOW_HOME)
@@ -49,6 +54,11 @@ def _require_java() -> None:
             "`apt-get install -y openjdk-17-jre-headless`, or set JAVA_HOME.",
             pytrace=False,
         )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if ARCHIVE_BUILDER is not None:  # the archive's maker, started above: not left behind
+        ARCHIVE_BUILDER.wait()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -71,6 +81,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     _require_java()
+    class_archive.wait_for_builder()  # a JVM for the whole session: one that maps the archive
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback address" warning
     # Python workers (transformWithState's, UDFs') run this interpreter, with the project's packages (protobuf)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -68,3 +68,24 @@ def test_a_failed_build_leaves_no_archive_and_keeps_the_one_before(
         class_archive.build(archives / "spark-driver-1111111111111111.jsa")
     assert [p.name for p in archives.iterdir()] == [before.name]
     assert before.read_bytes() == b"the archive made before"
+
+
+def test_a_session_waits_for_the_archive_while_its_maker_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/conftest.py's session JVM starts once the archive is whole, or once its maker ended without one (a
+    zombie its parent has not reaped yet counts as ended)."""
+    archive = tmp_path / "spark-driver-0000000000000000.jsa"
+    monkeypatch.setattr(class_archive, "archive_path", lambda: archive)
+    maker = subprocess.Popen(["sh", "-c", f"sleep 0.3; touch {archive}; exec sleep 60"])
+    try:
+        monkeypatch.setenv(class_archive.BUILDER_ENV, str(maker.pid))
+        class_archive.wait_for_builder()
+        assert archive.exists() and maker.poll() is None  # the archive, not the maker's end, ended the wait
+    finally:
+        maker.kill()
+        maker.wait()
+
+    archive.unlink()
+    failing = subprocess.Popen(["sh", "-c", "sleep 0.3; exit 1"])
+    monkeypatch.setenv(class_archive.BUILDER_ENV, str(failing.pid))
+    class_archive.wait_for_builder()  # returns: the maker is a zombie, no archive will come
+    assert not archive.exists() and failing.wait() == 1

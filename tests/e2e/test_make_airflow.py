@@ -402,13 +402,12 @@ component = subprocess.Popen(
     stdout=subprocess.PIPE,
 )
 component.stdout.readline()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # held from here: a Ctrl-C right after "ready" waits
 print("ready", flush=True)
-try:
-    signal.pause()
-except KeyboardInterrupt:
-    component.terminate()
-    component.wait()
-    print("complete", flush=True)
+signal.sigwait({signal.SIGINT})
+component.terminate()
+component.wait()
+print("complete", flush=True)
 """
 
 

@@ -32,7 +32,7 @@ from airflow_plugin.core.jobs.deploy import live_deployments
 from airflow_plugin.core.jobs.deployments import State
 from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.jobs.stop import stop
-from devtools import airflow_env
+from devtools import airflow_env, processes
 from devtools.feeding import BackgroundFeeder
 from devtools.kafka import EmbeddedKafka
 from devtools.kafka_job import PARTITIONS, KafkaFeeder, topic_of
@@ -206,18 +206,12 @@ def kill_lingering(session: int) -> None:
 
 
 def session_processes(session: int) -> dict[int, str]:
-    """The live processes of a session: pid -> command line (as `ps` shows it, the title a process set)."""
+    """The running processes of a session: pid -> command line."""
     found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            stat = (proc / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if fields[0] != "Z" and int(fields[3]) == session:
-                found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-        except (OSError, ValueError, IndexError):  # gone meanwhile
-            continue
+    for pid in processes.pids():
+        fields = processes.stat_fields(pid)
+        if fields is not None and fields[processes.STATE] != "Z" and int(fields[processes.SESSION]) == session:
+            found[pid] = processes.command_line(pid) or "?"
     return found
 
 

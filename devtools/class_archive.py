@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from devtools import processes
 from devtools.java import java_executable, java_version
 from devtools.jvm import CACHE_DIR, spark_conf
 from devtools.spark import spark_home
@@ -124,16 +125,8 @@ def start() -> tuple[str | None, subprocess.Popen[bytes] | None]:
 def wait_for_builder() -> None:
     """Wait while the process named by $BUILDER_ENV makes the archive: for a JVM that must map it."""
     pid, target = os.environ.get(BUILDER_ENV), archive_path()
-    while pid and not target.exists() and _running(int(pid)):
+    while pid and not target.exists() and processes.running(int(pid)):
         time.sleep(0.5)
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"  # ended, not yet reaped by its parent
 
 
 def main() -> int:

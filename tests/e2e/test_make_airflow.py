@@ -31,6 +31,7 @@ from airflow_plugin.core.jobs.deployments import Deployment, Deployments, Deploy
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import LocalStorage, open_storage
+from devtools import processes
 from devtools.airflow_env import REPO
 from devtools.airflow_ui import STOP_GRACE
 from devtools.windowed import wait_for
@@ -75,10 +76,11 @@ class Standalone:
         that outlives devtools/airflow_ui.py's grace is killed by it, named: the test says which, with its stacks
         (Airflow's own shutdown, beside a busy CI worker, has once kept standalone waiting)."""
         os.killpg(self.process.pid, signal.SIGINT)
+        patience = STOP_GRACE - 10  # the stacks are taken before the grace kills what they would show
         with contextlib.suppress(subprocess.TimeoutExpired):
-            return self.process.wait(timeout=STOP_GRACE - 10)
+            return self.process.wait(timeout=patience)
         stuck = self.stuck_report()
-        warnings.warn(f"standalone had not stopped {STOP_GRACE - 10:.0f} s after the Ctrl-C:\n{stuck}", stacklevel=2)
+        warnings.warn(f"standalone had not stopped {patience:.0f} s after the Ctrl-C:\n{stuck}", stacklevel=2)
         try:
             return self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -94,11 +96,9 @@ class Standalone:
         spy = shutil.which("py-spy")
         lines = []
         for pid, command in sorted(self.processes().items()):
-            try:
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
+            if (fields := processes.stat_fields(pid)) is None:
                 continue
-            lines.append(f"{pid} [{state}] {command[:300]}")
+            lines.append(f"{pid} [{fields[processes.STATE]}] {command[:300]}")
             if spy and "python" in os.path.basename(os.path.realpath(f"/proc/{pid}/exe")):
                 dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
                 lines.append((dump.stdout or dump.stderr)[-3000:])
@@ -109,25 +109,20 @@ class Standalone:
         command. By descent from make, and by AIRFLOW_HOME in their environment (which finds orphans; a
         process that sets its title, as the API server does, may have overwritten its environment's copy)."""
         marker = f"AIRFLOW_HOME={self.home}".encode()
-        parents, found = {}, {}
-        for proc in Path("/proc").iterdir():
+        parents, marked = {}, set()
+        for pid in processes.pids():
+            if (fields := processes.stat_fields(pid)) is None:
+                continue
+            parents[pid] = int(fields[processes.PARENT])
             try:
-                if not proc.name.isdigit():
-                    continue
-                stat = (proc / "stat").read_text()
-                parents[int(proc.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-                if marker in (proc / "environ").read_bytes().split(b"\0"):
-                    found[int(proc.name)] = ""
-            except (OSError, ValueError):  # gone meanwhile, or not ours to read
+                if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                    marked.add(pid)
+            except OSError:  # gone meanwhile, or not ours to read
                 continue
         family = {self.process.pid}
         while grown := {pid for pid, parent in parents.items() if parent in family} - family:
             family |= grown
-        for pid in (set(found) | family) - {self.process.pid}:
-            try:
-                found[pid] = (Path(f"/proc/{pid}") / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                found.pop(pid, None)
+        found = {pid: processes.command_line(pid) for pid in (marked | family) - {self.process.pid}}
         return {pid: command for pid, command in found.items() if command}
 
     def leftover_processes(self) -> list[str]:

@@ -1,15 +1,19 @@
 # The two commands a new user runs: `make demo` (the main job) and `make test` (the tests).
 # Both set everything up themselves: uv (from PyPI if missing), the locked dependencies, a Java check.
 
-UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
+# uv's own binary, once uv-bootstrap installed it (not `python3 -m uv`: that wrapper exports
+# UV_INTERNAL__PARENT_INTERPRETER, and every `uv pip` run under it would install into python3, not the active venv)
+UV = $(or $(shell command -v uv 2>/dev/null),$(shell python3 -c 'import uv; print(uv.find_uv_bin())' 2>/dev/null),python3 -m uv)
 export PYTHONUNBUFFERED := 1
 # The locked pyspark brings its own Spark: a SPARK_HOME of the user's shell (another Spark) is not for these.
 unexport SPARK_HOME
 
-.PHONY: setup browser prometheus demo demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history
+.PHONY: uv-bootstrap setup browser prometheus demo demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history
 
-setup:
+uv-bootstrap:  # its own target: make expands a recipe before running it, so setup's lines see the installed uv
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
+
+setup: uv-bootstrap
 	@$(UV) sync --all-extras --frozen --quiet
 	@$(UV) run --frozen python -m devtools.java >/dev/null
 	@bash devtools/install_debian.sh mvn maven "make setup resolves the JVM jars with it (devtools/jvm.py)"

@@ -28,7 +28,7 @@ MARKER = "# checked by tests/e2e/test_wheel.py"
 # a user's shell holds none of ours, and nothing that tells uv to install elsewhere than the active venv:
 # `python -m uv` (how make runs uv before it is on PATH) exports UV_INTERNAL__PARENT_INTERPRETER to all below it,
 # and `uv pip install` then installs into that interpreter (a CI found Airflow 3.1.8 in its system Python)
-OURS = ("AIRFLOW", "SAVEPOINTS_", "VIRTUAL_ENV", "UV_INTERNAL__")
+NOT_IN_A_USERS_SHELL = ("AIRFLOW", "SAVEPOINTS_", "VIRTUAL_ENV", "UV_INTERNAL__")
 TARGET_CHOOSERS = ("UV_PYTHON", "UV_PROJECT_ENVIRONMENT", "UV_SYSTEM_PYTHON", "CONDA_PREFIX", "PYTHONHOME")
 SOURCES = ("pyproject.toml", "README.md", "jobs.toml", "airflow_plugin", "spark_jobs", "dags")
 
@@ -52,7 +52,7 @@ def test_the_wheel_installs_into_an_older_airflow_and_keeps_it(tmp_path: Path) -
             shutil.copyfile(source, clone / name)
     venv = tmp_path / "venv"
     subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(OURS) and k not in TARGET_CHOOSERS}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(NOT_IN_A_USERS_SHELL) and k not in TARGET_CHOOSERS}
     env |= {
         "VIRTUAL_ENV": str(venv),
         "PATH": os.pathsep.join([str(venv / "bin"), os.environ.get("PATH", "")]),
@@ -64,7 +64,7 @@ def test_the_wheel_installs_into_an_older_airflow_and_keeps_it(tmp_path: Path) -
     for command in (f"uv pip install apache-airflow=={OLDER_AIRFLOW}", "airflow db migrate"):
         done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=1800)
         assert done.returncode == 0, f"{command}:\n{(done.stdout + done.stderr)[-3000:]}"
-        assert (venv / "bin" / "airflow").exists(), f"`{command}` installed outside {venv}: see OURS above"
+        assert (venv / "bin" / "airflow").exists(), f"`{command}` installed outside {venv}: see NOT_IN_A_USERS_SHELL"
     steps = install_block()
     assert any("spark_savepoints" in step and "[airflow,spark]" in step for step in steps), steps
     for step in steps:

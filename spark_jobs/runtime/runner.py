@@ -16,9 +16,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State
@@ -54,6 +56,7 @@ JOB_ARGUMENTS_REJECTED = "JOB_ARGUMENTS_REJECTED"
 DRAIN = Trigger("available-now", None)
 STANDBY_POLL = 0.1  # seconds between looks for the start request: the cutover waits on this
 STANDBY_LIMIT = 1800.0  # a standby nobody starts (its upgrade was abandoned) ends after this long
+WARM_UP_LIMIT = 60.0  # seconds the standby's warm-up batch may take (200 state partitions beside the old version)
 
 
 class Runner:
@@ -178,11 +181,50 @@ class Runner:
         return False
 
     def _warm_up(self) -> None:
-        """Run one small shuffle and aggregation while nothing waits on us: a fresh JVM's first job pays
-        for class loading, code generation and task set-up, which would otherwise land in the cutover."""
+        """Pay, while nothing waits on us, what a fresh JVM's first batch would otherwise pay in the cutover:
+        class loading, code generation and task set-up (one small shuffle), then this version's own query
+        and the Delta table it writes (`_warm_up_query`). A warm-up that fails changes nothing: the real start
+        meets the same problem and reports it."""
         started = time.monotonic()
         self.spark.range(0, 10_000, numPartitions=2).selectExpr("id % 7 AS k").groupBy("k").count().collect()
+        try:
+            self._warm_up_query()
+        except Exception as exc:
+            log.warning("standby: warm-up of the query skipped: %s", describe(exc).message)
         log.info("standby: warmed up in %.1fs", time.monotonic() - started)
+
+    def _warm_up_query(self) -> None:
+        """One batch of the version's own query on a throwaway local checkpoint (the deployment's own location
+        holds its restore), written to the noop sink, or to a throwaway local Delta table when the job writes
+        Delta (never the job's own sink: the old version still writes it). The source's client, the state
+        store's library, the query's generated code and the sink's write path are then loaded. Then the job's
+        table is read once, so that its first commit updates a cached table log instead of loading it.
+        Measured on the example job at 3 partitions: the first batch after the cutover took 13 s cold, against
+        4 s for a running query's batch."""
+        job = self._build()
+        sink = sink_of(job.writer, self.spark)
+        with tempfile.TemporaryDirectory(prefix="standby-warm-up-") as directory:
+            scratch = Path(directory).as_uri()  # the driver's disk, whatever the cluster's default filesystem
+            writer = job.writer.option("checkpointLocation", f"{scratch}/checkpoint")
+            if sink is not None and sink.kind == DELTA:
+                writer = writer.option("path", f"{scratch}/table")
+            else:
+                writer = writer.format("noop")
+            query = writer.queryName(f"{self.args.job}-warm-up").start()  # processing time: honours its source's
+            self.listener.ignore(str(query.id))  # limits per batch; stopped after the first
+            deadline = time.monotonic() + WARM_UP_LIMIT
+            while not query.awaitTermination(STANDBY_POLL) and time.monotonic() < deadline:
+                if query.lastProgress is not None:
+                    break
+            progress = query.lastProgress
+            query.stop()
+        if progress is not None:
+            log.info("standby: warm-up query ran its batch %s (%s rows)", progress["batchId"], progress["numInputRows"])
+        else:
+            log.warning("standby: warm-up query ran no batch within %.0fs", WARM_UP_LIMIT)
+        if sink is not None and sink.kind == DELTA:
+            columns = self.spark.read.format("delta").load(sink.location).columns  # resolving it loads the log
+            log.info("standby: Delta table %s read (%d columns)", sink.location, len(columns))
 
     def _preflight(self, probe: str) -> int:
         """Make Spark plan and run the pending batch of each copy once (its commit was removed), writing

@@ -164,6 +164,9 @@ class ScriptRunner(Runner):
         self.start_timeout = start_timeout
         self.takeover = Takeover()
 
+    def _warm_up_query(self) -> None:
+        """Nothing: a script's query exists only once the script runs it (its standby gets the session's warm-up)."""
+
     def _run(self) -> int:
         try:
             unsupported = self._unsupported()

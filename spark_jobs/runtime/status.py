@@ -253,6 +253,7 @@ class ProgressListener(StreamingQueryListener):
     def __init__(self, board: StatusBoard, clock: Callable[[], float] = time.time) -> None:
         self._board = board
         self._query_id: str | None = None
+        self._ignored: set[str] = set()  # the standby's warm-up query (runner.py): its batches are not the job's
         self._jvm_listener: Any = None
         self.sink: str | None = None  # the sink as the runtime knows it, where Spark names only ForeachBatchSink
         self.batch_done = threading.Event()  # set on every committed batch: the stop logic waits for it
@@ -261,7 +262,12 @@ class ProgressListener(StreamingQueryListener):
     def follow(self, query_id: str) -> None:
         self._query_id = query_id
 
+    def ignore(self, query_id: str) -> None:
+        self._ignored.add(query_id)
+
     def _ours(self, query_id: object) -> bool:
+        if str(query_id) in self._ignored:
+            return False
         return self._query_id is None or str(query_id) == self._query_id
 
     def progress(self, progress: dict[str, Any]) -> None:

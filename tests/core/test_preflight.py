@@ -131,7 +131,10 @@ def test_preflight_passes_a_compatible_version_and_blocks_a_silent_regrouping(tm
         assert allowed.passed and allowed.renames
 
         standby = prestart(job, "v2")
-        assert Deployments(store.storage).status(job.name, standby.id).state is State.STANDBY
+        waiting = Deployments(store.storage).status(job.name, standby.id)
+        assert waiting is not None and (waiting.state, waiting.last_batch_id) == (State.STANDBY, None)
+        # it warmed up on its own query's first batch, which its status does not count as the deployment's
+        assert "standby: warm-up query ran its batch 0" in Path(standby.launcher["log"]).read_text(errors="replace")
         with pytest.raises(Refused, match=f"already has deployment {v1.id} in state RUNNING"):
             activate(job, standby.id, savepoint.id)
         with pytest.raises(Refused, match=f"already has a pre-started deployment {standby.id}"):

@@ -177,6 +177,23 @@ def test_the_listener_reports_sources_and_kafka_lag_from_sparks_progress(tmp_pat
     assert kafka_lag(progress(9, None)["sources"]) is None and kafka_lag([]) is None
 
 
+def test_the_listener_ignores_the_standby_warm_up_query(tmp_path: Path) -> None:
+    """A standby runs its version's query once to warm up (runner.py) before it follows any query: that batch
+    is not the deployment's and must not move its state or batch id."""
+    deployments = Deployments(open_storage(str(tmp_path)))
+    board = StatusBoard(deployments, "j", "d", DeploymentStatus(State.STARTING, time.time()))
+    board.update()
+    listener = ProgressListener(board)
+    listener.ignore("warm-up")
+    listener.progress({"id": "warm-up", "batchId": 0, "numInputRows": 2000})
+    listener.idle("warm-up")
+    status = deployments.status("j", "d")
+    assert status is not None and (status.state, status.last_batch_id) == (State.STARTING, None)
+    listener.progress({"id": "q", "batchId": 21, "numInputRows": 5})
+    status = deployments.status("j", "d")
+    assert status is not None and (status.state, status.last_batch_id) == (State.RUNNING, 21)
+
+
 def test_rows_per_second_covers_the_last_minute_and_the_state_is_reported_per_operator(tmp_path: Path) -> None:
     """A query with a watermark follows each batch of data with a no-data batch: Spark's processedRowsPerSecond
     of the last batch is then 0 while the job is busy (the page showed 0). The runtime's own figure is not."""

@@ -56,7 +56,7 @@ JOB_ARGUMENTS_REJECTED = "JOB_ARGUMENTS_REJECTED"
 DRAIN = Trigger("available-now", None)
 STANDBY_POLL = 0.1  # seconds between looks for the start request: the cutover waits on this
 STANDBY_LIMIT = 1800.0  # a standby nobody starts (its upgrade was abandoned) ends after this long
-WARM_UP_LIMIT = 60.0  # seconds the standby's warm-up batch may take (200 state partitions beside the old version)
+WARM_UP_LIMIT = 60.0  # seconds for the warm-up batch: STANDBY waits on it (200 partitions beside the old version: slow)
 
 
 class Runner:

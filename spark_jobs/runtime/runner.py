@@ -56,6 +56,10 @@ JOB_ARGUMENTS_REJECTED = "JOB_ARGUMENTS_REJECTED"
 DRAIN = Trigger("available-now", None)
 STANDBY_POLL = 0.1  # seconds between looks for the start request: the cutover waits on this
 STANDBY_LIMIT = 1800.0  # a standby nobody starts (its upgrade was abandoned) ends after this long
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+# the warm-up query's state partitions: its code, classes and clients do not depend on their number, and at Spark's
+# default 200 its batch (400 state stores) did not end within WARM_UP_LIMIT beside the old version on 2 cores
+WARM_UP_PARTITIONS = 2
 WARM_UP_LIMIT = 60.0  # seconds for the warm-up batch: STANDBY waits on it (200 partitions beside the old version: slow)
 
 
@@ -210,8 +214,16 @@ class Runner:
                 writer = writer.option("path", f"{scratch}/table")
             else:
                 writer = writer.format("noop")
-            query = writer.queryName(f"{self.args.job}-warm-up").start()  # processing time: honours its source's
-            self.listener.ignore(str(query.id))  # limits per batch; stopped after the first
+            configured = self.spark.conf.get(SHUFFLE_PARTITIONS, None)
+            self.spark.conf.set(SHUFFLE_PARTITIONS, str(WARM_UP_PARTITIONS))  # a fresh query takes it at start
+            try:  # its own trigger (processing time: the source's limits per batch hold); stopped after one batch
+                query = writer.queryName(f"{self.args.job}-warm-up").start()
+            finally:
+                if configured is None:
+                    self.spark.conf.unset(SHUFFLE_PARTITIONS)
+                else:
+                    self.spark.conf.set(SHUFFLE_PARTITIONS, configured)
+            self.listener.ignore(str(query.id))
             deadline = time.monotonic() + WARM_UP_LIMIT
             while not query.awaitTermination(STANDBY_POLL) and time.monotonic() < deadline:
                 if query.lastProgress is not None:

@@ -314,6 +314,38 @@ def test_failures_before_the_query_starts_end_failed_with_a_class_and_exit_code(
         assert status.app_id == "local-fake" and status.pid == os.getpid()
 
 
+@pytest.mark.spark
+def test_the_standby_warm_up_runs_one_batch_of_the_query_and_leaves_its_sink_and_session_alone(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The warm-up (runner.py) runs the version's own stateful query once, to noop on a throwaway checkpoint
+    with a few state partitions: the job's sink gets nothing, no query is left running, and the session's
+    partitions setting (which a fresh start of the real query takes) is as it was."""
+    output = tmp_path / "out"
+
+    def build(session: Any, job_args: list[str]) -> StreamingJob:
+        deduplicated = session.readStream.format("rate").option("rowsPerSecond", 100).load().dropDuplicates(["value"])
+        writer = deduplicated.writeStream.format("parquet").option("path", str(output)).outputMode("append")
+        return StreamingJob(writer, SinkKind.FILE, SourceKind.RATE)
+
+    common = ["--store", str(tmp_path / "store"), "--job", "j", "--deployment", "d", "--checkpoint", "c"]
+    runner = Runner(
+        build, *parse_args([*common, "--trigger-interval", "1 second", "--delivery", "at-least-once", "--standby"])
+    )
+    runner.spark = spark
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "7")
+    try:
+        with caplog.at_level("INFO", logger="spark_jobs.runtime.runner"):
+            runner._warm_up_query()
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "7"
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert "standby: warm-up query ran its batch 0" in caplog.text
+    assert [q.name for q in spark.streams.active if q.name == "j-warm-up"] == []
+    assert not output.exists() and not (tmp_path / "c").exists()
+
+
 def test_a_stop_requested_before_the_start_is_honoured_without_starting(tmp_path: Path) -> None:
     Deployments(open_storage(str(tmp_path))).request("j", "d", ControlRequest("rq-early", "stop"))
     status, code = _run_without_spark(tmp_path, lambda spark, job_args: _job(SinkKind.FILE))  # writer never used

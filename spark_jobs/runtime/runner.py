@@ -207,13 +207,11 @@ class Runner:
         4 s for a running query's batch."""
         job = self._build()
         sink = sink_of(job.writer, self.spark)
+        table = sink.location if sink is not None and sink.kind == DELTA else None
         with tempfile.TemporaryDirectory(prefix="standby-warm-up-") as directory:
             scratch = Path(directory).as_uri()  # the driver's disk, whatever the cluster's default filesystem
             writer = job.writer.option("checkpointLocation", f"{scratch}/checkpoint")
-            if sink is not None and sink.kind == DELTA:
-                writer = writer.option("path", f"{scratch}/table")
-            else:
-                writer = writer.format("noop")
+            writer = writer.option("path", f"{scratch}/table") if table is not None else writer.format("noop")
             configured = self.spark.conf.get(SHUFFLE_PARTITIONS, None)
             self.spark.conf.set(SHUFFLE_PARTITIONS, str(WARM_UP_PARTITIONS))  # a fresh query takes it at start
             try:  # its own trigger (processing time: the source's limits per batch hold); stopped after one batch
@@ -234,9 +232,9 @@ class Runner:
             log.info("standby: warm-up query ran its batch %s (%s rows)", progress["batchId"], progress["numInputRows"])
         else:
             log.warning("standby: warm-up query ran no batch within %.0fs", WARM_UP_LIMIT)
-        if sink is not None and sink.kind == DELTA:
-            columns = self.spark.read.format("delta").load(sink.location).columns  # resolving it loads the log
-            log.info("standby: Delta table %s read (%d columns)", sink.location, len(columns))
+        if table is not None:
+            columns = self.spark.read.format("delta").load(table).columns  # resolving it loads the log
+            log.info("standby: Delta table %s read (%d columns)", table, len(columns))
 
     def _preflight(self, probe: str) -> int:
         """Make Spark plan and run the pending batch of each copy once (its commit was removed), writing

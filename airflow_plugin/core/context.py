@@ -269,7 +269,11 @@ class JobContext:
         self._held.lease = lease
         try:
             with lease:
-                yield self.deployments.adopt_unlisted(self.name)  # what it decides on must not miss a deployment
+                # What it decides on must not miss a deployment. After a release by this savepoints, whatever
+                # was deployed is in the index; else (the job's first lease, an older savepoints that deletes
+                # the lease, a holder that died or whose lease was broken) add to it what it does not list.
+                deployments = self.deployments
+                yield deployments.list(self.name) if lease.after_release else deployments.adopt_unlisted(self.name)
                 if self.settings.keep_lease:
                     lease.keep()
         finally:

@@ -6,13 +6,20 @@ jobs/<job>/lease.json = {job, holder, operation, acquired_at, renewed_at, expire
 passed belongs to a holder that stopped renewing (crashed, killed): it is taken over only if it is still
 the record that was read (Storage.replace with its token), so of two takers exactly one wins. A live
 record refuses with the holder, the operation and their age. `token` is a random id of one acquisition,
-unchanged by renewals: every record content is unique to its writer, which the store relies on (base.py).
+unchanged by renewals: every held record's content is unique to its writer, which the store relies on
+(base.py). The released record is the one shared content: a retried release that finds it has released.
 
 `Lease` is a context manager: a background thread renews every ttl/3 (a replace with the current token,
 so a lease broken or taken over by someone else is noticed at the next renewal), and the lease is
-released at the end (delete only if unchanged). A lost lease sets `lost`; `check()` raises LeaseLost,
-and so does leaving the block. Expiry compares the holder's clock (expires_at) with the reader's: keep
-ttl well above the clock skew between hosts.
+released at the end: replaced, only if unchanged, by the job's released record (`LeaseRecord.released`:
+one content per job, expired, holder "(released)"). Readers see no lease in it. The next `acquire` takes it
+in one request where the store derives a token from the content (S3: its MD5 ETag), a replace naming the
+released record's token without reading it, and knows that the last holder released the lease with this
+savepoints (`Lease.after_release`): not an older one (which deletes it, and which takes the released
+record over as an expired lease), not a holder that died or whose lease was broken.
+
+A lost lease sets `lost`; `check()` raises LeaseLost, and so does leaving the block. Expiry compares the
+holder's clock (expires_at) with the reader's: keep ttl well above the clock skew between hosts.
 
 Pure engine code: no airflow, no pyspark."""
 
@@ -39,6 +46,8 @@ log = logging.getLogger(__name__)
 
 OPERATIONS = ("deploy", "stop", "kill", "upgrade", "rollback", "rescale", "restore", "prune", "gc")
 DEFAULT_TTL = 60.0  # seconds
+RELEASED = "released"  # the token of a released record: never one of an acquisition (those are hex)
+_EPOCH = "1970-01-01T00:00:00.000Z"
 
 
 class LeaseHeld(Refused):
@@ -126,6 +135,16 @@ class LeaseRecord:
             token=secrets.token_hex(16),
         )
 
+    @classmethod
+    def released(cls, job: str) -> LeaseRecord:
+        """What a release leaves: the same content for every release of the job (its token is known without a
+        read), a well-formed record that has always expired (an older savepoints takes it over as such)."""
+        return cls(job, f"({RELEASED})", RELEASED, _EPOCH, _EPOCH, _EPOCH, 0.0, RELEASED)
+
+    @property
+    def is_released(self) -> bool:
+        return self.token == RELEASED
+
     def renewed(self, now: datetime) -> LeaseRecord:
         return replace(self, renewed_at=_stamp(now), expires_at=_stamp(now + timedelta(seconds=self.ttl_s)))
 
@@ -169,8 +188,10 @@ class Lease:
     """A held lease. Use as a context manager (renewal thread, release at the end), or call `renew` and
     `release` yourself."""
 
-    def __init__(self, storage: Storage, record: LeaseRecord, token: str) -> None:
+    def __init__(self, storage: Storage, record: LeaseRecord, token: str, *, after_release: bool = False) -> None:
         self.storage = storage
+        # taken from the released record this savepoints leaves: its last holder released it (see the module)
+        self.after_release = after_release
         self.key = lease_key(record.job)
         self.record = record
         self._token = token  # the store's token of our current record
@@ -224,13 +245,15 @@ class Lease:
                     self._lose(f"it could not be renewed before it expired at {self.record.expires_at}: {exc}")
 
     def release(self) -> None:
-        """Delete the lease if the store still holds our record (never someone else's)."""
+        """Replace our record by the job's released one if the store still holds ours (never someone else's)."""
         self._stop_renewing()
         with self._lock:
             try:
-                self.storage.delete_if(self.key, self._token)
+                self.storage.replace(self.key, LeaseRecord.released(self.job).to_json(), self._token)
             except Conflict:
-                self._lose(f"{self.storage.uri}/{self.key} was taken over by someone else; theirs was left alone")
+                self._lose(
+                    f"{self.storage.uri}/{self.key} was broken or taken over by someone else; theirs was left alone"
+                )
 
     def keep(self) -> None:
         """Stop renewing but leave the record in the store: an operation of several steps in several
@@ -283,6 +306,13 @@ def acquire(storage: Storage, job: str, holder: str, operation: str, ttl: float 
     if not ttl > 0:
         raise InvalidInput(f"lease ttl must be positive seconds, not {ttl}")
     key = lease_key(job)
+    released = storage.token_of(LeaseRecord.released(job).to_json())
+    if released is not None:  # the usual case, a lease released by this savepoints: one request
+        record = LeaseRecord.new(job, holder, operation, ttl, _now())
+        try:
+            return Lease(storage, record, storage.replace(key, record.to_json(), released), after_release=True)
+        except Conflict:
+            pass  # held, absent, or a token the store does not derive from the content (SSE-KMS): read it
     # The lease may be released between our failed create and our read: then create once more.
     for _ in range(2):
         record = LeaseRecord.new(job, holder, operation, ttl, _now())
@@ -299,10 +329,13 @@ def acquire(storage: Storage, job: str, holder: str, operation: str, ttl: float 
             raise _held(storage, job, current)
         record = LeaseRecord.new(job, holder, operation, ttl, _now())
         try:
-            lease = Lease(storage, record, storage.replace(key, record.to_json(), token))
+            token = storage.replace(key, record.to_json(), token)
+            lease = Lease(storage, record, token, after_release=current.is_released)
         except Conflict:
             raise _held(storage, job, _read(storage, job), took_over=True) from None
-        if current.holder == holder:  # a later step of the same holder (an Airflow DAG run's next task, a retry)
+        if current.is_released:
+            pass
+        elif current.holder == holder:  # a later step of the same holder (an Airflow DAG run's next task, a retry)
             log.info("lease of job %s: %s continues (%s)", job, holder, operation)
         else:
             log.warning("took over the expired lease of job %s from %s", job, current.describe())
@@ -328,13 +361,14 @@ def _held(storage: Storage, job: str, current: LeaseRecord | None, *, took_over:
 def _read(storage: Storage, job: str) -> LeaseRecord | None:
     key = lease_key(job)
     try:
-        return LeaseRecord.from_json(storage.read(key), f"{storage.uri}/{key}")
+        record = LeaseRecord.from_json(storage.read(key), f"{storage.uri}/{key}")
     except FileNotFoundError:
         return None
+    return None if record.is_released else record
 
 
 def read_lease(storage: Storage, job: str) -> LeaseRecord | None:
-    """The job's lease record (expired or not), or None."""
+    """The job's lease record (expired or not), or None (none, or released)."""
     return _read(storage, job)
 
 
@@ -359,6 +393,8 @@ def break_lease(storage: Storage, job: str, *, holder: str | None = None) -> Lea
         current = LeaseRecord.from_json(data, f"{storage.uri}/{key}")
     except IntegrityError:
         current = None  # unreadable: breaking it is what the error message recommends
+    if current is not None and current.is_released:
+        raise NotFound(f"job {job} has no lease in {storage.uri} (the last one was released): nothing to break")
     if holder is not None and (current is None or current.holder != holder):
         found = current.holder if current else "an unreadable record"
         raise Refused(f"the lease of job {job} is held by {found}, not {holder}: nothing was broken")

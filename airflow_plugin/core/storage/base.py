@@ -108,6 +108,12 @@ class Storage(ABC):
         """Delete `key` only if it still holds the content `token` stands for. False if it was already gone
         (also when a retried delete had succeeded); Conflict if it holds something else."""
 
+    def token_of(self, data: bytes) -> str | None:
+        """The token a write of exactly `data` gets, where the backend derives it from the content alone (S3:
+        the MD5 ETag of a single PUT), so that a conditional write can name content it never read; None where
+        it does not (local: the file's inode and mtime)."""
+        return None
+
     def read_if_changed(self, key: str, version: str) -> tuple[bytes, str] | None:
         """The content of `key` and its token, or None when it still is the content `version` stands for (S3:
         a conditional GET, answered 304 without a body). FileNotFoundError if missing."""

@@ -332,12 +332,10 @@ def acquire(storage: Storage, job: str, holder: str, operation: str, ttl: float 
             token = storage.replace(key, record.to_json(), token)
             lease = Lease(storage, record, token, after_release=current.is_released)
         except Conflict:
-            raise _held(storage, job, _read(storage, job), took_over=True) from None
-        if current.is_released:
-            pass
-        elif current.holder == holder:  # a later step of the same holder (an Airflow DAG run's next task, a retry)
+            raise _held(storage, job, _read(storage, job), took_over=not current.is_released) from None
+        if current.holder == holder:  # a later step of the same holder (an Airflow DAG run's next task, a retry)
             log.info("lease of job %s: %s continues (%s)", job, holder, operation)
-        else:
+        elif not current.is_released:
             log.warning("took over the expired lease of job %s from %s", job, current.describe())
         return lease
     raise LeaseHeld(

@@ -378,6 +378,25 @@ def held_leases(storage: Storage) -> list[LeaseRecord]:
     return sorted((record for record in found if record is not None), key=lambda r: r.job)
 
 
+def release_lease(storage: Storage, job: str, holder: str) -> LeaseRecord | None:
+    """Release the job's lease that `holder` kept (`Lease.keep`) from another process: the released record
+    in its place, as `Lease.release` leaves, only if it is still the record that was read. Returns the
+    released record; None when `holder` holds none (released, expired and taken, or broken meanwhile)."""
+    key = lease_key(job)
+    try:
+        data, token = storage.read_with_token(key)
+    except FileNotFoundError:
+        return None
+    current = LeaseRecord.from_json(data, f"{storage.uri}/{key}")
+    if current.is_released or current.holder != holder:
+        return None
+    try:
+        storage.replace(key, LeaseRecord.released(job).to_json(), token)
+    except Conflict:
+        return None
+    return current
+
+
 def break_lease(storage: Storage, job: str, *, holder: str | None = None) -> LeaseRecord | None:
     """Remove the job's lease whoever holds it (for a holder that is surely dead), only if it is still the
     record that was read: a holder that renews meanwhile is alive, and its lease stays. `holder`, when

@@ -17,9 +17,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.lease import acquire, airflow_holder, break_lease, read_lease
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.hooks.savepoints import SavepointsHook
 from airflow_plugin.operators.deployments import DeployJobOperator, StopJobOperator
+from airflow_plugin.operators.leases import ReleaseLeaseOperator
 from airflow_plugin.operators.snapshots import SavepointOperator, VerifySnapshotOperator
 from airflow_plugin.operators.upgrade import PreflightCheckOperator, RollbackOperator
 from airflow_plugin.sensors.health import DeploymentHealthSensor
@@ -284,6 +286,24 @@ def test_a_rollback_to_a_snapshot_that_names_no_version_is_refused(tmp_path: Pat
     with pytest.raises(AirflowFailException, match=f"snapshot {manual.id} of job orders does not record the version"):
         operator.execute(CONTEXT)
     assert tree(tmp_path) == before
+
+
+def test_release_lease_ends_the_runs_kept_lease_and_leaves_anyone_elses(tmp_path: Path) -> None:
+    """A DAG whose tasks keep the job's lease ends with ReleaseLeaseOperator: the run's lease is released (the
+    next operation takes it as released), another holder's is left alone."""
+    jobs, _ = _deployment(tmp_path, State.STOPPED, 3)
+    storage = open_storage(str(tmp_path / "store"))
+    operator = ReleaseLeaseOperator(task_id="release", job="orders", jobs_file=jobs)
+    operator.aws_conn_id = operator.spark_conn_id = None
+    acquire(storage, "orders", "bob@host:1", "stop", ttl=60).keep()
+    assert operator.execute(task_context())["released"] is False
+    assert read_lease(storage, "orders").holder == "bob@host:1"
+    break_lease(storage, "orders")
+    acquire(storage, "orders", airflow_holder("test_dag", "manual"), "deploy", ttl=60).keep()
+    assert operator.execute(task_context()) == {"job": "orders", "holder": "airflow:test_dag/manual", "released": True}
+    assert read_lease(storage, "orders") is None
+    assert acquire(storage, "orders", "carol@host:2", "stop", ttl=60).after_release
+    assert operator.execute(task_context())["released"] is False  # carol's
 
 
 def test_operators_sensors_triggers_and_hooks_are_importable_where_users_look() -> None:

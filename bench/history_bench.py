@@ -11,8 +11,9 @@ in one run. Each time is compared with the same command's at 10 snapshots of the
    written as a store before catalogs held them, then migrated with `savepoints catalog rebuild` (timed).
    At 10, 100 and 1,000 snapshots, each as the command line in a process of its own, 3 times (median):
    `list`, `show latest`, `restore latest --dry-run`, the planning of `deploy --restore latest-savepoint`
-   (bench/deploy_plan.py), `prune --dry-run` (the newest 24 of each kind kept); and the page's snapshot
-   table (ui/views.py), read, then refreshed with nothing changed.
+   (bench/deploy_plan.py; the job's first lease, which also lists the job's deployments, measured once
+   before), `prune --dry-run` (the newest 24 of each kind kept); and the page's snapshot table (ui/views.py),
+   read, then refreshed with nothing changed.
 2. fleet: 100 jobs of 5 such snapshots and 2 deployments each (one running); migrated, then `savepoints
    status` (child process) and the page's job list (ui/views.py `fleet`, in this process: first, then warm).
 3. gc: 10 jobs x 1,000 snapshots whose manifests reference 10 packs each of their own (100,000 packs),
@@ -215,6 +216,10 @@ def history(server: S3Server, results: Results) -> None:
                 server, "prune", "--jobs", str(jobs), "--job", JOB, "--dry-run", "--json", *prune_args
             ),
         }
+        if level == LEVELS[0]:  # the job's first lease: it also lists the deployments, once (core/lease.py)
+            first = measure(server, steps["deploy --restore latest-savepoint (planning)"], runs=1)
+            log(f"the job's first lease, deploy's planning: {first.text()}")
+            results.row(f"{level} snapshots", "deploy's planning, the job's first lease (once)", first.text())
         measured[level] = {name: measure(server, step) for name, step in steps.items()}
         measured[level] |= _page(server, jobs)
         for name, m in measured[level].items():

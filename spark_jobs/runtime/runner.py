@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.rescale import PARTITIONS_CONF
 from airflow_plugin.core.sinks import DELTA, SinkRef
 from airflow_plugin.core.storage import open_storage
 
@@ -56,7 +57,6 @@ JOB_ARGUMENTS_REJECTED = "JOB_ARGUMENTS_REJECTED"
 DRAIN = Trigger("available-now", None)
 STANDBY_POLL = 0.1  # seconds between looks for the start request: the cutover waits on this
 STANDBY_LIMIT = 1800.0  # a standby nobody starts (its upgrade was abandoned) ends after this long
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # the warm-up query's state partitions: its code, classes and clients do not depend on their number, and at Spark's
 # default 200 its batch (400 state stores) did not end within WARM_UP_LIMIT beside the old version on 2 cores
 WARM_UP_PARTITIONS = 2
@@ -212,15 +212,15 @@ class Runner:
             scratch = Path(directory).as_uri()  # the driver's disk, whatever the cluster's default filesystem
             writer = job.writer.option("checkpointLocation", f"{scratch}/checkpoint")
             writer = writer.option("path", f"{scratch}/table") if table is not None else writer.format("noop")
-            configured = self.spark.conf.get(SHUFFLE_PARTITIONS, None)
-            self.spark.conf.set(SHUFFLE_PARTITIONS, str(WARM_UP_PARTITIONS))  # a fresh query takes it at start
+            configured = self.spark.conf.get(PARTITIONS_CONF, None)
+            self.spark.conf.set(PARTITIONS_CONF, str(WARM_UP_PARTITIONS))  # a fresh query takes it at start
             try:  # its own trigger (processing time: the source's limits per batch hold); stopped after one batch
                 query = writer.queryName(f"{self.args.job}-warm-up").start()
             finally:
                 if configured is None:
-                    self.spark.conf.unset(SHUFFLE_PARTITIONS)
+                    self.spark.conf.unset(PARTITIONS_CONF)
                 else:
-                    self.spark.conf.set(SHUFFLE_PARTITIONS, configured)
+                    self.spark.conf.set(PARTITIONS_CONF, configured)
             self.listener.ignore(str(query.id))
             deadline = time.monotonic() + WARM_UP_LIMIT
             while not query.awaitTermination(STANDBY_POLL) and time.monotonic() < deadline:

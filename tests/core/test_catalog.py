@@ -42,14 +42,12 @@ OPS = st.lists(
 )
 
 
-def _gone_pid() -> int:
-    """The pid of a process of this host that has ended: its marks are dead at once."""
+def gone_holder() -> str:
+    """A holder whose process of this host has just ended: its marks are dead at once. Made where it is used:
+    pids wrap (32,768 here), so one taken at collection may belong to a live process by the time a test runs."""
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
-    return process.pid
-
-
-GONE = f"{default_holder().rpartition(':')[0]}:{_gone_pid()}"
+    return f"{default_holder().rpartition(':')[0]}:{process.pid}"
 
 
 def check_invariant(store: SnapshotStore) -> None:
@@ -138,7 +136,7 @@ def test_a_mark_of_a_process_that_is_gone_is_settled_at_once(tmp_path: Path) -> 
     store = SnapshotStore(LocalStorage(tmp_path))
     made = manifest(JOB)
     store.add(made)
-    killed_writer(store, made.id, GONE, time.time())
+    killed_writer(store, made.id, gone_holder(), time.time())
     assert store.catalog(JOB).stored()[1] != []
     assert listed(store.list(JOB)) == truth(store, JOB)  # the reader settled it...
     versions, marks = store.catalog(JOB).stored()

@@ -30,6 +30,7 @@ import threading
 import time
 import uuid
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -188,8 +189,9 @@ def _seconds(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def stop_restore(run: Run) -> tuple[float, float, dict[str, float]]:
-    """The downtime and the longest time without a commit during the whole upgrade, and the drivers' peaks."""
+def stop_restore(run: Run) -> tuple[float, float, float, dict[str, float]]:
+    """The downtime, the longest time without a commit during the whole upgrade, the median time between the old
+    version's commits before the upgrade (what a restart that cost nothing would show), and the drivers' peaks."""
     upgrade, _, peaks = upgraded(run, "stop_restore")
     if upgrade.phase is not Phase.DONE:
         raise RuntimeError(f"stop_restore upgrade {upgrade.id} ended {upgrade.phase}: {upgrade.error}")
@@ -198,8 +200,11 @@ def stop_restore(run: Run) -> tuple[float, float, dict[str, float]]:
     stopped = _seconds(run.job.store.get(JOB, str(upgrade.stop_savepoint)).created_at)
     times = run.commits()
     downtime = min(t for t in times if t > stopped) - max(t for t in times if t <= stopped)
-    whole, _ = commit_gaps(run.table, _seconds(upgrade.created_at), _seconds(upgrade.updated_at))
-    return downtime, whole, peaks
+    started = _seconds(upgrade.created_at)
+    whole, _ = commit_gaps(run.table, started, _seconds(upgrade.updated_at))
+    before = sorted(t for t in times if t < started)
+    rhythm = statistics.median(b - a for a, b in pairwise(before))
+    return downtime, whole, rhythm, peaks
 
 
 def blue_green(run: Run) -> dict[str, Any]:
@@ -254,16 +259,17 @@ def main() -> int:
 
 
 def measure(s3: EmbeddedS3, kafka: EmbeddedKafka, partitions: int, results: Results) -> None:
-    cold, downtimes, wholes, green = [], [], [], []
+    cold, downtimes, wholes, rhythms, green = [], [], [], [], []
     memory: dict[str, list[float]] = {"stop_restore": [], "blue_green": []}
     replays: dict[int, list[dict[str, Any]]] = {rate: [] for rate in REPLAY_ROUNDS.get(partitions, ())}
     for pair in range(PAIRS):
         if "stop_restore" in MODES:
             cold.append(cold_start(Run(s3, kafka, f"p{partitions}-cold-{pair}", partitions)))
             log(f"{partitions} partitions, cold start {pair + 1}/{PAIRS}: {cold[-1]:.2f} s")
-            downtime, whole, peaks = stop_restore(Run(s3, kafka, f"p{partitions}-sr-{pair}", partitions))
+            downtime, whole, rhythm, peaks = stop_restore(Run(s3, kafka, f"p{partitions}-sr-{pair}", partitions))
             downtimes.append(downtime)
             wholes.append(whole)
+            rhythms.append(rhythm)
             memory["stop_restore"].append(sum(peaks.values()))
             log(f"{partitions} partitions, stop_restore {pair + 1}/{PAIRS}: {downtime:.2f} s down ({whole:.2f} s)")
         if "blue_green" in MODES:
@@ -281,7 +287,7 @@ def measure(s3: EmbeddedS3, kafka: EmbeddedKafka, partitions: int, results: Resu
         f"{feed_rate(partitions)} a second",
     )
     if cold:
-        _stop_restore_rows(section, partitions, cold, downtimes, results)
+        _stop_restore_rows(section, partitions, cold, downtimes, rhythms, results)
         results.row(section, "  longest time without a commit during the whole upgrade", f"{max(wholes):.2f} s")
     if green:
         _blue_green_rows(section, green, results)
@@ -295,6 +301,7 @@ def measure(s3: EmbeddedS3, kafka: EmbeddedKafka, partitions: int, results: Resu
         "cold_s": cold,
         "stop_restore_s": downtimes,
         "stop_restore_whole_s": wholes,
+        "stop_restore_rhythm_s": rhythms,
         "blue_green": green,
         "memory_mib": memory,
         "replay": {str(rate): runs for rate, runs in replays.items()},
@@ -302,19 +309,27 @@ def measure(s3: EmbeddedS3, kafka: EmbeddedKafka, partitions: int, results: Resu
 
 
 def _stop_restore_rows(
-    section: str, partitions: int, cold: list[float], downtimes: list[float], results: Results
+    section: str, partitions: int, cold: list[float], downtimes: list[float], rhythms: list[float], results: Results
 ) -> None:
-    cold_s, down_s = statistics.median(cold), statistics.median(downtimes)
+    cold_s, down_s, rhythm_s = statistics.median(cold), statistics.median(downtimes), statistics.median(rhythms)
+    limit = STOP_RESTORE_LIMITS.get(partitions, 0.35)
     results.row(section, "cold start: deploy -> first commit to the table (median)", f"{cold_s:.2f} s ({_list(cold)})")
     results.row(
         section, "stop_restore: old's last commit -> new's first (median)", f"{down_s:.2f} s ({_list(downtimes)})"
     )
     results.row(section, "  ratio to the cold start", f"{down_s / cold_s:.2f}x")
+    # the downtime spans at least one of the new version's batches: no restart goes below the job's own rhythm
+    results.row(
+        section,
+        "  the old version's own time between commits before it (median): a restart that cost nothing",
+        f"{rhythm_s:.2f} s = {rhythm_s / cold_s:.2f}x the cold start ({_list(rhythms)}); "
+        f"the target: {limit * cold_s:.2f} s",
+    )
     results.targets.append(
         Target(
             f"{section}: stop_restore / cold start",
             down_s / cold_s,
-            STOP_RESTORE_LIMITS.get(partitions, 0.35),
+            limit,
             "x",
             f"{down_s:.2f} s vs {cold_s:.2f} s",
         )

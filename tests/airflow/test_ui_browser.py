@@ -134,8 +134,10 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
 
                 # "Savepoints" in Airflow's navigation opens the page (embedded: the external view)
                 page.goto(f"{airflow.url}/")
-                page.get_by_role("link", name="Savepoints").first.click()
-                page.wait_for_url("**/plugin/savepoints")
+                page.get_by_role("link", name="Savepoints", exact=True).click()
+                # the URL, polled: the link navigates inside the app (pushState), and in ci23 wait_for_url missed
+                # that navigation though the page had opened (its iframe loaded and polled for a minute)
+                expect(page).to_have_url(re.compile(r"/plugin/savepoints$"))
                 frame = page.frame_locator("iframe")
                 expect(frame.locator("#job-name")).to_have_text("windowed")
                 expect(frame.locator("#deployments tbody tr")).to_have_count(1)

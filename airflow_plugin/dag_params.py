@@ -14,7 +14,7 @@ from airflow.sdk import Param
 
 from .core.errors import NotFound
 from .core.jobs.deploy import RESTORE_MODES
-from .core.jobs.spec import DEFAULT_JOBS_FILE, JOBS_ENV, JobSpec, load_jobs
+from .core.jobs.spec import DEFAULT_JOBS_FILE, JOBS_ENV, JobSpec, load_jobs, version_order
 
 
 def dag_jobs_file(dag_file: str | None = None) -> str:
@@ -46,7 +46,7 @@ def declared_jobs(jobs_file: str) -> dict[str, JobSpec]:
 def job_param(jobs: dict[str, JobSpec], jobs_file: str) -> Param:
     names = sorted(jobs)
     return Param(
-        names[0] if names else "",
+        _default_job(jobs),
         type="string",
         enum=names,
         title="Job",
@@ -58,20 +58,26 @@ def job_param(jobs: dict[str, JobSpec], jobs_file: str) -> Param:
 
 
 def version_param(jobs: dict[str, JobSpec], title: str = "Version", *, default: bool = True) -> Param:
-    """A version declared in the jobs file; `default=False` leaves the choice to the person (an upgrade's new
-    version: the default version is usually the one running)."""
-    versions = sorted({v for spec in jobs.values() for v in spec.versions})
+    """A version declared in the jobs file, in natural order (v2 before v10); `default=False` leaves the choice
+    to the person (an upgrade's new version: the default version is usually the one running). The default is
+    the `default_version` of the job the form starts with."""
+    versions = version_order({v for spec in jobs.values() for v in spec.versions})
     description = "A version of the job declared in the jobs file (a version another job lacks is refused)"
     if not default:
         return Param(type="string", enum=versions, title=title, description=description)
-    defaults = sorted({spec.default_version for spec in jobs.values() if spec.default_version})
+    first = jobs.get(_default_job(jobs))
     return Param(
-        defaults[0] if defaults else (versions[0] if versions else ""),
+        first.default_version if first else "",
         type="string",
         enum=versions,
         title=title,
         description=description,
     )
+
+
+def _default_job(jobs: dict[str, JobSpec]) -> str:
+    """The job a form starts with: the first by name."""
+    return min(jobs, default="")
 
 
 RESTORE_TITLE = "Restore from"  # the field a DAG user is told to change (operators/deployments.py)

@@ -73,7 +73,7 @@ def job_list(hook: SavepointsHook) -> dict[str, Any]:
                 "name": spec.name,
                 "description": spec.description,
                 "store": hook.context.store_uri(spec.name),
-                "versions": sorted(spec.versions),
+                "versions": spec.version_names,
                 "default_version": spec.default_version,
                 "trigger_interval": spec.trigger_interval,
             }

@@ -2,13 +2,16 @@
 it does not know goes to the job's own `build` function, unchanged and in order.
 
     <app.py> --store URI --job NAME --deployment ID --checkpoint LOCATION
-             --trigger-interval "2 seconds" | available-now
+             --trigger-interval DURATION | available-now      (e.g. "2 seconds", "500ms", "1 hour")
              --delivery at-most-once | at-least-once | exactly-once
-             [--heartbeat-interval SECONDS] [--poll-interval SECONDS]
+             [--heartbeat-interval SECONDS] [--poll-interval SECONDS]   (plain seconds, or a DURATION)
              [--preflight SCHEMA_PROBE_LOCATION] [--standby]
              [--gate-staging LOCATION] [--gate-after MS] [--gate-until MS]
              [--seed JSON] [--initial-state URI] [--migration JSON]
              <job-specific args>
+
+A DURATION is the engine's one grammar (airflow_plugin/core/durations.py, the jobs file's too): a number and
+ms, s, m, h, d or w, or the unit spelled out ("90 seconds", "2 days").
 
 The hidden options are the engine's: --preflight, --standby and --gate-* (see RuntimeArgs); --seed (a start at
 given Kafka positions and watermark: seed.py), --initial-state (a transformWithState's initial state: initial.py)
@@ -18,20 +21,15 @@ and --migration (the migration run of an upgrade: migration.py).
 from __future__ import annotations
 
 import argparse
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from airflow_plugin.core.durations import duration_argument
 
 from .delivery import Delivery
 from .seed import MigrationRequest, Seed
 
 AVAILABLE_NOW = "available-now"
-_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {
-    **dict.fromkeys(("ms", "millisecond", "milliseconds"), 0.001),
-    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1.0),
-    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60.0),
-    **dict.fromkeys(("h", "hour", "hours"), 3600.0),
-}
 
 
 @dataclass(frozen=True)
@@ -49,28 +47,26 @@ class Trigger:
         """Keyword arguments for DataStreamWriter.trigger."""
         if self.available_now:
             return {"availableNow": True}
-        return {"processingTime": f"{round(self.seconds * 1000)} milliseconds"}
+        # whole milliseconds, a form Spark reads whatever the interval was written as ("1 hour", "2d");
+        # at least 1: Spark takes 0 for "as fast as possible", which no positive interval means
+        return {"processingTime": f"{max(1, round(self.seconds * 1000))} milliseconds"}
 
 
-def parse_duration(text: str, what: str = "duration") -> float:
-    """Seconds of '2 seconds', '500 ms', '1 minute', '1.5 hours'; ArgumentTypeError naming
-    `what` otherwise. The one parser of the runtime's durations: trigger intervals, a job's state horizon."""
-    match = _INTERVAL.match(text)
-    if not match or match.group(2).lower() not in _UNIT_SECONDS:
-        raise argparse.ArgumentTypeError(f"bad {what} {text!r}: use e.g. '2 seconds', '500 milliseconds', '1 minute'")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
+def parse_duration(text: str, what: str = "duration", *, positive: bool = False) -> float:
+    """Seconds of '2 seconds', '500 ms', '1 minute', '1.5 hours', '2 days': the engine's one grammar
+    (airflow_plugin/core/durations.py), the jobs file's too; ArgumentTypeError naming `what` otherwise. The
+    runtime's durations: trigger intervals, a job's state horizon."""
+    return duration_argument(what, positive=positive)(text)
 
 
 def parse_trigger(text: str) -> Trigger:
-    """'2 seconds', '500 ms', '1 minute' or 'available-now' (also 'availableNow')."""
+    """'2 seconds', '500 ms', '1 minute', '1 hour' or 'available-now' (also 'availableNow')."""
     if text.strip().lower() in (AVAILABLE_NOW, "availablenow", "available_now"):
         return Trigger(AVAILABLE_NOW, None)
     try:
-        seconds = parse_duration(text, "trigger interval")
+        seconds = parse_duration(text, "trigger interval", positive=True)
     except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"{exc} or available-now") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"trigger interval {text!r} must be positive")
+        raise argparse.ArgumentTypeError(f"{exc}; or available-now") from None
     return Trigger(text.strip(), seconds)
 
 
@@ -104,11 +100,10 @@ class RuntimeArgs:
     migration: MigrationRequest | None = None
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
-    return value
+def seconds_option(option: str) -> Callable[[str], float]:
+    """The argparse type of an option that is a length of time: a plain number of seconds ("2", as the engine
+    passes it) or a duration of the one grammar ("500 ms"), positive."""
+    return duration_argument(option, bare_unit="s", positive=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,8 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", required=True, help="this deployment's own checkpoint location")
     parser.add_argument("--trigger-interval", required=True, type=parse_trigger)
     parser.add_argument("--delivery", required=True, type=Delivery, choices=list(Delivery))
-    parser.add_argument("--heartbeat-interval", type=_positive, default=2.0)
-    parser.add_argument("--poll-interval", type=_positive, default=1.0)
+    parser.add_argument("--heartbeat-interval", type=seconds_option("--heartbeat-interval"), default=2.0)
+    parser.add_argument("--poll-interval", type=seconds_option("--poll-interval"), default=1.0)
     parser.add_argument("--preflight", dest="preflight_probe", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--standby", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--gate-staging", default=None, help=argparse.SUPPRESS)

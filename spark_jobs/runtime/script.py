@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_plugin.core.jobs.deployments import State
 
-from .args import RuntimeArgs, Trigger, parse_args
+from .args import RuntimeArgs, Trigger, parse_args, seconds_option
 from .delivery import DeliveryPlan, DeliveryRefused, SinkKind, SourceKind, StreamingJob, plan
 from .runner import DRAIN, EXIT_STOPPED, Runner, configure_logging, serve
 from .sink import FILE_FORMATS, sink_of
@@ -446,7 +446,9 @@ def _patched(on_start: Callable[[DataStreamWriter, str | None], StreamingQuery])
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="run_script", allow_abbrev=False, add_help=False)
     parser.add_argument("--script", required=True, help="the script to run as it is")
-    parser.add_argument("--script-start-timeout", type=float, default=DEFAULT_START_TIMEOUT)
+    parser.add_argument(
+        "--script-start-timeout", type=seconds_option("--script-start-timeout"), default=DEFAULT_START_TIMEOUT
+    )
     return parser
 
 

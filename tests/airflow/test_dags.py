@@ -37,6 +37,23 @@ def test_params_forms_list_the_declared_jobs_and_versions(dagbag) -> None:
     assert set(versions) == {v for spec in jobs.values() for v in spec.versions}
 
 
+def test_forms_list_versions_in_natural_order_and_start_with_the_declared_default(tmp_path: Path) -> None:
+    """Issue 45: by name, v10 came before v2, and the form's default was the smallest default by name of any
+    job. Now natural order, and the default is the default_version of the job the form starts with."""
+    from airflow_plugin.dag_params import job_param, version_param
+
+    versions = "".join(f'versions.{v} = {{ application = "job.py" }}\n' for v in ("v10", "v2", "v1"))
+    (tmp_path / "jobs.toml").write_text(
+        f'[defaults]\ncheckpoint_root = "c"\n[jobs.alpha]\ndefault_version = "v10"\n{versions}'
+        f'[jobs.beta]\ndefault_version = "v2"\n{versions}'
+    )
+    jobs = declared_jobs(str(tmp_path / "jobs.toml"))
+    assert job_param(jobs, "jobs.toml").value == "alpha"
+    deploy = version_param(jobs)
+    assert deploy.schema["enum"] == ["v1", "v2", "v10"] and deploy.value == "v10"  # alpha's, not min("v10", "v2")
+    assert version_param(jobs, "New version", default=False).schema["enum"] == ["v1", "v2", "v10"]
+
+
 def parse_dags(folder: Path, monkeypatch: pytest.MonkeyPatch, jobs_file: Path | None) -> Any:
     """Airflow's DagBag of `folder` with $SAVEPOINTS_JOBS set to `jobs_file` (None: unset); the DAG files read
     it when parsed, and a DagBag parses them afresh."""

@@ -134,6 +134,20 @@ ENDPOINTS = [
 ]
 
 
+def test_the_job_list_gives_versions_in_natural_order(tmp_path: Path) -> None:
+    """The page's upgrade menu lists what the job list says: v2 before v10 (issue 45)."""
+    from types import SimpleNamespace
+
+    from airflow_plugin.core.jobs.spec import load_jobs
+    from airflow_plugin.ui.views import job_list
+
+    versions = "".join(f'versions.{v} = {{ application = "job.py" }}\n' for v in ("v10", "v2", "v1"))
+    (tmp_path / "jobs.toml").write_text(f'[jobs.orders]\ncheckpoint_root = "c"\n{versions}')
+    context = SimpleNamespace(jobs=load_jobs(str(tmp_path / "jobs.toml")), store_uri=lambda name: "store")
+    [listed] = job_list(SimpleNamespace(context=context, jobs_file="jobs.toml"))["jobs"]  # type: ignore[arg-type]
+    assert listed["versions"] == ["v1", "v2", "v10"] and listed["default_version"] == "v1"
+
+
 def test_the_plugin_serves_the_page_in_airflow_and_refuses_anonymous_callers(mounted: TestClient) -> None:
     for method, path, body in ENDPOINTS:
         response = mounted.request(method, "/savepoints" + path, json=body, headers={PAGE_HEADER: "1"})

@@ -302,6 +302,39 @@ def test_a_malformed_jobs_file_names_the_line(capsys: pytest.CaptureFixture[str]
     assert code == 2 and "invalid job name '../escape'" in err, err
 
 
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["stop", "orders", "--timeout", "soon"], "--timeout"),
+        (["stop", "orders", "--timeout", "0s"], "--timeout"),
+        (["deploy", "orders", "--wait", "2 fortnights"], "--wait"),
+        (["upgrade", "orders", "--version", "v2", "--catch-up-timeout", "1 hour 5 minutes"], "--catch-up-timeout"),
+        (["upgrade", "orders", "--version", "v2", "--replay-margin=-5s"], "--replay-margin"),
+    ],
+)
+def test_time_flags_take_the_one_duration_grammar_and_name_the_flag_when_they_refuse(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], option: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error: nothing is read or written
+        main([*argv, "--jobs", str(tmp_path / "jobs.toml")])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"argument {option}: {option} = " in err and '"2 days"' in err, err
+    assert tree(tmp_path) == {}
+
+
+def test_time_flags_take_words_and_plain_seconds(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from airflow_plugin.cli.parser import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["stop", "orders", "--timeout", "5 minutes"]).timeout == 300.0
+    assert parser.parse_args(["stop", "orders", "--timeout", "90"]).timeout == 90.0  # a plain number: seconds
+    assert parser.parse_args(["deploy", "orders", "--wait", "0"]).wait == 0.0  # 0: do not wait, as before
+    assert parser.parse_args(["deploy", "orders", "--wait", "1h"]).wait == 3600.0
+    upgrade = parser.parse_args(["upgrade", "orders", "--version", "v2", "--catch-up-timeout", "1 hour"])
+    assert (upgrade.catch_up_timeout, upgrade.replay_margin) == (3600.0, 60.0)  # the default margin stays
+    assert parser.parse_args(["upgrade", "o", "--version", "v", "--replay-margin", "2 min"]).replay_margin == 120.0
+
+
 def test_module_entry_point_runs(tmp_path: Path) -> None:
     import subprocess
     import sys

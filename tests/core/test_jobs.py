@@ -315,7 +315,9 @@ def test_a_script_version_runs_the_script_under_the_runtimes_script_driver(tmp_p
         ctx.spec.launchable("v1")
 
 
-@pytest.mark.parametrize(("value", "seconds"), [('"10 minutes"', "600"), ("45", "45"), ('"90 s"', "90")])
+@pytest.mark.parametrize(
+    ("value", "seconds"), [('"10 minutes"', "600"), ("45", "45"), ('"90 s"', "90"), ('"1 hour"', "3600")]
+)
 def test_a_script_versions_start_timeout_reaches_the_script_driver(tmp_path: Path, value: str, seconds: str) -> None:
     (tmp_path / "count.py").touch()
     extra = f'[jobs.counts]\nversions.v1 = {{ script = "count.py", start_timeout = {value} }}\n'
@@ -330,8 +332,8 @@ def test_a_script_versions_start_timeout_reaches_the_script_driver(tmp_path: Pat
 @pytest.mark.parametrize(
     ("version", "refusal"),
     [
-        ('{ script = "count.py", start_timeout = "soon" }', r"versions\.v1\.start_timeout = 'soon': give a positive"),
-        ('{ script = "count.py", start_timeout = 0 }', r"versions\.v1\.start_timeout = 0: give a positive"),
+        ('{ script = "count.py", start_timeout = "soon" }', r"versions\.v1\.start_timeout = 'soon' is not a duration"),
+        ('{ script = "count.py", start_timeout = 0 }', r"versions\.v1\.start_timeout = 0 must be longer than 0"),
         ('{ application = "count.py", start_timeout = 60 }', r"versions\.v1: start_timeout is the time a script"),
     ],
 )
@@ -342,7 +344,10 @@ def test_a_start_timeout_that_cannot_apply_is_refused(tmp_path: Path, version: s
         load_jobs(str(jobs))
 
 
-@pytest.mark.parametrize(("value", "seconds"), [(None, 600.0), ('"20 minutes"', 1200.0), ("90", 90.0)])
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(None, 600.0), ('"20 minutes"', 1200.0), ("90", 90.0), ('"1 hour"', 3600.0), ('"2h"', 7200.0)],
+)
 def test_the_preflight_timeout_is_the_jobs_to_set(tmp_path: Path, value: str | None, seconds: float) -> None:
     extra = (
         ""
@@ -357,8 +362,71 @@ def test_a_preflight_timeout_that_is_no_time_is_refused(tmp_path: Path) -> None:
     jobs = write_jobs(
         tmp_path, extra='[jobs.counts]\npreflight_timeout = "never"\nversions.v1 = { application = "job.py" }\n'
     )
-    with pytest.raises(InvalidInput, match=r"jobs\.counts.*preflight_timeout = 'never': give a positive time"):
+    with pytest.raises(InvalidInput, match=r"jobs\.counts.*preflight_timeout = 'never' is not a duration: give"):
         load_jobs(str(jobs))
+
+
+def test_every_duration_of_the_jobs_file_takes_the_one_grammar(tmp_path: Path) -> None:
+    """Issue 43: `trigger_interval = "1 hour"` was refused by the engine (and accepted by the runtime); hours,
+    days and words now read the same in every duration key, and a plain number keeps its meaning (seconds)."""
+    extra = (
+        '[jobs.hourly]\ntrigger_interval = "1 hour"\nheartbeat_timeout = "2 minutes"\npreflight_timeout = "1h"\n'
+        'kafka = { bootstrap_servers = "broker:9092", timeout = "15 s" }\n'
+        'versions.v1 = { application = "job.py" }\nretention.checkpoint = { max_age = "2 days" }\n'
+        '[jobs.plain]\ntrigger_interval = " 500 MS "\nheartbeat_timeout = 45\n'
+        'kafka = { bootstrap_servers = "b:9092", timeout = 4 }\n'
+        'versions.v1 = { application = "job.py" }\n'
+    )
+    jobs = load_jobs(str(write_jobs(tmp_path, extra=extra)))
+    hourly, plain = jobs["hourly"], jobs["plain"]
+    assert hourly.trigger_interval == "1 hour" and hourly.trigger_seconds == 3600.0
+    assert (hourly.heartbeat_timeout, hourly.preflight_timeout, hourly.kafka.timeout_s) == (120.0, 3600.0, 15.0)
+    assert plain.trigger_seconds == 0.5 and (plain.heartbeat_timeout, plain.kafka.timeout_s) == (45.0, 4.0)
+    from spark_jobs.runtime.args import parse_trigger
+
+    # what the engine accepts, the runtime accepts too (the launcher hands trigger_interval over as written),
+    # and gives Spark in a form it reads
+    for spec in (hourly, plain):
+        trigger = parse_trigger(spec.trigger_interval)
+        assert trigger.seconds == spec.trigger_seconds
+        assert trigger.spark_kwargs() == {"processingTime": f"{round(spec.trigger_seconds * 1000)} milliseconds"}
+
+
+@pytest.mark.parametrize(
+    ("setting", "refusal"),
+    [
+        ('trigger_interval = "1 fortnight"', r"\[jobs\.bad\] trigger_interval = '1 fortnight' has an unknown unit"),
+        ('trigger_interval = "0 seconds"', r"\[jobs\.bad\] trigger_interval = '0 seconds' must be longer than 0"),
+        ("trigger_interval = 5", r"\[jobs\.bad\] trigger_interval = 5 needs a unit"),  # as before: no bare number
+        ('trigger_interval = "1 hour 5 minutes"', r"trigger_interval = '1 hour 5 minutes' is not a duration"),
+        ('heartbeat_timeout = "soon"', r"\[jobs\.bad\] heartbeat_timeout = 'soon' is not a duration"),
+        ("heartbeat_timeout = -5", r"\[jobs\.bad\] heartbeat_timeout = -5 must not be negative"),
+        ("heartbeat_timeout = 0", r"\[jobs\.bad\] heartbeat_timeout = 0 must be longer than 0"),
+        (
+            'kafka = { bootstrap_servers = "b:9092", timeout = "ten" }',
+            r"\[jobs\.bad\] kafka\.timeout = 'ten' is not a duration",
+        ),
+    ],
+)
+def test_a_duration_the_grammar_refuses_names_the_key_and_the_accepted_forms(
+    tmp_path: Path, setting: str, refusal: str
+) -> None:
+    jobs = write_jobs(tmp_path, extra=f'[jobs.bad]\n{setting}\nversions.v1 = {{ application = "job.py" }}\n')
+    with pytest.raises(InvalidInput, match=refusal) as info:
+        load_jobs(str(jobs))
+    assert '"500ms", "90s", "1.5 s", "2 min", "1 hour", "2 days", "1 week"' in str(info.value)
+
+
+def test_versions_are_listed_in_natural_order_and_the_declared_default_wins(tmp_path: Path) -> None:
+    """Issue 45: versions sorted by name put v10 before v2."""
+    versions = "".join(f'versions.{v} = {{ application = "job.py" }}\n' for v in ("v10", "v2", "v9"))
+    extra = f'[jobs.many]\n{versions}[jobs.pinned]\ndefault_version = "v10"\n{versions}'
+    jobs = load_jobs(str(write_jobs(tmp_path, extra=extra)))
+    assert jobs["many"].version_names == ["v2", "v9", "v10"]
+    assert jobs["many"].default_version == "v2"  # none declared: the first in natural order (by name: v10)
+    assert jobs["pinned"].default_version == "v10" and jobs["pinned"].version(None).name == "v10"
+    with pytest.raises(NotFound, match=r"has no version 'v3': declared versions are v2, v9, v10$"):
+        jobs["many"].version("v3")
 
 
 def test_a_throwaway_run_past_the_preflight_timeout_is_killed_and_the_error_names_the_setting(tmp_path: Path) -> None:

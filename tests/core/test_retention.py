@@ -254,15 +254,42 @@ def test_parse_policy_from_a_jobs_file_table() -> None:
     assert policy.on_cancellation is OnCancellation.DELETE
 
 
+def test_retention_durations_take_the_one_grammar_words_and_hours_too() -> None:
+    """Issue 43: `max_age = "2 days"` was refused; every retention duration reads core/durations.py's grammar."""
+    policy = parse_policy(
+        {
+            "checkpoint": {"max_age": "2 days", "period": "30 minutes"},
+            "savepoint": {"max_age": "1 week"},
+            "failed_grace": "12 hours",
+            "abandoned_after": "6 H",
+            "retired_retention": " 7 days ",
+            "blob_grace": "90 min",
+        }
+    )
+    assert policy.checkpoint == KindPolicy(3, 2 * 24 * HOUR, 0.5 * HOUR) and policy.savepoint.max_age_s == 7 * 24 * HOUR
+    assert (policy.failed_grace_s, policy.abandoned_after_s) == (12 * HOUR, 6 * HOUR)
+    assert (policy.retired_retention_s, policy.blob_grace_s) == (7 * 24 * HOUR, 1.5 * HOUR)
+    assert parse_policy({"blob_grace": "60"}).blob_grace_s == 60.0  # a plain number is seconds, as before
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
         ({"checkpoint": {"keep_last": 0}}, "retention.checkpoint.keep_last must be a whole number >= 1"),
         ({"checkpoint": {"keep": 3}}, "retention.checkpoint has unknown key(s) keep"),
-        ({"savepoint": {"max_age": "2 days"}}, "retention.savepoint.max_age must be a duration"),
+        (
+            {"savepoint": {"max_age": "2 fortnights"}},
+            "retention.savepoint.max_age = '2 fortnights' has an unknown unit",
+        ),
+        (
+            {"savepoint": {"max_age": "1 day 2 hours"}},
+            "retention.savepoint.max_age = '1 day 2 hours' is not a duration",
+        ),
+        ({"checkpoint": {"period": "0h"}}, "retention.checkpoint.period = '0h' must be longer than 0"),
         ({"savepoints": {}}, "retention has unknown key(s) savepoints"),
         ({"on_cancellation": "drop"}, "retention.on_cancellation must be 'retain' or 'delete'"),
-        ({"blob_grace": -1}, "retention.blob_grace must not be negative"),
+        ({"blob_grace": -1}, "retention.blob_grace = -1 must not be negative"),
+        ({"failed_grace": "-2d"}, "retention.failed_grace = '-2d' must not be negative"),
         ({"checkpoint": 3}, "retention.checkpoint must be a table"),
         ({"max_unused": "half"}, "retention.max_unused must be a fraction such as 0.25 or '25%'"),
         ({"max_unused": 1.5}, "retention.max_unused must be between 0 and 1"),
@@ -416,8 +443,10 @@ def test_dry_run_and_a_bad_policy_delete_nothing(tmp_path: Path, capsys: pytest.
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["dry_run"] and data["plan"]["summary"]["snapshots"] == 2 and data["result"] is None
     assert tree(store_dir) == before
-    code = main(["prune", "--store", str(store_dir), "--savepoint-max-age", "3 days"])
-    assert code == 2 and "retention flags.savepoint.max_age must be a duration" in capsys.readouterr().err
+    code = main(["prune", "--store", str(store_dir), "--savepoint-max-age", "3 fortnights"])
+    error = capsys.readouterr().err
+    assert code == 2 and "retention flags.savepoint.max_age = '3 fortnights' has an unknown unit" in error
+    assert '"2 days"' in error  # the accepted forms are listed
     assert tree(store_dir) == before
 
 
@@ -430,6 +459,9 @@ def test_prune_cli_table_and_policy_from_the_jobs_file(tmp_path: Path, capsys: p
         f'[defaults]\nstore = "{store_dir}"\ncheckpoint_root = "{tmp_path}/ck"\n'
         '[jobs.orders]\nversions.v1 = { application = "job.py" }\nretention.savepoint = { keep_last = 2 }\n'
     )
+    code = main(["prune", "--jobs", str(jobs), "--job", "orders", "--savepoint-max-age", "2 days", "--dry-run"])
+    out = capsys.readouterr().out  # the flags take the one grammar too: none is 2 days old
+    assert code == 0 and made[0].id in out and "beyond the newest 2 savepoints" in out and "max age" not in out
     code = main(["prune", "--jobs", str(jobs), "--job", "orders"])
     out = capsys.readouterr().out
     assert code == 0 and made[0].id in out and "beyond the newest 2 savepoints" in out

@@ -89,6 +89,67 @@ def test_trigger_intervals() -> None:
         parse_args([*base, "--trigger-interval", "soon"])
 
 
+@pytest.mark.parametrize(
+    ("text", "seconds", "processing_time"),
+    [
+        ("1 hour", 3600.0, "3600000 milliseconds"),  # refused before issue 43's one grammar (no hours)
+        ("2 days", 172800.0, "172800000 milliseconds"),
+        ("1.5 h", 5400.0, "5400000 milliseconds"),
+        ("90 seconds", 90.0, "90000 milliseconds"),
+        (" 2 MIN ", 120.0, "120000 milliseconds"),
+        ("500ms", 0.5, "500 milliseconds"),
+        ("0.1 ms", 0.0001, "1 milliseconds"),  # never 0, which Spark takes for "as fast as possible"
+    ],
+)
+def test_the_runtime_reads_trigger_intervals_in_the_engines_grammar(
+    text: str, seconds: float, processing_time: str
+) -> None:
+    from airflow_plugin.core.durations import duration_seconds
+    from spark_jobs.runtime.args import parse_duration, parse_trigger
+
+    trigger = parse_trigger(text)
+    assert trigger.seconds == pytest.approx(seconds) == duration_seconds(text, "trigger_interval")
+    assert parse_duration(text, "state_horizon") == trigger.seconds
+    assert trigger.spark_kwargs() == {"processingTime": processing_time}  # a form Spark's trigger() reads
+
+
+def test_the_runtimes_seconds_options_take_plain_seconds_or_durations(capsys: pytest.CaptureFixture[str]) -> None:
+    from spark_jobs.runtime.script import _parser as script_parser
+
+    base = ["--store", "s", "--job", "j", "--deployment", "d", "--checkpoint", "c", "--delivery", "at-least-once"]
+    base += ["--trigger-interval", "1 hour"]
+    args = parse_args([*base, "--heartbeat-interval", "500 ms", "--poll-interval", "2"])[0]
+    assert (args.heartbeat_interval, args.poll_interval, args.trigger.seconds) == (0.5, 2.0, 3600.0)
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--poll-interval", "0"])
+    assert "--poll-interval = '0' must be longer than 0" in capsys.readouterr().err
+    own = script_parser().parse_known_args(["--script", "s.py", "--script-start-timeout", "1 minute"])[0]
+    assert own.script_start_timeout == 60.0
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("soon", "is not a duration"),
+        ("5", "needs a unit"),  # as before: the runtime's durations take no bare number
+        ("0 seconds", "must be longer than 0"),
+        ("-1 s", "must not be negative"),
+        ("1 fortnight", "has an unknown unit 'fortnight'"),
+        ("1 hour 5 minutes", "is not a duration"),
+    ],
+)
+def test_a_trigger_interval_the_grammar_refuses_is_a_usage_error_that_lists_the_forms(text: str, problem: str) -> None:
+    from argparse import ArgumentTypeError
+
+    from spark_jobs.runtime.args import parse_trigger
+
+    with pytest.raises(ArgumentTypeError) as info:
+        parse_trigger(text)
+    message = str(info.value)
+    assert message.startswith(f"trigger interval = {text!r} {problem}: give a number and a unit"), message
+    assert '"1 hour", "2 days"' in message and message.endswith("; or available-now")
+
+
 def _job(sink: SinkKind, source: SourceKind = SourceKind.FILE) -> StreamingJob:
     return StreamingJob(writer=None, sink=sink, source=source)  # type: ignore[arg-type]  # never started
 

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ...core.context import Context
+from ...core.durations import duration_argument
 from ...core.errors import InvalidInput
 from ...core.jobs.deploy import RESTORE_MODES, DeployRequest, deploy
 from ...core.jobs.deployments import describe
@@ -36,7 +37,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     deploy_cmd.add_argument("--rewind-sink", action="store_true", help=REWIND_SINK_HELP)
     deploy_cmd.add_argument("--accept-source-gap", action="store_true", help=ACCEPT_GAP_HELP)
-    deploy_cmd.add_argument("--wait", type=float, default=180, help="seconds to wait for RUNNING (default 180)")
+    deploy_cmd.add_argument(
+        "--wait",
+        metavar="DURATION",
+        type=duration_argument("--wait", bare_unit="s"),
+        default=180,
+        help="how long to wait for RUNNING: seconds or a duration such as 5m (default 180)",
+    )
     deploy_cmd.add_argument(
         "--spark-conn", metavar="CONN_ID", help="build spark-submit from this Airflow connection (the [airflow] extra)"
     )
@@ -67,7 +74,12 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     stop_cmd.add_argument("job")
     stop_cmd.add_argument("--savepoint", action="store_true", help="then snapshot the quiescent checkpoint")
     stop_cmd.add_argument("--drain", action="store_true", help="process what is available first")
-    stop_cmd.add_argument("--timeout", type=float, help="seconds (default: trigger interval + 60)")
+    stop_cmd.add_argument(
+        "--timeout",
+        metavar="DURATION",
+        type=duration_argument("--timeout", bare_unit="s", positive=True),
+        help="seconds or a duration such as 5m (default: trigger interval + 60 seconds)",
+    )
     stop_cmd.set_defaults(run=run_stop)
 
     savepoint_cmd = commands.add_parser(

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from ...core.context import Context
+from ...core.durations import duration_argument, format_duration
 from ...core.errors import InvalidInput
 from ...core.upgrades.record import Mode, Upgrade, Upgrades
 from ...core.upgrades.run import AUTO, begin, cancel, current, outcome, run_upgrade
@@ -52,18 +53,19 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     upgrade_cmd.add_argument("--accept-source-gap", action="store_true", help="accept Kafka records gone since")
     upgrade_cmd.add_argument(
         "--catch-up-timeout",
-        type=float,
+        type=duration_argument("--catch-up-timeout", bare_unit="s", positive=True),
         default=defaults.catch_up_seconds,
-        help="blue_green, replay, migrate: seconds for the new version to catch up before the upgrade aborts "
-        f"(default {defaults.catch_up_seconds:.0f})",
+        metavar="DURATION",
+        help="blue_green, replay, migrate: how long the new version may take to catch up before the upgrade aborts, "
+        f"seconds or a duration such as 30m (default {format_duration(defaults.catch_up_seconds)})",
     )
     upgrade_cmd.add_argument(
         "--replay-margin",
-        type=float,
+        type=duration_argument("--replay-margin", bare_unit="s"),
         default=defaults.replay_margin_seconds,
-        metavar="SECONDS",
-        help="replay by Kafka timestamps: how much earlier than its event time a record's timestamp may be "
-        f"(default {defaults.replay_margin_seconds:.0f})",
+        metavar="DURATION",
+        help="replay by Kafka timestamps: how much earlier than its event time a record's timestamp may be, seconds "
+        f"or a duration such as 5m (default {format_duration(defaults.replay_margin_seconds)})",
     )
     upgrade_cmd.set_defaults(run=run_upgrade_command)
 
@@ -79,8 +81,6 @@ def run_upgrade_command(args: argparse.Namespace, ctx: Context) -> Output:
     if args.version:
         if args.min_batches < 1:
             raise InvalidInput(f"--min-batches {args.min_batches}: give a positive number")
-        if args.replay_margin < 0:
-            raise InvalidInput(f"--replay-margin {args.replay_margin}: give seconds, 0 or more")
         settings = UpgradeSettings(
             min_batches=args.min_batches,
             lag_must_fall=not args.no_lag_must_fall,

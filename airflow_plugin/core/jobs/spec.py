@@ -26,10 +26,12 @@ import os
 import re
 import sys
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..durations import duration_seconds
 from ..errors import InvalidInput, NotFound
 from ..snapshots.manifest import check_name
 from ..sources.kafka import DEFAULT_TIMEOUT_S, KafkaSettings
@@ -37,18 +39,6 @@ from ..sources.kafka import DEFAULT_TIMEOUT_S, KafkaSettings
 JOBS_ENV = "SAVEPOINTS_JOBS"
 DEFAULT_JOBS_FILE = "jobs.toml"
 DELIVERY = ("at-most-once", "at-least-once", "exactly-once")
-_UNIT_SECONDS = {
-    "ms": 0.001,
-    "millisecond": 0.001,
-    "milliseconds": 0.001,
-    "s": 1.0,
-    "second": 1.0,
-    "seconds": 1.0,
-    "m": 60.0,
-    "minute": 60.0,
-    "minutes": 60.0,
-}
-_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(" + "|".join(sorted(_UNIT_SECONDS, key=len, reverse=True)) + r")\s*$")
 _PATH_ARGS = ("--input", "--output")  # job arguments whose values are paths
 _PATH_CONFS = ("spark.jars",)  # Spark confs whose values are comma-separated paths (spark-submit expands globs)
 
@@ -105,7 +95,12 @@ class JobSpec:
 
     @property
     def trigger_seconds(self) -> float:
-        return interval_seconds(self.trigger_interval)
+        return duration_seconds(self.trigger_interval, f"job {self.name} trigger_interval", positive=True)
+
+    @property
+    def version_names(self) -> list[str]:
+        """The declared versions in natural order (v2 before v10), as every list of them shows them."""
+        return version_order(self.versions)
 
     def version(self, name: str | None) -> VersionSpec:
         name = name or self.default_version
@@ -113,7 +108,7 @@ class JobSpec:
             raise NotFound(f"job {self.name} is not declared in a jobs file: declare it there (or pass --jobs FILE)")
         if name not in self.versions:
             raise NotFound(
-                f"job {self.name} has no version {name!r}: declared versions are {', '.join(sorted(self.versions))}"
+                f"job {self.name} has no version {name!r}: declared versions are {', '.join(self.version_names)}"
             )
         return self.versions[name]
 
@@ -129,11 +124,16 @@ class JobSpec:
         return version
 
 
-def interval_seconds(text: str) -> float:
-    match = _INTERVAL.match(text or "")
-    if not match:
-        raise InvalidInput(f"invalid interval {text!r}: use e.g. '500 ms', '2 seconds', '1 minute'")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+def version_order(names: Iterable[str]) -> list[str]:
+    """Version names in natural order: their runs of digits compared as numbers, so "v2" comes before "v10"
+    (and "v1.9" before "v1.10"); the one order of every list of versions (the CLI's, the DAG forms', the page's)."""
+    return sorted(names, key=_natural_key)
+
+
+def _natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
+    # re.split with a group alternates text and digits, text first: position by position the types agree
+    parts = re.split(r"(\d+)", name)
+    return tuple(int(part) if i % 2 else part.casefold() for i, part in enumerate(parts)), name
 
 
 def jobs_file(path: str | None = None) -> Path:
@@ -172,21 +172,14 @@ def _migrate(value: Any, where: str) -> str | None:
 
 
 def _start_timeout(value: Any, where: str) -> str | None:
-    """An interval ("10 minutes") or a number of seconds, as the seconds the script runner takes."""
-    return None if value is None else _positive_seconds(value, where)
+    """A duration ("10 minutes") or a number of seconds, as the seconds the script runner takes (a string, as a
+    command line takes it)."""
+    return None if value is None else f"{_timeout(value, where):g}"
 
 
-def _positive_seconds(value: Any, where: str) -> str:
-    """An interval ("10 minutes") or a number of seconds, as seconds (a string, as a command line takes it)."""
-    seconds = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-    if seconds is None and isinstance(value, str):
-        try:
-            seconds = interval_seconds(value)
-        except InvalidInput:
-            seconds = None
-    if seconds is None or seconds <= 0:
-        raise InvalidInput(f'{where} = {value!r}: give a positive time, e.g. "10 minutes" or 600 (seconds)')
-    return f"{seconds:g}"
+def _timeout(value: Any, where: str) -> float:
+    """A positive duration ("10 minutes", "1 hour") or a plain number of seconds (core/durations.py)."""
+    return duration_seconds(value, where, bare_unit="s", positive=True)
 
 
 def _application(base: Path, value: str) -> str:
@@ -229,10 +222,7 @@ def _kafka(value: Any, where: str) -> KafkaSettings | None:
     if not isinstance(value, dict) or not value.get("bootstrap_servers"):
         example = 'kafka = { bootstrap_servers = "broker:9092" }'
         raise InvalidInput(f"{where} kafka needs bootstrap_servers, e.g. {example}")
-    try:
-        timeout = float(value.get("timeout", DEFAULT_TIMEOUT_S))
-    except (TypeError, ValueError):
-        raise InvalidInput(f"{where} kafka.timeout must be a number of seconds") from None
+    timeout = _timeout(value.get("timeout", DEFAULT_TIMEOUT_S), f"{where} kafka.timeout")
     config = _strings(value.get("config", {}), f"{where} kafka.config")
     return KafkaSettings(str(value["bootstrap_servers"]), config, timeout)
 
@@ -285,12 +275,14 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
             )
         if not versions:
             raise InvalidInput(f'{where} declares no versions: add e.g. versions.v1 = {{ application = "job.py" }}')
-        default_version = str(merged.get("default_version", sorted(versions)[0]))
+        default_version = str(merged.get("default_version", version_order(versions)[0]))
         delivery = str(merged.get("delivery", "exactly-once"))
         if delivery not in DELIVERY:
             raise InvalidInput(f"{where} delivery {delivery!r} is not one of {', '.join(DELIVERY)}")
         if not merged.get("checkpoint_root"):
             raise InvalidInput(f"{where} needs checkpoint_root (in the job or in [defaults])")
+        trigger_interval = merged.get("trigger_interval", "5 seconds")
+        duration_seconds(trigger_interval, f"{where} trigger_interval", positive=True)  # the runtime's grammar too
         spec = JobSpec(
             name=name,
             versions=versions,
@@ -300,19 +292,16 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
             log_dir=_resolve(base, str(merged.get("log_dir", ".runs/logs"))),
             spark_master=str(merged.get("spark_master", "local[2]")),
             deploy_mode=str(merged.get("deploy_mode", "client")),
-            trigger_interval=str(merged.get("trigger_interval", "5 seconds")),
+            trigger_interval=trigger_interval,
             delivery=delivery,
             conf=_conf(merged.get("conf", {}), base, f"{where} conf"),
             args=_args(merged.get("args", []), base, f"{where} args"),
-            heartbeat_timeout=float(merged.get("heartbeat_timeout", 30)),
-            preflight_timeout=float(
-                _positive_seconds(merged.get("preflight_timeout", 600), f"{where} preflight_timeout")
-            ),
+            heartbeat_timeout=_timeout(merged.get("heartbeat_timeout", 30), f"{where} heartbeat_timeout"),
+            preflight_timeout=_timeout(merged.get("preflight_timeout", 600), f"{where} preflight_timeout"),
             retention=dict(merged.get("retention", {})),
             description=str(merged.get("description", "")),
             kafka=_kafka(merged.get("kafka"), where),
         )
         spec.version(default_version)
-        interval_seconds(spec.trigger_interval)
         jobs[name] = spec
     return jobs

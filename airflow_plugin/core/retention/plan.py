@@ -33,6 +33,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from ..durations import format_duration
 from ..errors import InvalidInput
 from ..jobs.deployments import State
 from ..layout import is_stored_content, manifest_key, pack_of_retired, retired_key
@@ -192,13 +193,6 @@ def age_seconds(snapshot: SnapshotEntry, now: datetime) -> float:
     return now.timestamp() - _timestamp(snapshot.created_at)
 
 
-def _human(seconds: float) -> str:
-    for unit, length in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= length and seconds % length == 0:
-            return f"{int(seconds // length)}{unit}"
-    return f"{seconds:g}s"
-
-
 def _protected(observed: Observed) -> dict[str, str]:
     """Snapshot id -> why a deployment needs it: restored from by one that is, or may be, running."""
     return {
@@ -211,9 +205,9 @@ def _protected(observed: Observed) -> dict[str, str]:
 def _leftover_reason(m: SnapshotEntry, policy: RetentionPolicy, now: datetime) -> str | None:
     age = age_seconds(m, now)
     if m.status is SnapshotStatus.FAILED and age > policy.failed_grace_s:
-        return f"FAILED, older than the grace period ({_human(policy.failed_grace_s)})"
+        return f"FAILED, older than the grace period ({format_duration(policy.failed_grace_s)})"
     if m.status is SnapshotStatus.IN_PROGRESS and age > policy.abandoned_after_s:
-        return f"IN_PROGRESS for longer than {_human(policy.abandoned_after_s)}: abandoned by a crash"
+        return f"IN_PROGRESS for longer than {format_duration(policy.abandoned_after_s)}: abandoned by a crash"
     return None
 
 
@@ -229,7 +223,7 @@ def _history_reasons(completed: list[SnapshotEntry], limits: KindPolicy, now: da
         if limits.keep_last is not None and rank > limits.keep_last:
             reasons[m.id] = f"beyond the newest {limits.keep_last} {m.kind}s"
         elif limits.max_age_s is not None and age_seconds(m, now) > limits.max_age_s:
-            reasons[m.id] = f"older than max age {_human(limits.max_age_s)}"
+            reasons[m.id] = f"older than max age {format_duration(limits.max_age_s)}"
     return reasons
 
 
@@ -292,20 +286,18 @@ def _blob_actions(
             used[key] = max(used.get(key, 0), size)
     contents = {b.key: b for b in observed.blobs if is_stored_content(b.key)}
     retired = {pack: b for b in observed.blobs if (pack := pack_of_retired(b.key))}
-    cutoff = now.timestamp() - policy.blob_grace_s
+    cutoff, grace = now.timestamp() - policy.blob_grace_s, format_duration(policy.blob_grace_s)
     orphans = [b for b in contents.values() if b.key not in used]
     notes: list[str] = []
     old = sorted((b for b in orphans if (retired.get(b.key) or b).mtime < cutoff), key=lambda b: b.key)
     if len(old) < len(orphans):
-        notes.append(
-            f"{len(orphans) - len(old)} unreferenced objects are younger than {_human(policy.blob_grace_s)}: kept"
-        )
+        notes.append(f"{len(orphans) - len(old)} unreferenced objects are younger than {grace}: kept")
     doomed = {b.key for b in old}
     # markers last: a pack killed between the two keeps its grace; a marker whose pack is gone goes too
     markers = sorted(retired_key(pack) for pack in retired if pack in doomed or pack not in contents)
     actions = []
     if old or markers:
-        reason = f"referenced by no remaining snapshot of any job, older than {_human(policy.blob_grace_s)}"
+        reason = f"referenced by no remaining snapshot of any job, older than {grace}"
         keys = (*(b.key for b in old), *markers)
         actions.append(
             Action(ActionKind.DELETE_BLOBS, f"{len(old)} objects", reason, None, keys, sum(b.size for b in old))
@@ -342,7 +334,9 @@ def _checkpoint_actions(
         if job_policy.on_cancellation is OnCancellation.DELETE:
             reason = f"deployment {d.id} is retired ({d.state}) and the policy is delete-on-cancellation"
         elif retired_for > job_policy.retired_retention_s:
-            reason = f"deployment {d.id} retired more than {_human(job_policy.retired_retention_s)} ago ({d.state})"
+            reason = (
+                f"deployment {d.id} retired more than {format_duration(job_policy.retired_retention_s)} ago ({d.state})"
+            )
         else:
             continue
         actions.append(Action(ActionKind.DELETE_CHECKPOINT, d.id, reason, d.job, location=d.checkpoint))

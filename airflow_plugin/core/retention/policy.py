@@ -3,17 +3,14 @@ errors that name the key. What the policy means is decided by the pure planner (
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from ..durations import duration_seconds
 from ..errors import InvalidInput
 from ..snapshots.manifest import IN_FLIGHT_SECONDS, Kind
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$")
-_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
 
 class OnCancellation(StrEnum):
@@ -71,20 +68,10 @@ class RetentionPolicy:
         }
 
 
-def duration_seconds(value: Any, where: str) -> float:
-    """'45s', '30m', '12h', '2d', '1w' or a number of seconds (also as text: CLI flags are text)."""
-    if isinstance(value, bool):
-        raise InvalidInput(f"{where} must be a duration such as '12h' or '2d', not {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise InvalidInput(f"{where} must be a duration such as '45s', '30m', '12h', '2d', '1w'; got {value!r}")
-        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
-    if seconds < 0:
-        raise InvalidInput(f"{where} must not be negative; got {value!r}")
-    return seconds
+def _duration(value: Any, where: str, *, positive: bool = False) -> float:
+    """A duration of the one grammar (core/durations.py: '45s', '30 minutes', '12h', '2 days', '1w') or a plain
+    number of seconds (also as text: CLI flags are text)."""
+    return duration_seconds(value, where, bare_unit="s", positive=positive)
 
 
 def fraction(value: Any, where: str) -> float:
@@ -119,12 +106,9 @@ def _kind_policy(raw: Any, base: KindPolicy, where: str) -> KindPolicy:
     if "keep_last" in raw:
         policy = replace(policy, keep_last=_keep_last(raw["keep_last"], f"{where}.keep_last"))
     if "max_age" in raw:
-        policy = replace(policy, max_age_s=duration_seconds(raw["max_age"], f"{where}.max_age"))
+        policy = replace(policy, max_age_s=_duration(raw["max_age"], f"{where}.max_age"))
     if "period" in raw:
-        period = duration_seconds(raw["period"], f"{where}.period")
-        if period <= 0:
-            raise InvalidInput(f"{where}.period must be longer than 0; got {raw['period']!r}")
-        policy = replace(policy, period_s=period)
+        policy = replace(policy, period_s=_duration(raw["period"], f"{where}.period", positive=True))
     return policy
 
 
@@ -161,7 +145,7 @@ def parse_policy(
             policy = replace(policy, **{kind: _kind_policy(raw[kind], getattr(policy, kind), f"{where}.{kind}")})
     for key, attr in _DURATION_KEYS.items():
         if key in raw:
-            policy = replace(policy, **{attr: duration_seconds(raw[key], f"{where}.{key}")})
+            policy = replace(policy, **{attr: _duration(raw[key], f"{where}.{key}")})
     if "max_unused" in raw:
         policy = replace(policy, max_unused=fraction(raw["max_unused"], f"{where}.max_unused"))
     if "on_cancellation" in raw:

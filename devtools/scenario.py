@@ -419,7 +419,7 @@ class Lifecycle:
         status = self.status(deployment.id)
         if not self.lake or status is None or status.query_id is None:
             return False
-        last = delta_sink.last_batch(self.job.open(table_of(self.lake)), status.query_id)
+        last = delta_sink.last_batch(self.job.open(table_of(self.lake)), status.query_id, None)
         return last is not None and last >= batch
 
     def finish(self) -> Manifest:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_plugin.core.errors import Refused
-from airflow_plugin.core.sinks import DELTA, SinkRef, delta, from_description
+from airflow_plugin.core.sinks import DELTA, SinkRef, delta, from_description, guard
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
@@ -28,11 +28,12 @@ def commit(table: Path, version: int, *actions: dict[str, Any]) -> None:
     (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
 
 
-def write(table: Path, version: int, query: str, batch: int) -> None:
+def write(table: Path, version: int, query: str, batch: int, at_ms: int = 0) -> None:
+    info = {"operation": "STREAMING UPDATE", "operationParameters": {"queryId": query}, "timestamp": at_ms}
     commit(
         table,
         version,
-        {"commitInfo": {"operation": "STREAMING UPDATE", "operationParameters": {"queryId": query}}},
+        {"commitInfo": info},
         {"txn": {"appId": query, "version": batch, "lastUpdated": 1}},
         {"add": {"path": f"part-{version}%20x.parquet", "size": 10, "dataChange": True}},
     )
@@ -65,19 +66,54 @@ def test_spark_reports_a_delta_sink_by_its_path() -> None:
 def test_the_version_at_a_batch_is_the_one_before_the_querys_next_batch(table: Path) -> None:
     storage = LocalStorage(table)
     assert list(delta.commit_keys(storage)) == [0, 1, 2, 3, 4]
-    assert delta.last_batch(storage, Q1) == 4
-    assert delta.version_at(storage, Q1, 2) == 2
-    assert delta.version_at(storage, Q1, 4) == 4
-    assert delta.version_at(storage, Q1, 9) == 4  # the table has nothing beyond: its newest version
+    assert delta.last_batch(storage, Q1, None) == 4
+    assert delta.version_at(storage, Q1, 2, None) == 2
+    assert delta.version_at(storage, Q1, 4, None) == 4
+    assert delta.version_at(storage, Q1, 9, None) == 4  # the table has nothing beyond: its newest version
 
 
 def test_a_new_query_id_that_wrote_nothing_yet_is_at_the_newest_version(table: Path) -> None:
     restore(table, 5, to=2, removed=[3, 4])
     storage = LocalStorage(table)
-    assert delta.version_at(storage, Q2, 2) == 5  # the RESTORE holds batches up to 2
+    assert delta.version_at(storage, Q2, 2, None) == 5  # the RESTORE holds batches up to 2
     write(table, 6, Q2, 3)
-    assert delta.version_at(storage, Q2, 2) == 5
-    assert delta.version_at(storage, Q2, 3) == 6
+    assert delta.version_at(storage, Q2, 2, None) == 5
+    assert delta.version_at(storage, Q2, 3, None) == 6
+
+
+MINUTE = 60_000
+
+
+def test_two_queries_committing_in_turns_are_read_as_two_writers(tmp_path: Path) -> None:
+    """A blue/green cutover: the old version (Q1) commits between the new one's (Q2) batches. Whether Q2 committed a
+    batch is read past Q1's commits, and stops only at a commit of another query made well before the batch
+    asked about was planned (the log's older commits are never read: here one is unreadable)."""
+    table = tmp_path / "table"
+    start = 100 * MINUTE
+    for version in range(3):  # an earlier deployment's query, long before
+        write(table, version, "query-zero", version, at_ms=version)
+    (table / "_delta_log" / f"{0:020d}.json").write_text("not json")
+    for version, (query, batch) in enumerate([(Q1, 7), (Q2, 4), (Q1, 8), (Q2, 5), (Q1, 9), (Q1, 10)], start=3):
+        write(table, version, query, batch, at_ms=start + version * 1000)
+    storage = LocalStorage(table)
+    planned = start  # Q2's batch 4 was planned about when the cutover began
+    assert delta.last_batch(storage, Q2, planned) == 5, "Q1's two newer commits do not hide Q2's publish"
+    assert delta.version_at(storage, Q2, 4, planned) == 5, "up to batch 4 and nothing after: before version 6"
+    assert delta.version_at(storage, Q2, 5, planned) == 8, "the newest: Q1's later commits hold nothing of Q2's"
+    assert delta.batches_after(storage, Q2, 3) == [4, 5] and delta.batches_after(storage, Q2, 5) == [5]
+    assert delta.last_batch(storage, "query-three", planned) is None, "nothing of it, and the old log left unread"
+    with pytest.raises(ValueError):
+        delta.last_batch(storage, "query-three", None)  # read to the first commit, which is not JSON
+
+
+def test_the_sink_guard_sees_a_querys_batch_behind_another_querys_commits(tmp_path: Path) -> None:
+    """A later attempt of the new version's driver, whose checkpoint ends at batch 4 while the table holds its batch
+    5 under the old version's newer commits: the guard finds batch 5 (it would not start a query that skips it)."""
+    table = tmp_path / "table"
+    for version, (query, batch) in enumerate([(Q1, 7), (Q2, 4), (Q2, 5), (Q1, 8)]):
+        write(table, version, query, batch, at_ms=10 * MINUTE + version)
+    found = guard.ahead(SinkRef(DELTA, str(table)), LocalStorage(table), 4, Q2, 10 * MINUTE)
+    assert found is not None and found.skipped == "5" and not found.duplicates
 
 
 def test_writes_after_a_version_are_what_a_restore_would_skip_or_duplicate(table: Path) -> None:
@@ -160,9 +196,10 @@ def test_a_restore_to_version_0_is_read_as_such_and_a_new_query_on_an_old_table_
     storage = LocalStorage(table)
     assert delta.restored_versions(storage) == [0]
     assert delta.writes_after(storage, 0) == []
-    write(table, 6, Q2, 0)  # a fresh deployment: a new query id writes batch 0 on top
-    assert delta.version_at(storage, Q2, 0) == 6 and delta.version_at(storage, "fresh", 3) == 6
-    assert delta.last_batch(storage, Q1) is None, "only the commits since another query wrote are read"
+    write(table, 6, Q2, 0, at_ms=20 * MINUTE)  # a fresh deployment: a new query id writes batch 0 on top
+    assert delta.version_at(storage, Q2, 0, None) == 6 and delta.version_at(storage, "fresh", 3, None) == 6
+    # Delta keeps a query's txn through a RESTORE: Q1 restarted under its own id would still skip batches up to 4
+    assert delta.last_batch(storage, Q1, None) == 4
 
 
 def test_a_table_created_after_the_snapshot_is_refused_with_nothing_written(tmp_path: Path) -> None:

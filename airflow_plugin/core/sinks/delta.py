@@ -15,8 +15,13 @@ its Parquet checkpoints, so no Parquet reader is needed):
     checkpoint gets a new query id (restore.py rewrites its `metadata`): Delta then writes every batch after
     N again, once, on top of version N.
 
-Assumed, and said in the docs: the job is the only streaming writer of its table (other writers' commits
-after the snapshot are RESTOREd away too, and named in the plan)."""
+The log is read as a log of several writers: during a blue/green upgrade the old and the new version of the job
+commit in turns, so "which batches did query Q commit" passes other queries' commits. A walk from the newest commit
+down stops only where Q cannot have committed anything older that matters: at another query's commit made before
+the batch it asks about was planned (less SKEW_MS for clocks of different hosts).
+
+Assumed, and said in the docs: outside an upgrade's cutover the job is the only streaming writer of its table (other
+writers' commits after the snapshot are RESTOREd away too, and named in the plan)."""
 
 from __future__ import annotations
 
@@ -35,6 +40,9 @@ from ..spark_app import SparkAccess, run_spark_tool
 from ..storage import Storage, spark_uri
 
 LOG_DIR = "_delta_log/"
+# the most two hosts' clocks (a driver's and another's, or a store's) may differ: a walk back through the log stops
+# at another query's commit older than the asked-about batch's planning by more than this
+SKEW_MS = 300_000
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 CONF_PREFIX = "spark.databricks.delta."  # the job's Delta settings: its drivers' and the rewind's
 # Delta commands (RESTORE) need Delta's session extension and catalog; the jars come from the job's spark.jars
@@ -51,6 +59,7 @@ class Commit:
     version: int
     txns: dict[str, int]  # query id (appId) -> batch id, of a streaming write
     restored_to: int | None = None  # a RESTORE: the version it brought the table back to
+    timestamp_ms: int | None = None  # its commitInfo's timestamp (the committing driver's clock)
 
 
 @dataclass(frozen=True)
@@ -77,15 +86,17 @@ def _actions(table: Storage, key: str) -> Iterator[dict[str, Any]]:
 
 def read_commit(table: Storage, version: int, key: str) -> Commit:
     txns: dict[str, int] = {}
-    restored_to = None
+    restored_to = timestamp = None
     for action in _actions(table, key):
         if "txn" in action:
             txns[str(action["txn"]["appId"])] = int(action["txn"]["version"])
         info = action.get("commitInfo") or {}
+        if info.get("timestamp") is not None:
+            timestamp = int(info["timestamp"])
         if info.get("operation") == "RESTORE":  # to a version; by timestamp: unknown, taken as before all
             version_param = (info.get("operationParameters") or {}).get("version")
             restored_to = -1 if version_param is None else int(version_param)
-    return Commit(version, txns, restored_to)
+    return Commit(version, txns, restored_to, timestamp)
 
 
 def live_files(table: Storage) -> list[str]:
@@ -109,12 +120,14 @@ def _newest_first(table: Storage) -> Iterator[Commit]:
         yield read_commit(table, version, key)
 
 
-def _since_query(table: Storage, query_id: str) -> Iterator[Commit]:
-    """Commits newest first, down to (not including) the newest streaming write of another query: an earlier
-    deployment's (the job is the table's one streaming writer). So a snapshot reads the commits of its own
-    query, not the table's whole log."""
+def _back_to(table: Storage, query_id: str, planned_ms: int | None) -> Iterator[Commit]:
+    """Commits newest first, passing other queries' commits (the versions of a blue/green upgrade commit in turns),
+    down to the first commit of another query made before `planned_ms` less SKEW_MS: every commit of `query_id` of
+    a batch after the one planned then is newer. `planned_ms` None: down to the table's first commit."""
     for commit in _newest_first(table):
-        if commit.txns and query_id not in commit.txns:
+        stamp = commit.timestamp_ms
+        other = bool(commit.txns) and query_id not in commit.txns
+        if other and planned_ms is not None and stamp is not None and stamp < planned_ms - SKEW_MS:
             return
         yield commit
 
@@ -129,29 +142,35 @@ def restored_versions(table: Storage) -> list[int]:
     return [commit.restored_to for commit in commits if commit.restored_to is not None]
 
 
-def last_batch(table: Storage, query_id: str) -> int | None:
-    """The newest batch the query committed to the table (what Delta's sink compares against) since another
-    query wrote to it, or None."""
-    for commit in _since_query(table, query_id):
+def last_batch(table: Storage, query_id: str, planned_ms: int | None) -> int | None:
+    """The newest batch the query committed to the table (what Delta's sink compares against), or None: of the
+    commits `_back_to` reads (`planned_ms`: when the batch the caller resumes after, or snapshots at, was planned)."""
+    for commit in _back_to(table, query_id, planned_ms):
         if query_id in commit.txns:
             return commit.txns[query_id]
     return None
 
 
-def version_at(table: Storage, query_id: str, batch_id: int) -> int | None:
-    """The table version that holds the query's batches up to `batch_id` and none after: the version before
-    its first commit of a later batch, else the newest. Read from the newest down, stopping at the query's
-    commit of a batch up to `batch_id`, or at another query's (an earlier deployment's: the job is the
-    table's one streaming writer). None: the table has no commit yet."""
+def version_at(table: Storage, query_id: str, batch_id: int, planned_ms: int | None) -> int | None:
+    """The table version that holds the query's batches up to `batch_id` and none after: the version before its
+    first commit of a later batch, else the newest. Read from the newest down, passing other queries' commits, to
+    the query's commit of a batch up to `batch_id` or as far as `_back_to` goes (`planned_ms`: when `batch_id` was
+    planned). None: the table has no commit yet."""
     answer: int | None = None
-    for commit in _newest_first(table):
+    for commit in _back_to(table, query_id, planned_ms):
         answer = commit.version if answer is None else answer  # the newest, unless the query wrote beyond
         batch = commit.txns.get(query_id)
-        if (commit.txns and batch is None) or (batch is not None and batch <= batch_id):
+        if batch is not None and batch <= batch_id:
             break
         if batch is not None:
             answer = commit.version - 1
     return answer if answer is None or answer >= 0 else None
+
+
+def batches_after(table: Storage, query_id: str, version: int) -> list[int]:
+    """The batches of `query_id` the table holds now that version `version` did not (-1: every version), oldest
+    first: whether a query wrote a table since a snapshot, whoever else wrote it meanwhile."""
+    return sorted(write.batch_id for write in writes_after(table, version) if write.query_id == query_id)
 
 
 def commit_times(table: Storage, query_id: str | None = None) -> list[float]:

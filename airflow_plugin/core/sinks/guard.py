@@ -71,9 +71,12 @@ class Ahead:
         )
 
 
-def ahead(sink: SinkRef, storage: Storage, bound: int, query_id: str | None = None) -> Ahead | None:
+def ahead(
+    sink: SinkRef, storage: Storage, bound: int, query_id: str | None = None, planned_ms: int | None = None
+) -> Ahead | None:
     """Whether `sink` (opened as `storage`) holds batches after `bound` that the query would run. `query_id`:
-    the id the query restarts with (a checkpoint's `metadata`); None for a fresh start, whose id is new."""
+    the id the query restarts with (a checkpoint's `metadata`); None for a fresh start, whose id is new.
+    `planned_ms`: when batch `bound` was planned (a Delta table's log is read back to about then; None: whole)."""
     if sink.kind == FILE:
         position = file_sink.position(storage)
         if position is None or position <= bound:
@@ -88,7 +91,7 @@ def ahead(sink: SinkRef, storage: Storage, bound: int, query_id: str | None = No
             return None
         held = f"Delta table {sink.location} holds batches up to {newest.batch_id} of query {newest.query_id}"
         return Ahead(sink, held, _span(0, newest.batch_id), True)
-    last = delta_sink.last_batch(storage, query_id)
+    last = delta_sink.last_batch(storage, query_id, planned_ms)
     if last is None or last <= bound:
         return None
     held = f"Delta table {sink.location} holds batches up to {last} of query {query_id}"

@@ -156,6 +156,14 @@ class Position:
     last_committed: int | None  # None: nothing committed yet
     pending: int | None  # offsets logged without a commit: replayed with the same offsets
     stateful: bool
+    # when each logged batch was planned (its offsets file's mtime, epoch seconds), and -1: when the query began
+    # (its `metadata`): a sink's commits of batches after N were all made later than batch N's planning
+    planned: dict[int, float] = field(default_factory=dict)
+
+    def planned_ms(self, batch: int) -> int | None:
+        """When `batch` was planned (-1: when the query began), epoch ms; None where it is no longer logged."""
+        seconds = self.planned.get(max(batch, -1))
+        return None if seconds is None else int(seconds * 1000)
 
     @property
     def next_batch(self) -> int:
@@ -170,7 +178,8 @@ class Position:
 
 def read_position(storage: Storage) -> Position | None:
     """The position of the checkpoint at `storage`; None where Spark would start fresh (no `metadata`)."""
-    if storage.stat("metadata") is None:
+    began = storage.stat("metadata")
+    if began is None:
         return None
     try:
         query_id = str(json.loads(storage.read("metadata")).get("id", ""))
@@ -183,7 +192,8 @@ def read_position(storage: Storage) -> Position | None:
     after = -1 if last is None else last
     pending = after + 1 if (after + 1) in offsets and (after + 1) not in commits else None
     stateful = next(iter(storage.list("state/")), None) is not None
-    return Position(query_id, last, pending, stateful)
+    planned = {-1: began.mtime, **{batch: info.mtime for batch, info in offsets.items()}}
+    return Position(query_id, last, pending, stateful, planned)
 
 
 @dataclass(frozen=True)

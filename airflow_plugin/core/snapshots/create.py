@@ -422,9 +422,10 @@ def _record_sinks(
             record |= {"last_batch_id": file_sink.position(output), "log": prefix}
         elif sink.kind == DELTA and manifest.query_id and bound is not None:
             table = open_location(sink.location)
+            planned = manifest.batch_timestamp_ms
             record |= {
-                "last_batch_id": delta_sink.last_batch(table, manifest.query_id),
-                "version": delta_sink.version_at(table, manifest.query_id, bound),
+                "last_batch_id": delta_sink.last_batch(table, manifest.query_id, planned),
+                "version": delta_sink.version_at(table, manifest.query_id, bound, planned),
             }
         manifest.sinks.append(record)
     return copies

@@ -33,9 +33,12 @@ class BackgroundFeeder:
         self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
         self._poison_when: Callable[[], bool] | None = None
         self._poisoned = threading.Event()
+        self._idle = threading.Event()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            if self._idle.is_set():
+                continue
             condition = self._poison_when
             if condition is None:
                 self.feeder.round()
@@ -58,6 +61,15 @@ class BackgroundFeeder:
             yield self._poisoned
         finally:
             self._poison_when = None
+
+    @contextmanager
+    def idle(self) -> Iterator[None]:
+        """No round while the block runs: input stops, and comes again after it."""
+        self._idle.set()
+        try:
+            yield
+        finally:
+            self._idle.clear()
 
     def __enter__(self) -> BackgroundFeeder:
         self._thread.start()

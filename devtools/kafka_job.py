@@ -41,6 +41,7 @@ def write_jobs_file(
     max_offsets_per_trigger: int = 2000,
     lake: str | None = None,
     preflight_timeout: float | None = None,
+    heartbeat_timeout: str | None = None,
 ) -> Path:
     """The windowed job's jobs file (devtools/windowed.py) for job `kafka_counts` reading `topic` on `bootstrap`:
     its `kafka` table, and the Kafka connector's jars as the repository's jobs.toml names them (a glob of
@@ -67,7 +68,8 @@ def write_jobs_file(
             **({**delta_sink.SESSION_CONF, **windowed.SMALL_DELTA_TABLE} if lake is not None else {}),
         },
         table=f'kafka = {{ bootstrap_servers = "{bootstrap}" }}'
-        + (f"\npreflight_timeout = {preflight_timeout:g}" if preflight_timeout else ""),
+        + (f"\npreflight_timeout = {preflight_timeout:g}" if preflight_timeout else "")
+        + (f'\nheartbeat_timeout = "{heartbeat_timeout}"' if heartbeat_timeout else ""),
         **on_lake,
     )
 

@@ -211,7 +211,7 @@ def status_table(rows: Sequence[dict[str, Any]]) -> Table:
             r["job"],
             r["deployment"],
             r["version"],
-            r["state"] + (" UNHEALTHY" if r.get("unhealthy") else ""),
+            r["state"] + (" UNHEALTHY" if r.get("unhealthy") else "") + (f" ({r['gate']})" if r.get("gate") else ""),
             seconds_ago(r["heartbeat_age_s"]),
             dash(r["last_batch_id"]),
             "-" if r["rows_per_second"] is None else f"{r['rows_per_second']:.0f}",

@@ -201,6 +201,14 @@ def families(figures: Figures) -> list[Metric]:
     state_rows = _gauge(
         "savepoints_deployment_state_rows", "Rows in an operator's state (Spark's progress)", [*dep, "operator"]
     )
+    gate_role = _gauge(
+        "savepoints_deployment_gate", "1 for a gated deployment's role in a blue/green upgrade", [*dep, "role"]
+    )
+    gate_dropped = _gauge(
+        "savepoints_deployment_gate_dropped_rows",
+        "Rows a gated (blue) deployment left to the other version since its gate was set: not in its output",
+        dep,
+    )
     snap = ["job", "kind"]
     age = _gauge(
         "savepoints_last_snapshot_age", "Seconds since the newest COMPLETED snapshot completed", snap, "seconds"
@@ -264,6 +272,9 @@ def families(figures: Figures) -> list[Metric]:
             _maybe(lag, labels, s.kafka_lag)
             for index, op in enumerate(s.state_operators or []):
                 _maybe(state_rows, [*labels, _operator(index, op)], op.get("rows"))
+            if s.gate and s.gate.get("role"):
+                gate_role.add_metric([*labels, str(s.gate["role"])], 1)
+                gate_dropped.add_metric(labels, float(s.gate.get("dropped") or 0))
         for kind, last in sorted(job.last.items()):
             labels = [job.job, kind]
             age.add_metric(labels, last.age_s)
@@ -291,9 +302,9 @@ def families(figures: Figures) -> list[Metric]:
         measured.add_metric([usage.store], _epoch(usage.measured_at))
     scrape.add_metric([], figures.seconds)
     return [
-        up, state, heartbeat, batch, duration, rate, rows, lag, state_rows, age, snap_batch, size, uploaded,
-        snap_rows, snap_state, period, failed, failed_at, lease_age, lease_ttl, lease_expired, store_bytes,
-        store_objects, orphans, measured, scrape,
+        up, state, heartbeat, batch, duration, rate, rows, lag, state_rows, gate_role, gate_dropped, age, snap_batch,
+        size, uploaded, snap_rows, snap_state, period, failed, failed_at, lease_age, lease_ttl, lease_expired,
+        store_bytes, store_objects, orphans, measured, scrape,
     ]  # fmt: skip
 
 

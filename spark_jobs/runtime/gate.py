@@ -22,9 +22,17 @@ earlier; the windows of that batch ending after T are left to green, which holds
 
 Roles (`status.gate`): `sole` writes every window of its interval (a deployment on its own; an interval
 inherited from an upgrade still applies); `staging` is green before the cutover; `blue` writes only windows
-ending at or before `until`; `green` only those ending after `after`. `gate` (to blue), `ungate` (to blue,
-when an upgrade is aborted) and `publish` (to green) requests come through the control channel and are
-decided at the start of the next batch, in the query's own thread, and answered in the status."""
+ending at or before `until`; `green` only those ending after `after`.
+
+The requests (through the control channel, each naming its upgrade): `gate` and `ungate` to blue, `publish` and
+`withdraw` to green. A gate belongs to its upgrade, not to this driver's memory: it is applied only while the
+upgrade still wants it (its record is in CUTTING_OVER) and before it expires, and once the upgrade took its
+requests back (`ungate`, `withdraw`: an abort) none of its requests is ever applied, whatever order they arrive
+in. Requests are decided between two batches: one that arrives during a batch waits for its end (the batch holds
+the lock), one that arrives while no batch runs (idle input) is decided at once. A publish needs a batch to
+write: it waits for the next one, and is checked again then. The gate as it stands (role, interval, the rows
+blue left to green, the upgrades that withdrew) is in the status before any answer, so a later attempt of the
+same deployment (a second driver attempt) starts from it (runner.py)."""
 
 from __future__ import annotations
 
@@ -38,17 +46,19 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_plugin.core.jobs.deployments import ControlRequest
+from airflow_plugin.core.jobs.deployments import BLUE, GREEN, SOLE, STAGING, ControlRequest
 from airflow_plugin.core.sinks.delta import is_table
 from airflow_plugin.core.storage import open_storage
+
+from .failpoints import failpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
-SOLE, STAGING, BLUE, GREEN = "sole", "staging", "blue", "green"
-ACTIONS = ("gate", "ungate", "publish")
+ACTIONS = ("gate", "ungate", "publish", "withdraw")
+WITHDRAWALS = ("ungate", "withdraw")  # an upgrade taking its requests back (an abort)
 WRITE_ATTEMPTS = 5  # a Delta append that lost a race with the other version's commit is tried again
 # Delta's optimistic concurrency: a commit that lost to a concurrent one (the other version's append, or its
 # schema change: v2 may add a column with mergeSchema) is refused with one of these; tried again, it re-reads
@@ -71,9 +81,18 @@ class GateState:
     dropped: int = 0  # rows blue left to green (ending after `until`): once any, blue cannot simply go on alone
     staging: str | None = None  # green's staging table, until it publishes
     published_batch: int | None = None
+    upgrade: str | None = None  # the upgrade that gated it (blue) or that it published for (green)
+    withdrawn: list[str] = field(default_factory=list)  # upgrades that took their requests back: never applied
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "after_at": iso(self.after), "until_at": iso(self.until)}
+
+    @classmethod
+    def of(cls, data: dict[str, Any] | None) -> GateState | None:
+        """The gate a status recorded (None: not a gated deployment's)."""
+        if not data or not data.get("column"):
+            return None
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -85,11 +104,13 @@ class DeltaTarget:
 
 
 Answer = Callable[[ControlRequest, str], None]  # a request and "accepted" or why it was declined
+Wants = Callable[[str | None], str | None]  # why an upgrade no longer wants its requests applied; None: it does
 
 
 class GatedWriter:
-    """The `foreachBatch` function of a gated Delta job. The runner hands it the gate's requests (`submit`);
-    it reports the gate after every batch (`report`) and answers each request (`answer`)."""
+    """The `foreachBatch` function of a gated Delta job. The runner hands it the gate's requests (`handle`);
+    it reports the gate after every change (`report`), answers each request (`answer`) and asks the store
+    whether a request's upgrade still wants it (`wants`)."""
 
     def __init__(
         self,
@@ -99,22 +120,41 @@ class GatedWriter:
         checkpoint: str,
         report: Callable[[GateState], None],
         answer: Answer,
+        wants: Wants,
     ) -> None:
         self.spark, self.target, self.gate, self.checkpoint = spark, target, gate, checkpoint
-        self._report, self._answer = report, answer
-        self._pending: list[ControlRequest] = []
-        self._publishing: ControlRequest = ControlRequest("", "publish")
-        self._lock = threading.Lock()
+        self._report, self._answer, self._wants = report, answer, wants
+        self._publishing: ControlRequest | None = None  # a publish waiting for the next batch
+        self._lock = threading.Lock()  # held by a batch from start to end: requests are decided between batches
         self._query_id: str | None = None
 
-    def submit(self, request: ControlRequest) -> None:
+    def handle(self, request: ControlRequest) -> None:
+        """Decide a request between two batches (at once when none runs); a publish waits for the next batch."""
         with self._lock:
-            self._pending.append(request)
+            if request.action == "publish" and self.gate.role == GREEN and self.gate.upgrade == request.upgrade:
+                self._settle(request, "accepted")  # seen again by a later attempt of this driver: it published
+                return
+            if request.action == "publish" and (declined := self._publish_refusal(request)) is None:
+                self._publishing = request
+                log.info("publish request %s (T %s): at the next batch", request.id, iso(self._t(request)))
+                return
+            answer = f"declined: {declined}" if request.action == "publish" else self._decide(request)
+            self._settle(request, answer)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         with self._lock:
-            requests, self._pending = self._pending, []
-        publish = [t for request in requests if (t := self._decide(request, batch_id)) is not None]
+            self._write_batch(batch, batch_id, self._take_publish())
+
+    def _take_publish(self) -> ControlRequest | None:
+        """The publish this batch writes: the waiting one, if its upgrade still wants it (asked now, right before
+        the commit it makes); one it no longer wants is declined."""
+        publishing, self._publishing = self._publishing, None
+        if publishing is not None and (why := self._publish_refusal(publishing) or self._wants(publishing.upgrade)):
+            self._settle(publishing, f"declined: {why}")
+            return None
+        return publishing
+
+    def _write_batch(self, batch: DataFrame, batch_id: int, publishing: ControlRequest | None) -> None:
         from pyspark.sql import functions as F
 
         column = F.unix_millis(F.col(self.gate.column))
@@ -123,10 +163,10 @@ class GatedWriter:
             # the plan runs here, before any write: a batch a table already holds (its txn), which Delta then
             # skips, still writes its state; a restored pending batch the live table took before a crash is safe
             batch.count()
-            if publish:
-                self._publish(batch, batch_id, column, publish[-1])
-                self._report(self.gate)
-                self._answer(self._publishing, "accepted")  # only now: the engine may remove the staging table
+            if publishing is not None:
+                self._publish(batch, batch_id, column, publishing)
+                failpoint("after-publish-commit")
+                self._settle(publishing, "accepted")  # only now: the engine may remove the staging table
             elif self.gate.role == STAGING:
                 self._append(batch, str(self.gate.staging), batch_id)
             else:
@@ -137,35 +177,69 @@ class GatedWriter:
             batch.unpersist()
         self._report(self.gate)
 
-    def _decide(self, request: ControlRequest, batch_id: int) -> int | None:
-        """Apply or decline one request at this batch boundary; returns T when it is a publish to do now. A gate
-        request names no T but a margin: T is chosen here, at a batch boundary, from what this deployment has
-        written (nothing after T, by construction), plus the margin; the status then holds it (`until`)."""
-        values = request.gate or {}
-        t = int(values.get("t", 0))
-        gate, declined, publish = self.gate, None, None
+    def _settle(self, request: ControlRequest, answer: str) -> None:
+        """The gate as it is now in the status (T), then the answer the engine waits for."""
+        log.info("%s request %s of upgrade %s: %s", request.action, request.id, request.upgrade, answer)
+        self._report(self.gate)
+        self._answer(request, answer)
+
+    def _decide(self, request: ControlRequest) -> str:
+        """Apply or decline a gate, ungate or withdraw request now. A gate names no T but a margin: T is chosen
+        here, from what this deployment has written (nothing after T, by construction), plus the margin; the
+        status then holds it (`until`)."""
+        gate, upgrade = self.gate, request.upgrade
         if request.action == "gate":
-            if gate.role == STAGING:
-                declined = "it is staging, not writing the live table"
-            else:
+            if (declined := self._gate_refusal(request)) is not None:
+                return f"declined: {declined}"
+            if gate.role != BLUE:  # a request seen again (a later attempt of this driver) keeps its T
+                values = request.gate or {}
                 floor = int(values.get("floor", 0))  # a green that did not start from this state holds no earlier
                 t = max(gate.max_written or 0, gate.after or 0, floor) + int(values.get("margin", 0))
-                gate.role, gate.until = BLUE, t
-        elif request.action == "ungate":
-            if gate.role == BLUE and gate.dropped:
-                declined = f"it already left {gate.dropped} rows ending after {iso(gate.until)} to the new version"
-            elif gate.role == BLUE:
-                gate.role, gate.until = SOLE, None
-        elif gate.role != STAGING:  # publish
-            declined = f"it is {gate.role}, not staging"
-        else:
-            self._publishing = request  # answered once its commit is in (__call__)
-            return t
-        answer = "accepted" if declined is None else f"declined: {declined}"
-        log.info("%s request %s (T %s) at batch %d: %s", request.action, request.id, iso(t), batch_id, answer)
-        self._report(self.gate)  # the gate as it is now (T), before the answer the engine waits for
-        self._answer(request, answer)
-        return publish
+                gate.role, gate.until, gate.upgrade, gate.dropped = BLUE, t, upgrade, 0
+            return "accepted"
+        self._withdraw(upgrade)
+        if request.action == "ungate":
+            if gate.role == BLUE and gate.upgrade == upgrade:
+                if gate.dropped:
+                    left = f"{gate.dropped} rows ending after {iso(gate.until)}"
+                    return f"declined: it already left {left} to the new version"
+                gate.role, gate.until, gate.upgrade = SOLE, None, None
+            return "accepted"
+        pending = self._publishing  # withdraw: the publish is fenced, whether or not it arrived yet
+        if pending is not None and pending.upgrade == upgrade:
+            self._publishing = None
+            self._settle(pending, "declined: withdrawn by its upgrade")
+        if gate.role == GREEN and gate.upgrade == upgrade:
+            after = iso(gate.after)
+            return f"declined: it published at batch {gate.published_batch} (it writes the windows after {after})"
+        return "accepted"
+
+    def _gate_refusal(self, request: ControlRequest) -> str | None:
+        gate = self.gate
+        if request.upgrade in gate.withdrawn:
+            return f"upgrade {request.upgrade} took its requests back"
+        if gate.role == BLUE:
+            return None if gate.upgrade == request.upgrade else f"it is gated by upgrade {gate.upgrade}"
+        if request.expires_at is not None and time.time() > request.expires_at:
+            return f"it expired at {iso(int(request.expires_at * 1000))} before a batch boundary took it"
+        if gate.role == STAGING:
+            return "it is staging, not writing the live table"
+        return self._wants(request.upgrade)
+
+    def _publish_refusal(self, request: ControlRequest) -> str | None:
+        if request.upgrade in self.gate.withdrawn:
+            return f"upgrade {request.upgrade} took its requests back"
+        if self.gate.role != STAGING:
+            return f"it is {self.gate.role}, not staging"
+        return None
+
+    def _withdraw(self, upgrade: str | None) -> None:
+        if upgrade and upgrade not in self.gate.withdrawn:
+            self.gate.withdrawn.append(upgrade)
+
+    @staticmethod
+    def _t(request: ControlRequest) -> int:
+        return int((request.gate or {}).get("t", 0))
 
     def _within(self, rows: DataFrame, column: Column) -> DataFrame:
         if self.gate.after is not None:
@@ -182,9 +256,10 @@ class GatedWriter:
         if latest is not None:
             self.gate.max_written = max(int(latest), self.gate.max_written or int(latest))
 
-    def _publish(self, batch: DataFrame, batch_id: int, column: Column, t: int) -> None:
+    def _publish(self, batch: DataFrame, batch_id: int, column: Column, request: ControlRequest) -> None:
         """Green's cutover, one Delta commit: the windows after T that it staged, and those of this batch."""
-        self.gate.role, self.gate.after, self.gate.until = GREEN, t, None
+        t = self._t(request)
+        self.gate.role, self.gate.after, self.gate.until, self.gate.upgrade = GREEN, t, None, request.upgrade
         rows = batch
         if is_table(open_storage(str(self.gate.staging))):  # it staged at least one batch
             staged = self.spark.read.format("delta").load(str(self.gate.staging))

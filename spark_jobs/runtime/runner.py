@@ -27,6 +27,7 @@ from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, De
 from airflow_plugin.core.jobs.rescale import PARTITIONS_CONF
 from airflow_plugin.core.sinks import DELTA, SinkRef
 from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.upgrades.record import Upgrades
 
 from . import migration
 from .args import RuntimeArgs, Trigger, parse_args, parse_duration
@@ -34,11 +35,12 @@ from .control import ControlChannel, boundary_wait, stop_at_batch_boundary
 from .delivery import DeliveryPlan, DeliveryRefused, StreamingJob, plan
 from .failure import Failure, describe
 from .gate import ACTIONS as GATE_ACTIONS
-from .gate import SOLE, STAGING, GatedWriter, GateState
+from .gate import SOLE, STAGING, WITHDRAWALS, GatedWriter, GateState
 from .initial import INITIAL_STATE_CONF
 from .migration import MigrationFailed
 from .seed import MigrationRequest, SeedRefused, apply_seed
-from .sink import SinkAhead, check_start, gated_query, sink_of
+from .shape import shape_of
+from .sink import SinkAhead, check_start, gated_query, query_of, sink_of
 from .status import Heartbeat, ProgressListener, StatusBoard
 
 if TYPE_CHECKING:
@@ -76,8 +78,8 @@ class Runner:
         self.deployments = Deployments(open_storage(args.store))
         previous = self.deployments.status(args.job, args.deployment)
         handled = previous.handled_requests if previous else []
-        # a restarted deployment keeps where its first rows began: a replay checks its start against it
-        first_event_time = previous.first_event_time if previous else None
+        # a restarted deployment keeps its first rows' batch and event times: a replay checks its start against it
+        first_rows = previous.first_rows if previous else None
         self.board = StatusBoard(
             self.deployments,
             args.job,
@@ -87,9 +89,12 @@ class Runner:
                 time.time(),
                 pid=os.getpid(),
                 handled_requests=list(handled),
-                first_event_time=first_event_time,
+                first_rows=first_rows,
             ),
         )
+        # a later attempt of this deployment (YARN's second driver attempt) continues with the gate its last status
+        # recorded, not the one its arguments began with: what it applied and answered, and its upgrade's requests
+        self.resumed_gate = GateState.of(previous.gate) if previous else None
         self.control = ControlChannel(self.deployments, args.job, args.deployment, handled)
         self.listener = ProgressListener(self.board)
         self.gated: GatedWriter | None = None
@@ -143,6 +148,7 @@ class Runner:
             log.warning("%s", warning)
         request = self.control.next_stop()  # a stop that came while the session started
         if request is None:
+            self.board.update(query_shape=self._shape(job))
             self._guard_sink(job, delivery)
             if self.args.seed is not None:
                 apply_seed(self.spark, delivery.checkpoint, self.args.seed)
@@ -245,7 +251,8 @@ class Runner:
         sink, gated = sink_of(job.writer, self.spark), gated_query(job, self.spark)
         declared = {"not_gated": gated} if isinstance(gated, str) else GateState(str(job.gate_column)).to_dict()
         self.listener.sink = sink.description if sink else None  # what it writes, not the noop it runs with
-        self.board.update(sink=self.listener.sink, gate=declared, replay=declared_replay(job))
+        shape = self._shape(job)
+        self.board.update(sink=self.listener.sink, gate=declared, replay=declared_replay(job), query_shape=shape)
         for location in (self.args.checkpoint, probe):
             writer = self._build().writer.format("noop").option("checkpointLocation", location)
             query = writer.trigger(once=True).start()
@@ -318,16 +325,32 @@ class Runner:
                 log.warning("the job names gate column %s, but %s: its writes are not gated", job.gate_column, gated)
             return job.writer
         query, target = gated
-        args = self.args
-        state = self.gated.gate if self.gated else GateState(str(job.gate_column))  # a drain keeps the gate
-        if self.gated is None:
-            state.role = STAGING if args.gate_staging else SOLE
-            state.staging, state.after, state.until = args.gate_staging, args.gate_after, args.gate_until
-        self.gated = GatedWriter(self.spark, target, state, delivery.checkpoint, self._report_gate, self._answer)
+        state = self.gated.gate if self.gated else self._initial_gate(str(job.gate_column))  # a drain keeps the gate
+        self.gated = GatedWriter(
+            self.spark, target, state, delivery.checkpoint, self._report_gate, self._answer, self._gate_refusal
+        )
         self.listener.sink = SinkRef(DELTA, target.path).description  # Spark reports ForeachBatchSink
         self.board.update(gate=state.to_dict(), sink=self.listener.sink)
         log.info("writing %s through the gate (%s)", target.path, state.to_dict())
         return query.writeStream.outputMode("append").foreachBatch(self.gated)
+
+    def _shape(self, job: StreamingJob) -> dict[str, Any] | None:
+        query = query_of(job.writer, self.spark)
+        return shape_of(query, job.gate_column) if query is not None else None
+
+    def _initial_gate(self, column: str) -> GateState:
+        """The gate this run starts with: where a previous attempt of this deployment left it, else the arguments'
+        (a restored snapshot's interval; a new version staging beside the old one)."""
+        resumed = self.resumed_gate
+        if resumed is not None and resumed.column == column:
+            log.info("a later attempt of this deployment: the gate as its status left it (%s)", resumed.to_dict())
+            return resumed
+        args = self.args
+        role = STAGING if args.gate_staging else SOLE
+        return GateState(column, role, args.gate_after, args.gate_until, staging=args.gate_staging)
+
+    def _gate_refusal(self, upgrade_id: str | None) -> str | None:
+        return Upgrades(self.deployments.storage).gate_refusal(self.args.job, upgrade_id)
 
     def _report_gate(self, gate: GateState) -> None:
         self.board.update(gate=gate.to_dict())
@@ -355,9 +378,11 @@ class Runner:
         while not query.awaitTermination(self.args.poll_interval):
             self._note_running(query)
             request = self.control.next_request("stop", *GATE_ACTIONS)
-            if request is not None and request.action in GATE_ACTIONS:  # decided at the next batch boundary
+            if request is not None and request.action in GATE_ACTIONS:  # decided between two batches
                 if self.gated is not None:
-                    self.gated.submit(request)
+                    self.gated.handle(request)
+                elif request.action in WITHDRAWALS:  # nothing of the upgrade's was ever applied here
+                    self._answer(request, "accepted")
                 else:
                     self._answer(request, "declined: this deployment's writes are not gated")
                 continue

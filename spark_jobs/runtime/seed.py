@@ -6,7 +6,9 @@ asks for a migration run (migration.py). Both arrive as JSON; this module parses
 A seed is written into the checkpoint before the query starts, and only while it has no offsets yet (a
 restarted green continues from its own log):
 - `sources/<i>/0`: the Kafka source i's initial positions, the file Spark's Kafka source reads its
-  `startingOffsets` from (format: airflow_plugin.core.snapshots.checkpoint.kafka_initial_offsets);
+  `startingOffsets` from (format: airflow_plugin.core.snapshots.checkpoint.kafka_initial_offsets); with a
+  `boundary` (a replay by broker timestamps), one record earlier per partition, so that batch 0 reads exactly
+  those records: the replay checks their event times;
 - `sources/<i>/0` of a file source i: the files of the old version's log it starts after, counted as seen and
   read by no batch (format and why: airflow_plugin.core.sources.files), its position `{"logOffset":0}`;
 - `offsets/0`: batch 0 planned with those positions as its end, and the seeded watermark. Without
@@ -67,12 +69,17 @@ class Seed:
     offsets: tuple[str | None, ...]
     watermark_ms: int
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    boundary: tuple[str | None, ...] | None = None  # Kafka initial positions before `offsets`: batch 0 reads between
 
     @classmethod
     def of(cls, data: dict[str, Any], what: str = "--seed") -> Seed:
         offsets, watermark, files = data.get("offsets"), data.get("watermark_ms", 0), data.get("files") or {}
-        if not isinstance(offsets, list) or not all(o is None or isinstance(o, str) for o in offsets):
-            raise argparse.ArgumentTypeError(f"{what}: 'offsets' must be a list of offset JSON strings or nulls")
+        boundary = data.get("boundary")
+        for name, value in (("offsets", offsets), ("boundary", [] if boundary is None else boundary)):
+            if not isinstance(value, list) or not all(o is None or isinstance(o, str) for o in value):
+                raise argparse.ArgumentTypeError(f"{what}: '{name}' must be a list of offset JSON strings or nulls")
+        if boundary is not None and len(boundary) != len(offsets):
+            raise argparse.ArgumentTypeError(f"{what}: 'boundary' must name as many sources as 'offsets'")
         if not isinstance(watermark, int) or isinstance(watermark, bool) or watermark < 0:
             raise argparse.ArgumentTypeError(f"{what}: 'watermark_ms' must be a non-negative integer")
         for source, bound in files.items() if isinstance(files, dict) else [("", None)]:
@@ -85,7 +92,7 @@ class Seed:
                     f"{what}: 'files' must map a source id to {{'checkpoint': URI, 'through' or 'before_ms': int}}, "
                     f"got {source!r}: {bound!r}"
                 )
-        return cls(tuple(offsets), watermark, dict(files))
+        return cls(tuple(offsets), watermark, dict(files), None if boundary is None else tuple(boundary))
 
     @classmethod
     def from_json(cls, text: str) -> Seed:
@@ -147,7 +154,7 @@ def apply_seed(spark: SparkSession, checkpoint: str, seed: Seed, *, only_kafka: 
     if not_kafka and not only_kafka:
         left_out = {int(p.source) for p in not_kafka}
         offsets = tuple(None if i in left_out else o for i, o in enumerate(seed.offsets))
-        seed = Seed(offsets, seed.watermark_ms, seed.files)
+        seed = Seed(offsets, seed.watermark_ms, seed.files, seed.boundary)
     elif not_kafka:
         raise SeedRefused(
             f"cannot start source(s) {', '.join(f'{p.source} ({p.kind})' for p in not_kafka)} at given positions: "
@@ -160,7 +167,8 @@ def apply_seed(spark: SparkSession, checkpoint: str, seed: Seed, *, only_kafka: 
         if str(index) in seed.files:
             storage.write(f"sources/{index}/0", _seen_files(str(index), seed.files[str(index)]))
         elif offset is not None:
-            storage.write(f"sources/{index}/0", kafka_initial_offsets(offset))
+            initial = seed.boundary[index] if seed.boundary and seed.boundary[index] else offset
+            storage.write(f"sources/{index}/0", kafka_initial_offsets(initial))
     storage.write("offsets/0", offset_log_entry(spark, seed))
     log.info("seeded %s: batch 1 starts at %s, watermark %d ms", checkpoint, list(seed.offsets), seed.watermark_ms)
     return True

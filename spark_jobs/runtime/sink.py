@@ -65,6 +65,17 @@ def sink_of(writer: DataStreamWriter, spark: SparkSession) -> SinkRef | None:
     return SinkRef(kind, _qualified(path, spark))
 
 
+def query_of(writer: DataStreamWriter, spark: SparkSession) -> DataFrame | None:
+    """The query a writer will start (its `ds`), None where the JVM writer cannot be read."""
+    from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+    try:
+        return ClassicDataFrame(_field(writer._jwrite, "ds"), spark)  # type: ignore[attr-defined]
+    except Exception as exc:  # another Spark, or Spark Connect
+        log.warning("the query of this writer cannot be read (%s)", exc)
+        return None
+
+
 def gated_query(job: StreamingJob, spark: SparkSession) -> tuple[DataFrame, DeltaTarget] | str:
     """The query and its Delta table, for the runtime to write through the gate (gate.py); or why the job's
     writes cannot be gated: it names no gate column, or it does not append to a Delta table."""
@@ -81,9 +92,9 @@ def gated_query(job: StreamingJob, spark: SparkSession) -> tuple[DataFrame, Delt
         return f"its output mode is {mode}: a window is written once only in append mode"
     options = {str(k): str(v) for k, v in _scala_map(_field(jwriter, "extraOptions")).items()}
     options = {k: v for k, v in options.items() if k.lower() not in ("path", "checkpointlocation")}
-    from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
-
-    query = ClassicDataFrame(_field(jwriter, "ds"), spark)
+    query = query_of(job.writer, spark)
+    if query is None:
+        return "its query cannot be read from its writer"
     if job.gate_column not in query.columns:
         return f"its output has no column {job.gate_column!r} (columns: {', '.join(query.columns)})"
     return query, DeltaTarget(sink.location, options)
@@ -118,7 +129,7 @@ def check_start(sink: SinkRef, checkpoint: str, *, runs_held_batches: bool = Fal
     if position is not None:
         stateful = position.stateful and not runs_held_batches
         bound = start_bound(position.last_committed, position.pending, stateful)
-    found = ahead(sink, storage, bound, position.query_id if position else None)
+    found = ahead(sink, storage, bound, *((position.query_id, position.planned_ms(bound)) if position else ()))
     if found is None:
         return
     if position is None:

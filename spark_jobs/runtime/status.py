@@ -283,11 +283,11 @@ class ProgressListener(StreamingQueryListener):
         self._rate.add(rows)
         unprocessed = tally_unprocessed(current.unprocessed, progress.get("batchId", -1), rows, records_read(sources))
         event_time = progress.get("eventTime") or {}  # min/max exist where the query defines a watermark
-        first_event_time = current.first_event_time  # where the first batch that read rows began
-        if first_event_time is None and rows > 0:
-            first_event_time = event_time.get("min")
+        first_rows = current.first_rows  # the first batch that read rows: where they began, and their newest
+        if first_rows is None and rows > 0:
+            first_rows = {"batch": progress.get("batchId"), "min": event_time.get("min"), "max": event_time.get("max")}
         self._board.update(
-            first_event_time=first_event_time,
+            first_rows=first_rows,
             unprocessed=unprocessed,
             last_batch_id=progress.get("batchId"),
             sources=[str(source.get("description")) for source in sources],

@@ -67,6 +67,7 @@ def store_with_history(tmp_path: Path) -> tuple[Path, SnapshotStore]:
             input_rows_total=750,
             kafka_lag=42,
             state_operators=[{"name": "stateStoreSave", "rows": 77, "memory_bytes": 1000, "batch_id": 2}],
+            gate={"column": "window_end", "role": "blue", "until": 60_000, "dropped": 12, "upgrade": "up-1"},
         ),
     )
     progress = ({"name": "stateStoreSave", "rows": 77, "batch_id": 2},)
@@ -105,6 +106,8 @@ def test_every_figure_matches_the_store(store_with_history: tuple[Path, Snapshot
     assert value(found, "savepoints_deployment_input_rows_total", **dep) == 750
     assert value(found, "savepoints_deployment_kafka_lag_records", **dep) == 42
     assert value(found, "savepoints_deployment_state_rows", **dep, operator="0:stateStoreSave") == 77
+    assert value(found, "savepoints_deployment_gate", **dep, role="blue") == 1
+    assert value(found, "savepoints_deployment_gate_dropped_rows", **dep) == 12
 
     manifests = {
         m.kind: m for m in (store.get("orders", e.id) for e in store.list("orders")) if m.status.value == "COMPLETED"

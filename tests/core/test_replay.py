@@ -6,6 +6,7 @@ table: tests/e2e/test_state_upgrades.py."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from airflow_plugin.core.upgrades.replay import (
     TOPIC_START,
     ReplayStart,
     check_first_batch,
+    delay_difference,
     from_history,
     plan_replay,
 )
@@ -93,6 +95,24 @@ def test_a_replay_starts_where_the_last_batch_before_the_horizon_began(tmp_path:
     assert "replays 1535 records" in found.reason and "batch 12" in found.reason
 
 
+def test_a_replay_to_a_shorter_watermark_delay_starts_earlier_by_the_difference(tmp_path: Path) -> None:
+    """The offset log bounds what a batch read by the OLD version's watermark plus ITS delay: a new version with a
+    shorter delay (same horizon less its delay) needs records the new horizon alone would skip. The start honours
+    the larger delay; a version without exactly one watermark cannot be replayed to."""
+    watermarks = {10: 5, 11: 6, 12: 7, 13: 8, 14: 9, 15: 10}
+    log = write_log(tmp_path, {b: (w * MINUTE, kafka(b * 10, b * 5)) for b, w in watermarks.items()})
+    one = {"watermarks": [{"column": "event_time", "delay_ms": 2 * MINUTE}], "stateful": [], "gate_is_window_end": True}
+    short = {**one, "watermarks": [{"column": "event_time", "delay_ms": MINUTE // 2}]}
+    wider = delay_difference(one, short)
+    assert wider == 2 * MINUTE - MINUTE // 2 and delay_difference(short, one) == 0
+    found = plan(log, wider_ms=wider)
+    assert found.start is not None and found.start.cutoff_ms == 10 * MINUTE - 2 * MINUTE - wider
+    assert found.start.watermark_ms == 6 * MINUTE, "batch 11 (watermark 6 min) is the latest before 6.5 min"
+    assert plan(log).start.watermark_ms == 7 * MINUTE, "with equal delays: batch 12, as before"  # type: ignore[union-attr]
+    assert "2 event-time watermarks" in str(delay_difference(one, {**one, "watermarks": one["watermarks"] * 2}))
+    assert "plan is not known" in str(delay_difference(None, one))
+
+
 def test_a_young_query_replays_from_its_initial_positions(tmp_path: Path) -> None:
     log = write_log(tmp_path, {0: (0, kafka(40, 30)), 1: (9 * MINUTE, kafka(80, 60))}, initial=kafka(3, 0))
     found = plan(log)
@@ -111,11 +131,28 @@ def test_without_history_the_broker_timestamps_with_the_margin_and_a_check_of_wh
     assert asked == [([(TOPIC, 0), (TOPIC, 1)], 10 * MINUTE - 2 * MINUTE - MINUTE)], "W - horizon - margin"
     start = found.start
     assert start is not None and start.found == TIMESTAMPS and start.offsets == [kafka(120, 60)]
+    assert start.boundary == [kafka(119, 59)], "one record earlier in each partition holding records before"
+    assert start.seed is not None and start.seed["boundary"] == start.boundary
     assert check_first_batch(start, None) is None, "nothing read yet"
-    assert check_first_batch(start, 7 * MINUTE) is None, "green's first records are older than it must cover"
-    late = check_first_batch(start, 8 * MINUTE + 1)
-    assert late is not None and "raise the replay margin" in late
-    assert check_first_batch(ReplayStart.of({**start.to_dict(), "found": HISTORY}), 9 * MINUTE) is None
+    # batch 0 reads the last record before the start of each partition: the newest of them is what counts, so one
+    # partition's late boundary record is caught even where another's early one keeps the batch's minimum low
+    assert check_first_batch(start, rows(0, 5 * MINUTE, 7 * MINUTE)) is None, "older than it must cover"
+    late = check_first_batch(start, rows(0, 5 * MINUTE, 8 * MINUTE + 1))
+    assert late is not None and "the last records before its start" in late and "raise the replay margin" in late
+    no_boundary = ReplayStart.of({**start.to_dict(), "boundary": None})  # its first rows' minimum instead
+    assert check_first_batch(no_boundary, rows(3, 5 * MINUTE, 9 * MINUTE)) is None
+    assert check_first_batch(no_boundary, rows(3, 8 * MINUTE + 1, 9 * MINUTE)) is not None
+    history = ReplayStart.of({**start.to_dict(), "found": HISTORY})
+    assert check_first_batch(history, rows(0, 9 * MINUTE, 9 * MINUTE)) is None, "exact: nothing to check"
+
+    from_zero = plan(log, by_time=lambda partitions, at: {(TOPIC, 0): 0, (TOPIC, 1): 60}).start
+    assert from_zero is not None and from_zero.boundary == [kafka(0, 59)], "nothing before offset 0: no boundary"
+
+
+def rows(batch: int, first_ms: int, last_ms: int) -> dict[str, Any]:
+    """The runtime's first_rows: the first batch that read rows, its event times."""
+    iso = [datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z") for ms in (first_ms, last_ms)]
+    return {"batch": batch, "min": iso[0], "max": iso[1]}
 
 
 def test_records_retention_deleted_make_replay_impossible_naming_them(tmp_path: Path) -> None:
@@ -187,7 +224,7 @@ def test_a_file_source_replays_the_files_since_the_batch_its_start_lies_in(tmp_p
     assert by_time is not None and by_time.found == TIMESTAMPS and by_time.watermark_ms == 8 * MINUTE
     assert by_time.files == {"0": {"checkpoint": late.storage.uri, "before_ms": 7 * MINUTE}}, "W - horizon - margin"
     assert "7 files skipped, 8 read again" in by_time.note
-    assert check_first_batch(by_time, 8 * MINUTE + 1) is not None, "checked against what green read, as Kafka's"
+    assert check_first_batch(by_time, rows(1, 8 * MINUTE + 1, 9 * MINUTE)) is not None, "checked as Kafka's are"
 
 
 def test_a_file_source_without_a_horizon_or_its_log_reads_every_file_and_other_sources_not_at_all() -> None:

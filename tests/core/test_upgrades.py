@@ -24,6 +24,12 @@ from tests.support.jobs import write_jobs
 
 TABLE = "DeltaSink[s3a://lake/output]"
 GATE = {"column": "window_end", "role": "sole"}
+# what the runtime reads from the example job's plan (spark_jobs/runtime/shape.py)
+WINDOWS = {
+    "watermarks": [{"column": "event_time", "delay_ms": 60_000}],
+    "stateful": ["deduplication", "time window aggregation"],
+    "gate_is_window_end": True,
+}
 
 
 def seen(**changes: Any) -> Observed:
@@ -35,6 +41,8 @@ def seen(**changes: Any) -> Observed:
         "master": "local[2]",
         "driver_memory": "1g",
         "available_memory": 8 << 30,
+        "old_shape": WINDOWS,
+        "new_shape": WINDOWS,
     }
     return Observed(**{**base, **changes})
 
@@ -55,6 +63,19 @@ def test_blue_green_applies_where_both_versions_write_one_table_through_one_gate
         ({"new_gate": {**GATE, "column": "window_start"}}, "different columns (window_end and window_start)"),
         ({"new_sink": "DeltaSink[s3a://lake/other]"}, "write different tables"),
         ({"available_memory": 1 << 30, "driver_memory": "2g"}, "needs about 3072 MiB"),
+        (
+            {"new_shape": {**WINDOWS, "stateful": ["session window aggregation"]}},
+            "the new version holds a session window (a record one version drops as late and the other accepts",
+        ),
+        (
+            {"old_shape": {**WINDOWS, "stateful": []}},
+            "the running version has no windowed state: its rows are written as they arrive",
+        ),
+        ({"new_shape": {**WINDOWS, "watermarks": []}}, "the new version has 0 event-time watermarks"),
+        ({"new_shape": {**WINDOWS, "stateful": ["stream-stream join"]}}, "holds a stream-stream join"),
+        ({"new_shape": {**WINDOWS, "gate_is_window_end": False}}, "gate column window_end is not the end of its"),
+        ({"old_shape": None}, "the running version's plan is not known"),
+        ({"new_shape": {"unknown": "its plan could not be read (Py4JError)"}}, "could not be read (Py4JError)"),
     ],
 )
 def test_blue_green_falls_back_to_stop_restore_with_the_reason(changes: dict[str, Any], why: str) -> None:
@@ -83,11 +104,13 @@ def test_the_record_round_trips_and_knows_its_cutover() -> None:
 
 
 class Driver:
-    """The gate's decisions as the runtime takes them at a batch boundary, with what it reports and answers."""
+    """The gate's decisions as the runtime takes them between two batches (`handle`) and at the next batch (a
+    publish), with what it reports and answers, and an upgrade that wants its requests until told otherwise."""
 
     def __init__(self, gate: GateState) -> None:
         self.answers: dict[str, str] = {}
         self.reported: list[dict[str, Any]] = []
+        self.unwanted: dict[str, str] = {}  # upgrade -> why it no longer wants its requests
         self.writer = GatedWriter(
             None,  # type: ignore[arg-type]  # deciding needs no Spark
             DeltaTarget("s3a://lake/output"),
@@ -95,38 +118,93 @@ class Driver:
             "/ck",
             lambda state: self.reported.append(state.to_dict()),
             lambda request, answer: self.answers.__setitem__(request.id, answer),
+            lambda upgrade: self.unwanted.get(str(upgrade)),
         )
 
-    def decide(self, action: str, **values: int) -> int | None:
-        return self.writer._decide(ControlRequest(id=f"rq-{action}", action=action, gate=values), batch_id=7)
+    def send(self, action: str, upgrade: str = "up-1", expires_in: float | None = None, **values: int) -> str | None:
+        """Hand a request over; its answer, or None while it waits for a batch (a publish)."""
+        request_id = f"rq-{action}-{upgrade}"
+        self.answers.pop(request_id, None)
+        expires = None if expires_in is None else time.time() + expires_in
+        request = ControlRequest(request_id, action, gate=values, upgrade=upgrade, expires_at=expires)
+        self.writer.handle(request)
+        return self.answers.get(request_id)
+
+    def batch(self) -> int | None:
+        """What the next batch publishes (T), deciding a waiting publish as the batch would."""
+        taken = self.writer._take_publish()
+        return None if taken is None else int((taken.gate or {})["t"])
 
 
 def test_the_old_version_picks_t_from_what_it_wrote_and_gives_the_rest_up() -> None:
     blue = Driver(GateState("window_end", max_written=1_000_000))
-    assert blue.decide("gate", margin=60_000) is None
+    assert blue.send("gate", margin=60_000) == "accepted"
     gate = blue.writer.gate
-    assert (gate.role, gate.until) == (BLUE, 1_060_000) and blue.answers == {"rq-gate": "accepted"}
+    assert (gate.role, gate.until, gate.upgrade) == (BLUE, 1_060_000, "up-1")
     assert blue.reported[-1]["until"] == 1_060_000, "the status holds T before the answer"
-    blue.decide("ungate")  # nothing left to the new version yet: it can go on alone
-    assert (gate.role, gate.until, blue.answers["rq-ungate"]) == (SOLE, None, "accepted")
+    assert blue.send("gate", margin=0) == "accepted" and gate.until == 1_060_000, "seen again: the same T"
+    assert blue.send("ungate") == "accepted", "nothing left to the new version yet: it can go on alone"
+    assert (gate.role, gate.until, gate.upgrade) == (SOLE, None, None)
+    assert blue.send("ungate") == "accepted", "idempotent"
+    assert blue.send("gate").startswith("declined: upgrade up-1 took its requests back")  # type: ignore[union-attr]
+    assert gate.role == SOLE
 
-    blue.decide("gate")
+    blue.send("gate", upgrade="up-2")
     gate.dropped = 12  # a batch left rows ending after T to the new version
-    blue.decide("ungate")
-    assert gate.role == BLUE and blue.answers["rq-ungate"].startswith("declined: it already left 12 rows")
+    assert blue.send("ungate", upgrade="up-2").startswith("declined: it already left 12 rows")  # type: ignore[union-attr]
+    assert gate.role == BLUE
+    assert blue.send("gate", upgrade="up-3").startswith("declined: it is gated by upgrade up-2")  # type: ignore[union-attr]
 
     fresh = Driver(GateState("window_end"))  # wrote nothing yet: T is the margin past nothing
-    fresh.decide("gate")
+    fresh.send("gate")
     assert fresh.writer.gate.until == 0
 
 
-def test_the_new_version_publishes_only_from_staging_and_answers_after_its_commit() -> None:
+def test_a_gate_request_is_applied_only_while_its_upgrade_wants_it_and_never_after_its_withdrawal() -> None:
+    """The abort's `ungate` may reach the old version before the gate it withdraws (the upgrade was killed right
+    after sending the gate, then aborted): whatever the order, the gate is never applied. A gate request that
+    expired, or whose upgrade no longer cuts over, is declined."""
+    blue = Driver(GateState("window_end", max_written=1_000))
+    assert blue.send("ungate") == "accepted" and blue.writer.gate.withdrawn == ["up-1"]
+    assert "took its requests back" in str(blue.send("gate"))
+    assert blue.writer.gate.role == SOLE
+
+    late = Driver(GateState("window_end"))
+    assert "expired at" in str(late.send("gate", expires_in=-1.0)) and late.writer.gate.role == SOLE
+    late.unwanted["up-1"] = "upgrade up-1 is ABORTING, no longer cutting over"
+    assert late.send("gate", expires_in=60.0) == "declined: upgrade up-1 is ABORTING, no longer cutting over"
+    assert late.writer.gate.role == SOLE and late.writer.gate.until is None
+
+
+def test_the_new_version_publishes_at_its_next_batch_unless_withdrawn() -> None:
     green = Driver(GateState("window_end", role=STAGING, staging="/staging"))
-    assert green.decide("publish", t=5_000) == 5_000 and green.answers == {}  # answered once published
-    assert green.decide("gate", margin=0) is None and green.answers["rq-gate"].startswith("declined: it is staging")
-    published = Driver(GateState("window_end", role=GREEN, after=5_000))
-    published.decide("publish", t=6_000)
-    assert published.answers["rq-publish"] == "declined: it is green, not staging"
+    assert green.send("publish", t=5_000) is None, "answered once its commit is in, at the next batch"
+    assert str(green.send("gate")).startswith("declined: it is staging")
+    assert green.batch() == 5_000
+
+    fenced = Driver(GateState("window_end", role=STAGING, staging="/staging"))
+    fenced.send("publish", t=5_000)
+    assert fenced.send("withdraw") == "accepted", "withdrawn before any batch took it"
+    assert fenced.answers["rq-publish-up-1"] == "declined: withdrawn by its upgrade"
+    assert fenced.batch() is None and fenced.writer.gate.role == STAGING
+    assert "took its requests back" in str(fenced.send("publish", t=5_000)), "a publish seen later is refused too"
+
+    unwanted = Driver(GateState("window_end", role=STAGING, staging="/staging"))
+    unwanted.send("publish", t=5_000)
+    unwanted.unwanted["up-1"] = "upgrade up-1 is ABORTED, no longer cutting over"  # the driver was paused meanwhile
+    assert unwanted.batch() is None
+    assert unwanted.answers["rq-publish-up-1"] == "declined: upgrade up-1 is ABORTED, no longer cutting over"
+
+    published = Driver(GateState("window_end", role=GREEN, after=5_000, upgrade="up-1", published_batch=9))
+    assert published.send("publish", t=5_000) == "accepted", "seen again by a later attempt: it published"
+    assert str(published.send("withdraw")).startswith("declined: it published at batch 9")
+    assert str(published.send("publish", t=6_000, upgrade="up-2")) == "declined: it is green, not staging"
+
+
+def test_the_gate_a_status_recorded_is_read_back_whole() -> None:
+    gate = GateState("window_end", BLUE, until=7, dropped=3, upgrade="up-1", withdrawn=["up-0"])
+    assert GateState.of(gate.to_dict()) == gate
+    assert GateState.of({"not_gated": "its sink is a file sink"}) is None and GateState.of(None) is None
 
 
 def test_one_upgrade_at_a_time_and_what_a_person_can_do_about_it(tmp_path: Path) -> None:

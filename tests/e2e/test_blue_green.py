@@ -1,17 +1,29 @@
-"""A blue/green upgrade from the command line, whose process is killed (SIGKILL) at each step where it matters
-and resumed: green started, the gate set at the old version, the cutover, the old version stopping. Real
-processes: the session's Kafka broker, spark-submit drivers, the job's Delta table (on local disk here; the
-same on the embedded S3 through Airflow in test_dags_e2e.py), events produced all along. Every record is
-counted once and every (key, window) is written once, by exactly one version."""
+"""Every way a blue/green upgrade can end, from the command line, with real processes: the session's Kafka broker,
+spark-submit drivers, the job's Delta table on local disk, events produced all along. One job, one topic and one
+table serve every scenario, one after the other:
+
+1. the upgrade's process SIGKILLed right after it sent the gate to the old version, then `--abort`;
+2. input idle across the gate: the new version has no batch to publish in, the upgrade gives up and aborts;
+3. the old driver paused (SIGSTOP) past its heartbeat timeout during the cutover, then continued (SIGCONT);
+4. the process SIGKILLed at every step (green started, the gate sent, the cutover, the old version stopping) and
+   resumed each time, to the end;
+5. the new driver stopped by a failpoint right after its publish commit, while the old one keeps committing.
+
+At the end every (key, window)'s count in the table is compared with the events produced: each window was written
+by exactly one version, once, whatever happened."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,44 +31,105 @@ import pytest
 from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.deployments import Deployments, DeploymentStatus, State, observed_state
-from airflow_plugin.core.jobs.stop import kill, stop
+from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
+from airflow_plugin.core.jobs.stop import kill, running_deployment, stop
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
 from devtools.feeding import BackgroundFeeder
 from devtools.kafka import EmbeddedKafka
 from devtools.kafka_job import JOB, PARTITIONS, KafkaFeeder, processed, table_of, write_jobs_file
 from devtools.windowed import wait_for
+from spark_jobs.generate import FLUSH_USER
 from spark_jobs.jobs.windowed.output import read_table, summarize
+from spark_jobs.runtime.failpoints import ENV as FAILPOINTS
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow(seconds=600)]
 
 REPO = Path(__file__).resolve().parents[2]
+STARTING = DeploymentStatus(State.STARTING, 0)
+ENDED = 11  # the command's exit code for an upgrade that did not go through (ABORTED, ROLLED_BACK)
 
 
-@pytest.mark.timeout(900)
-def test_a_blue_green_upgrade_killed_at_every_step_resumes_and_writes_every_window_once(
+class RecordingFeeder(KafkaFeeder):
+    """The example job's feeder, keeping every distinct event it produced: what each (key, window) must count."""
+
+    def __init__(self, kafka: EmbeddedKafka, topic: str) -> None:
+        super().__init__(kafka, topic)
+        self.fed: list[dict[str, object]] = []
+
+    def round(self) -> None:
+        from spark_jobs.generate import round_events
+
+        self.fed += round_events(self.rounds, self.events_per_round)
+        super().round()
+
+    def expected(self) -> Counter[tuple[str, float]]:
+        """Events per (user, one-minute window start, epoch seconds)."""
+        return Counter((str(e["user"]), _minute(_epoch(str(e["event_time"])))) for e in self.fed)
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _minute(seconds: float) -> float:
+    return seconds - seconds % 60
+
+
+def _counted(rows: list[dict[str, object]]) -> Counter[tuple[str, float]]:
+    counted: Counter[tuple[str, float]] = Counter()
+    for row in rows:
+        start = row["window_start"]
+        assert isinstance(start, datetime)
+        moment = start if start.tzinfo else start.replace(tzinfo=UTC)
+        counted[(str(row["user"]), moment.timestamp())] += int(row["events"])  # type: ignore[call-overload]
+    return counted
+
+
+@pytest.mark.timeout(1500)
+def test_every_way_out_of_a_blue_green_upgrade_leaves_one_writer_per_window(
     tmp_path: Path, kafka: EmbeddedKafka
 ) -> None:
     topic = f"bg-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, PARTITIONS)
     lake = tmp_path / "lake"
-    jobs = write_jobs_file(tmp_path, str(tmp_path / "store"), kafka.bootstrap, topic, lake=str(lake))
+    # a paused driver reads LOST after 20 s (heartbeats every 2 s)
+    jobs = write_jobs_file(
+        tmp_path, str(tmp_path / "store"), kafka.bootstrap, topic, lake=str(lake), heartbeat_timeout="20s"
+    )
     job = Settings(jobs_file=str(jobs)).resolve().job(JOB)
     upgrades, records = Upgrades(job.store.storage), Deployments(job.store.storage)
-    feeder = KafkaFeeder(kafka, topic)
+    feeder = RecordingFeeder(kafka, topic)
     command = [sys.executable, "-m", "airflow_plugin", "upgrade", JOB, "--jobs", str(jobs)]
-    status0 = DeploymentStatus(State.STARTING, 0)
+    fast = ["--min-batches", "2"]
 
     def newest() -> Upgrade | None:
-        found = upgrades.list(JOB)
-        return found[-1] if found else None
+        return upgrades.newest(JOB)
 
-    def killed_when(argv: list[str], condition: Callable[[Upgrade], bool], what: str) -> Upgrade:
-        """Run the command, SIGKILL it once the upgrade's record shows `condition`, return that record."""
-        process = subprocess.Popen([*command, *argv], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    def status(deployment: Deployment) -> DeploymentStatus:
+        return records.status(JOB, deployment.id) or STARTING
+
+    def gate_sent(deployment: Deployment) -> bool:
+        """The running upgrade's gate request is in the deployment's control channel (not yet answered, or just)."""
+        upgrade = newest()
+        return upgrade is not None and any(
+            r.id == f"rq-gate-{upgrade.id}" for r in records.requests(JOB, deployment.id)
+        )
+
+    def start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        environment = {**os.environ, **(env or {})}
+        return subprocess.Popen([*command, *argv], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=environment)  # fmt: skip
+
+    def finished(process: subprocess.Popen[str], timeout: float = 600) -> tuple[int, str]:
+        output, _ = process.communicate(timeout=timeout)
+        return process.returncode, output
+
+    def killed_when(argv: list[str], condition: Callable[[], bool], what: str) -> Upgrade:
+        """Run the command, SIGKILL it once `condition()` holds, return the upgrade's record then."""
+        process = start(argv)
         try:
-            wait_for(lambda: (u := newest()) is not None and condition(u), what, timeout=300)
+            wait_for(condition, what, timeout=300)
         finally:
             process.send_signal(signal.SIGKILL)
             process.wait()
@@ -64,43 +137,137 @@ def test_a_blue_green_upgrade_killed_at_every_step_resumes_and_writes_every_wind
         assert record is not None and not record.phase.terminal, record
         return record
 
-    try:
-        with BackgroundFeeder(feeder, interval=1.0):
-            blue = deploy(job, DeployRequest("v1"))
-            wait_for(lambda: ((records.status(JOB, blue.id) or status0).last_batch_id or 0) >= 3, "v1's batches", 240)
+    def running() -> Deployment:
+        return running_deployment(job)
 
-            started = killed_when(
-                ["--version", "v2", "--min-batches", "3"], lambda u: u.phase is Phase.CATCHING_UP, "green to be started"
+    def quiet(*deployments: Deployment) -> None:
+        """Wait until the deployments ran no batch for 8 s (their input idle, the last no-data batch done)."""
+        seen: dict[str, tuple[int, float]] = {}
+
+        def still() -> bool:
+            now = time.monotonic()
+            for deployment in deployments:
+                batch = status(deployment).last_batch_id or 0
+                if seen.get(deployment.id, (None,))[0] != batch:
+                    seen[deployment.id] = (batch, now)
+            return all(now - since >= 8 for _, since in seen.values())
+
+        wait_for(still, "the drivers to run no batch", 120)
+
+    def batches_on(deployment: Deployment, more: int) -> None:
+        """Wait for `more` batches of the deployment after now."""
+        now = status(deployment).last_batch_id or 0
+        wait_for(lambda: (status(deployment).last_batch_id or 0) >= now + more, f"{more} batches of {deployment.id}")
+
+    try:
+        with BackgroundFeeder(feeder, interval=1.0) as feeding:
+            blue = deploy(job, DeployRequest("v1"))
+            wait_for(lambda: (status(blue).last_batch_id or 0) >= 3, "v1's batches", 240)
+
+            # 1. killed right after sending the gate, then aborted: the gate is taken back whether or not blue took it
+            # (it decides at once between batches: had it left rows to green meanwhile, the abort rolls back)
+            first = killed_when(["--version", "v2", *fast], lambda: gate_sent(blue), "the gate request at v1")
+            code, output = finished(start(["--abort"]))
+            ended = upgrades.get(JOB, first.id)
+            assert code == ENDED and ended.phase in (Phase.ABORTED, Phase.ROLLED_BACK), output
+            green = records.get(JOB, str(ended.new_deployment))
+            assert observed_state(green, records.status(JOB, green.id)) in (State.STOPPED, State.FAILED)
+            if ended.phase is Phase.ABORTED:
+                assert "runs on" in ended.history[-1]["note"], ended.history
+                assert first.id in (status(blue).gate or {}).get("withdrawn", [])
+            blue = running()
+            assert blue.version == "v1"
+            batches_on(blue, 2)  # a gate blue kept would apply from its next batch on
+            gate = status(blue).gate or {}
+            assert gate.get("role") == "sole" and gate.get("until") is None and not gate.get("dropped"), gate
+
+            # 2. input idle across the gate: blue answers between batches, green has no batch to publish in; the
+            # upgrade gives up, and the abort is answered by both at once, still idle. (Begun with input flowing, so
+            # that green catches up, then stopped and resumed once both drivers are quiet.)
+            second = killed_when(
+                ["--version", "v2", *fast, "--answer-timeout", "20s"],
+                lambda: bool((u := newest()) and u.id != first.id and u.phase is Phase.CATCHING_UP),
+                "green to be started",
             )
-            assert started.mode == "blue_green" and started.new_deployment
-            gated = killed_when(["--resume"], lambda u: u.cutover_ms is not None, "the gate to be set at blue")
-            assert observed_state(records.get(JOB, blue.id), records.status(JOB, blue.id)) is State.RUNNING
-            killed_when(["--resume"], lambda u: u.cut_over, "the cutover")
+            green = records.get(JOB, str(second.new_deployment))
+            wait_for(lambda: status(green).state is State.RUNNING, "green to run", 300)
+            batches_on(green, 2)
+            with feeding.idle():
+                quiet(blue, green)
+                code, output = finished(start(["--resume"]))
+                assert code == ENDED, output
+                record = upgrades.get(JOB, second.id)
+                assert record.phase is Phase.ABORTED, record.history
+                assert "did not answer the publish" in str(record.history), record.history
+                assert (status(blue).gate or {}).get("role") == "sole", "ungated while idle"
+            batches_on(blue, 2)
+            assert (status(blue).gate or {}).get("role") == "sole"
+
+            # 3. the old driver paused past its heartbeat timeout during the cutover, then continued: whichever way
+            # the upgrade ends (aborted, or rolled back if blue had taken the gate), one version writes each window
+            paused = start(["--version", "v2", *fast, "--answer-timeout", "90s"])
+            wait_for(lambda: gate_sent(blue), "the gate request at v1", 400)
+            os.killpg(blue.launcher["pid"], signal.SIGSTOP)
+            try:
+                wait_for(lambda: job.state_of(blue) is State.LOST, "v1 to be LOST", 120)
+                wait_for(
+                    lambda: (u := newest()) is not None and u.phase in (Phase.ABORTING, Phase.ROLLING_BACK),
+                    "the upgrade's recovery",
+                    300,
+                )
+            finally:
+                with contextlib.suppress(ProcessLookupError):  # a rollback kills it
+                    os.killpg(blue.launcher["pid"], signal.SIGCONT)
+            code, output = finished(paused)
+            third = newest()
+            assert third is not None and code == ENDED, output
+            assert third.phase in (Phase.ABORTED, Phase.ROLLED_BACK), third.history
+            blue = running()
+            assert blue.version == "v1" and (status(blue).gate or {}).get("role") == "sole"
+            batches_on(blue, 2)
+
+            # 4. killed at every step and resumed each time, to the end
+            resumed = killed_when(["--version", "v2", *fast], lambda: bool((u := newest()) and u.new_deployment
+                                  and u.phase is Phase.CATCHING_UP), "green to be started")  # fmt: skip
+            killed_when(["--resume"], lambda: gate_sent(blue), "the gate request at v1")
+            killed_when(["--resume"], lambda: bool((u := newest()) and u.cut_over), "the cutover")
             stopping = (State.STOPPING, State.STOPPED)
-            killed_when(
-                ["--resume"],
-                lambda _: (records.status(JOB, blue.id) or status0).state in stopping,
-                "blue to be stopping",
-            )
-            resumed = subprocess.run([*command, "--resume"], cwd=REPO, capture_output=True, text=True, timeout=400)
-            assert resumed.returncode == 0, resumed.stderr
-        done = newest()
-        assert done is not None and done.phase is Phase.DONE and done.cutover_ms == gated.cutover_ms
-        assert [d.version for d in records.list(JOB)] == ["v1", "v2"], "one green, however often it was resumed"
-        assert records.status(JOB, blue.id).state is State.STOPPED  # type: ignore[union-attr]
-        assert not open_storage(str(done.staging)).exists(), "green's staging table is removed"
+            killed_when(["--resume"], lambda: status(blue).state in stopping, "v1 to be stopping")
+            code, output = finished(start(["--resume"]))
+            assert code == 0, output
+            done = upgrades.get(JOB, resumed.id)
+            assert done.phase is Phase.DONE and done.cutover_ms is not None
+            assert [d.version for d in records.list(JOB) if d.restored_from == done.savepoint] == ["v2"], "one green"
+            assert not open_storage(str(done.staging)).exists(), "green's staging table is removed"
+            blue = records.get(JOB, str(done.new_deployment))
+
+            # 5. green stopped right after its publish commit (a failpoint), while blue keeps committing: the table
+            # says green published, so the upgrade rolls back (an abort would let blue write those windows again)
+            code, output = finished(start(["--version", "v1", *fast], env={FAILPOINTS: "after-publish-commit=stop"}))
+            fifth = newest()
+            assert fifth is not None and code == ENDED, output
+            assert fifth.phase is Phase.ROLLED_BACK, fifth.history
+            assert "had published" in str(fifth.history) or "failed while it published" in str(fifth.history)
+            blue = running()
+            assert blue.version == "v2"
+            batches_on(blue, 2)
 
         feeder.flush()
-        green = records.get(JOB, str(done.new_deployment))
-        wait_for(lambda: processed(green.checkpoint, dict(feeder.ends)), "green to read every record", 240)
+        wait_for(lambda: processed(blue.checkpoint, dict(feeder.ends)), "the job to read every record", 240)
         table = open_storage(table_of(str(lake)))
-        wait_for(lambda: summarize(read_table(table)).events >= feeder.events, "the last windows", 120)
+        expected = feeder.expected()
+        wait_for(lambda: summarize(read_table(table)).events >= feeder.events, "the last windows", 180)
         stop(job)
-        summary = summarize(read_table(table))
-        assert summary.events == feeder.events, "every record counted once"
-        assert summary.duplicates == [], "every (key, window) written once"
-        assert set(summary.versions) == {"v1", "v2"}, summary.versions
+        rows = [row for row in read_table(table) if row["user"] != FLUSH_USER]
+        counted = _counted(rows)
+        missing = {key: n - counted[key] for key, n in expected.items() if counted[key] < n}
+        extra = {key: counted[key] - expected[key] for key in counted if counted[key] > expected[key]}
+        assert not missing and not extra, f"per (user, window): missing {missing}, counted twice {extra}"
+        summary = summarize(rows)
+        assert summary.duplicates == [] and summary.shared_windows == [], "every window from one version, once"
     finally:
         for deployment in records.list(JOB):
+            with contextlib.suppress(SavepointsError, ProcessLookupError):
+                os.killpg(deployment.launcher.get("pid", -1), signal.SIGCONT)
             with contextlib.suppress(SavepointsError):
                 kill(job, deployment.id)

@@ -251,7 +251,9 @@ def _run_gated(inputs: Path, checkpoint: Path, table: str) -> None:
     events = _spark.readStream.schema("key string, ts timestamp").option("maxFilesPerTrigger", 1).json(str(inputs))
     counts = events.withWatermark("ts", "1 minute").groupBy(F.window("ts", "1 minute"), "key").count()
     rows = counts.select(F.col("window.end").alias("window_end"), "key", "count")
-    writer = GatedWriter(_spark, DeltaTarget(table), GateState("window_end"), str(checkpoint), print, print)
+    writer = GatedWriter(
+        _spark, DeltaTarget(table), GateState("window_end"), str(checkpoint), print, print, lambda _: None
+    )
     query = rows.writeStream.outputMode("append").foreachBatch(writer).option("checkpointLocation", str(checkpoint))
     query.trigger(availableNow=True).start().awaitTermination(SPARK_CALL_TIMEOUT / 2)
 

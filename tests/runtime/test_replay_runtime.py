@@ -65,7 +65,8 @@ def test_a_job_declares_its_state_horizon_for_the_preflight_to_report() -> None:
 
     assert declared(STATE_HORIZON) == {"state_horizon_ms": 120_000}  # the windowed job's: window + delay
     assert declared("500 ms") == {"state_horizon_ms": 500} and declared(None) == {"state_horizon_ms": None}
-    with pytest.raises(ArgumentTypeError, match="bad state_horizon 'two minutes'"):
+    assert declared("1 hour") == {"state_horizon_ms": 3_600_000}  # the engine's grammar: hours, days, words
+    with pytest.raises(ArgumentTypeError, match="state_horizon = 'two minutes' is not a duration: give"):
         declared("two minutes")
 
 
@@ -351,7 +352,9 @@ def test_a_seeded_start_reads_exactly_from_the_seed_positions(
     kafka: EmbeddedKafka, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
     """Records before the seed have the earliest event times: read by mistake, they would show in the output
-    and in `first_event_time`. The seeded watermark is the first batch's, and the data moves it no further."""
+    and in `first_rows`. The seeded watermark is the first batch's, and the data moves it no further. With a
+    boundary (a replay by broker timestamps) batch 0 reads exactly the record before the start of a partition that
+    holds one (partition 0 here; partition 1's boundary is its start): their event times are what the replay checks."""
     topic = new_topic(partitions=2)
     start = datetime(2025, 1, 1, tzinfo=UTC)
     for partition in (0, 1):
@@ -360,7 +363,12 @@ def test_a_seeded_start_reads_exactly_from_the_seed_positions(
         kafka.produce(topic, [json.dumps(event) for event in events], partition=partition)
     seed_at = {0: 3, 1: 5}
     watermark = int((start + timedelta(minutes=5)).timestamp() * 1000)  # later than every record's time - delay
-    seed = {"offsets": [_kafka_offsets(topic, **{str(p): o for p, o in seed_at.items()})], "watermark_ms": watermark}
+    boundary_at = {0: 2, 1: 5}
+    seed = {
+        "offsets": [_kafka_offsets(topic, **{str(p): o for p, o in seed_at.items()})],
+        "boundary": [_kafka_offsets(topic, **{str(p): o for p, o in boundary_at.items()})],
+        "watermark_ms": watermark,
+    }
     output, checkpoint = tmp_path / "output", tmp_path / "checkpoint"
     job_args = ("--topic", topic, "--kafka-bootstrap-servers", kafka.bootstrap, "--output", str(output))
     started = launch(
@@ -383,10 +391,11 @@ def test_a_seeded_start_reads_exactly_from_the_seed_positions(
         started.kill()
     assert status.state is State.STOPPED, f"{status.error_class}: {status.error_message}\n{started.tail()}"
     read = [(row["partition"], row["offset"]) for row in read_output(output)]
-    assert sorted(read) == [(p, o) for p in (0, 1) for o in range(seed_at[p], 8)]  # each once, none before
-    first = min(start + timedelta(seconds=10 * o + p) for p, o in seed_at.items())
-    assert status.first_event_time is not None
-    assert datetime.fromisoformat(status.first_event_time.replace("Z", "+00:00")) == first
+    assert sorted(read) == [(p, o) for p in (0, 1) for o in range(boundary_at[p], 8)]  # each once, none before
+    boundary = start + timedelta(seconds=10 * boundary_at[0])  # partition 0's offset 2: batch 0's one record
+    first = status.first_rows
+    assert first is not None and first["batch"] == 0, first
+    assert {datetime.fromisoformat(first[k].replace("Z", "+00:00")) for k in ("min", "max")} == {boundary}
     batches = sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
     assert batches[0] == 0 and len(batches) >= 2
     logged = [json.loads((checkpoint / f"offsets/{b}").read_text().split("\n")[1]) for b in batches]

@@ -128,6 +128,7 @@ def run_show(args: argparse.Namespace, ctx: Context) -> Output:
         "source_offsets": manifest.source_offsets,
         "operators": manifest.operators,
         "sinks": manifest.sinks,
+        "gate": manifest.gate_note(),
         "spark_conf": manifest.spark_conf,
         "restore_conf": manifest.restore_conf,
         "timings": manifest.timings,

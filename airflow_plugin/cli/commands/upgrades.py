@@ -32,7 +32,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     action.add_argument(
         "--abort",
         action="store_true",
-        help="cancel the unfinished upgrade (before its cutover: abort; after: roll back)",
+        help="cancel the unfinished upgrade (before its cutover: abort; after: roll back); a FAILED one: try its "
+        "recovery again; an ended one: take back what it left in running deployments (a gate), idempotently",
     )
     action.add_argument(
         "--show", metavar="ID", nargs="?", const="", help="show an upgrade's record (default: the newest)"
@@ -58,6 +59,15 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="blue_green, replay, migrate: how long the new version may take to catch up before the upgrade aborts, "
         f"seconds or a duration such as 30m (default {format_duration(defaults.catch_up_seconds)})",
+    )
+    upgrade_cmd.add_argument(
+        "--answer-timeout",
+        type=duration_argument("--answer-timeout", bare_unit="s", positive=True),
+        default=defaults.answer_seconds,
+        metavar="DURATION",
+        help="blue_green, replay, migrate: how long a driver may take to answer a cutover request (gate, publish) "
+        "before the upgrade aborts, and an abort waits for a driver to confirm before it is FAILED "
+        f"(default {format_duration(defaults.answer_seconds)})",
     )
     upgrade_cmd.add_argument(
         "--replay-margin",
@@ -88,10 +98,11 @@ def run_upgrade_command(args: argparse.Namespace, ctx: Context) -> Output:
             accept_source_gap=args.accept_source_gap,
             catch_up_seconds=args.catch_up_timeout,
             replay_margin_seconds=args.replay_margin,
+            answer_seconds=args.answer_timeout,
         )
         upgrade = begin(job, args.version, mode=args.mode, settings=settings)
     else:
-        upgrade = current(job)
+        upgrade = current(job, ended=args.abort)  # --abort: an ended upgrade's leftovers too
         if args.abort:
             upgrade = cancel(job, upgrade)
     say(f"upgrade {upgrade.id} of {job.name} to {upgrade.to_version}: {upgrade.phase}")

@@ -248,13 +248,11 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, liste
 
 
 def gate_args(source: Manifest | None, staging: str | None = None) -> tuple[str, ...]:
-    """The runtime's gate options (spark_jobs/runtime/gate.py): the interval a gated snapshot's deployment
-    wrote, kept by its restore; and for a blue/green upgrade's new version, the table it stages into."""
-    interval = (source.gate if source else None) or {}
-    args: list[str] = []
-    for name in ("after", "until"):
-        if interval.get(name) is not None:
-            args += [f"--gate-{name}", str(int(interval[name]))]
+    """The runtime's gate options (spark_jobs/runtime/gate.py): what a restore keeps of the interval a gated
+    snapshot's deployment wrote (Manifest.restored_gate); and for a blue/green upgrade's new version, the table it
+    stages into."""
+    interval = (source.restored_gate if source else None) or {}
+    args = [arg for name, bound in interval.items() for arg in (f"--gate-{name}", str(bound))]
     return (*args, *(("--gate-staging", staging) if staging else ()))
 
 
@@ -467,8 +465,8 @@ def _activate(
         deployment.spark_conf = {**deployment.spark_conf, **plan.spark_conf}
     ctx.deployments.put(deployment)
     conf = {k: v for k, v in (plan.spark_conf if plan else {}).items() if k.startswith("spark.sql.")}
-    interval = {k: v for k, v in ((source.gate if source else None) or {}).items() if k in ("after", "until")}
-    start = ControlRequest(id=new_request_id(), action="start", conf=conf, gate=interval or None)
+    gate = source.restored_gate if source else None  # what the restored deployment writes of a gated one's windows
+    start = ControlRequest(id=new_request_id(), action="start", conf=conf, gate=gate)
     ctx.deployments.request(ctx.name, deployment_id, start)
     wait_until_started(ctx, deployment, wait_seconds)
     return deployment

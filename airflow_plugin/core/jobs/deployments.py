@@ -129,8 +129,11 @@ class DeploymentStatus:
     answers: dict[str, str] = field(default_factory=dict)
     # what the query declares for a replay (its pre-flight run reports it): {"state_horizon_ms": int | None}
     replay: dict[str, Any] | None = None
-    # the event time the first batch that read rows began with (ISO): a replay checks its start against it
-    first_event_time: str | None = None
+    # what the query is made of, read from its plan (spark_jobs/runtime/shape.py): {"watermarks": [{"column",
+    # "delay_ms"}], "stateful": [operator kinds], "gate_is_window_end": bool | None}, or {"unknown": why}
+    query_shape: dict[str, Any] | None = None
+    # the first batch that read rows: {"batch": id, "min", "max": its event times (ISO)}: a replay checks its start
+    first_rows: dict[str, Any] | None = None
     # a migration run's report (spark_jobs/runtime: the initial state made and checked)
     migration: dict[str, Any] | None = None
     # what the runtime changed or doubts about the query, for a person: a script's own checkpoint location or
@@ -166,15 +169,24 @@ class DeploymentStatus:
         return cls(**{**known, "state": State(data["state"])})
 
 
+# a gated deployment's role in a blue/green upgrade (status.gate, spark_jobs/runtime/gate.py): it writes every window
+# of its interval; it stages beside the old version; it writes only the windows up to T; only those after T
+SOLE, STAGING, BLUE, GREEN = "sole", "staging", "blue", "green"
+
+
 @dataclass
 class ControlRequest:
     id: str
-    action: str  # "stop"; "start" for a driver in STANDBY; "gate" and "publish" for a blue/green cutover
+    # "stop"; "start" for a driver in STANDBY; a blue/green cutover's "gate" and "ungate" (to the old version),
+    # "publish" and "withdraw" (to the new one): runtime/gate.py
+    action: str
     drain: bool = False
     conf: dict[str, str] = field(default_factory=dict)  # start: SQL confs to set before the query starts
-    gate: dict[str, int] | None = None  # gate, publish: {"t": the cutover time, epoch ms} (runtime/gate.py)
+    gate: dict[str, int] | None = None  # gate: {"margin", "floor"}; publish: {"t": the cutover, epoch ms}
     requested_at: float = field(default_factory=time.time)
     requested_by: str = ""
+    upgrade: str | None = None  # the upgrade a gate request belongs to: a driver applies it only while it wants it
+    expires_at: float | None = None  # epoch seconds: a gate request not applied by then is declined
 
 
 @dataclass(frozen=True)
@@ -403,6 +415,21 @@ def _rows_per_second(status: DeploymentStatus | None) -> float | None:
     return status.rows_per_second if status.rows_per_second is not None else status.processed_rows_per_second
 
 
+def gate_summary(gate: dict[str, Any] | None) -> str | None:
+    """What a gated deployment writes, for a person (status rows, the page); None for one that writes every window.
+    A blue deployment drops every row of a window ending after T: on call must know while it does."""
+    role = (gate or {}).get("role")
+    if gate is None or (role in (None, SOLE) and gate.get("after") is None and gate.get("until") is None):
+        return None
+    upgrade = f" of upgrade {gate['upgrade']}" if gate.get("upgrade") else ""
+    if role == STAGING:
+        return f"staging{upgrade}: writes only its staging table"
+    if role == BLUE:
+        until, dropped = gate.get("until_at"), int(gate.get("dropped") or 0)
+        return f"blue{upgrade}: writes the windows ending at or before {until}, drops the rest ({dropped} rows)"
+    return f"{role}{upgrade}: writes the windows ending after {gate.get('after_at')}"
+
+
 def describe(deployment: Deployment, status: DeploymentStatus | None, state: State) -> dict[str, Any]:
     """A deployment as people and DAGs see it: `savepoints status` rows, the CLI's JSON, task XComs and the
     savepoints page all use this one shape."""
@@ -423,6 +450,7 @@ def describe(deployment: Deployment, status: DeploymentStatus | None, state: Sta
         "app_id": status.app_id if status else None,
         "error": f"{status.error_class}: {status.error_message}" if status and status.error_class else None,
         "unhealthy": status.skipping() if status else None,
+        "gate": gate_summary(status.gate if status else None),
         "warnings": status.warnings if status else [],
         "log": deployment.launcher.get("log"),
         "created_at": deployment.created_at,

@@ -227,6 +227,18 @@ def yarn_application(handle: dict[str, Any]) -> str | None:
     return handle.get("app_id") or cluster_ids(log_tail(handle, 500)).get("app_id")
 
 
+def driver_ended(handle: dict[str, Any]) -> bool | None:
+    """Whether a driver is known to have ended: its process gone (a local or client-mode driver of this host), its
+    YARN application ended. None where this host cannot tell (a cluster-mode application of another manager, a
+    driver on another host): only its own last status says so then."""
+    if (app_id := yarn_application(handle)) is not None:
+        report = yarn.application_report(app_id)
+        return None if report is None else report.ended
+    if not on_this_host(handle):
+        return None
+    return not alive(handle)
+
+
 def force_kill(handle: dict[str, Any]) -> bool:
     """End a job by force: the whole process group of a local/client-mode job (SIGKILL), a YARN application
     through YARN's ResourceManager. Returns whether anything was killed."""

@@ -155,6 +155,7 @@ class PreflightReport:
     # migration may still (core/upgrades/mode.py); and what the version declares for a replay (its state_horizon)
     state_incompatible: bool = False
     replay: dict[str, Any] | None = None
+    query_shape: dict[str, Any] | None = None  # its watermarks and stateful operators (DeploymentStatus.query_shape)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "renames": [r.describe() for r in self.renames]}
@@ -322,6 +323,7 @@ def preflight(
         report.log, status = run.log, run.status
         if status is not None:
             report.sink, report.gate, report.replay = status.sink, status.gate, status.replay
+            report.query_shape = status.query_shape
         if run.state is not State.STOPPED:
             report.error_class = run.error_class
             report.reason = incomplete_state(manifest, str(run.error_class), run.detail, run.first_line)

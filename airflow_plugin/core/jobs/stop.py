@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..context import JobContext
@@ -18,6 +18,8 @@ from .launcher import force_kill
 from .snapshot import snapshot_deployment
 
 log = logging.getLogger(__name__)
+
+KILLED = "KILLED"  # the error class of a deployment `kill` ended: its driver did not write it
 
 
 @dataclass
@@ -166,18 +168,11 @@ def _kill(ctx: JobContext, deployment_id: str | None) -> Deployment:
     deployment, _ = candidates[-1]
     force_kill(deployment.launcher)
     previous = ctx.deployments.status(ctx.name, deployment.id)
-    ctx.deployments.write_status(
-        ctx.name,
-        deployment.id,
-        DeploymentStatus(
-            state=State.FAILED,
-            updated_at=time.time(),
-            query_id=previous.query_id if previous else None,
-            last_batch_id=previous.last_batch_id if previous else None,
-            error_class="KILLED",
-            error_message="force-killed by `savepoints kill`",
-        ),
-    )
+    killed = {"state": State.FAILED, "updated_at": time.time(), "error_class": KILLED}
+    killed["error_message"] = "force-killed by `savepoints kill`"
+    # the rest of its last status stays (its gate and answers: what it wrote, what it was asked)
+    ended = replace(previous, **killed) if previous else DeploymentStatus(**killed)  # type: ignore[arg-type]
+    ctx.deployments.write_status(ctx.name, deployment.id, ended)
     deployment.retired_at = utc_now()
     ctx.deployments.put(deployment)
     return deployment

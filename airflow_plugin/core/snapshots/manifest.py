@@ -168,7 +168,7 @@ class Manifest:
     # a Delta table also last_batch_id (of the query) and version (the table version at the sink bound)
     sinks: list[dict[str, Any]] = field(default_factory=list)
     # a deployment whose writes the runtime gates (a blue/green upgrade's): its gate column and interval
-    # ({"column", "after", "until"}, epoch ms); a restore of it keeps writing only that interval
+    # ({"column", "after", "until"}, epoch ms) when it was taken; what a restore keeps of it: `restored_gate`
     gate: dict[str, Any] | None = None
     files: list[FileEntry] = field(default_factory=list)
     total_bytes: int = 0
@@ -228,6 +228,24 @@ class Manifest:
             return None
         return start_bound(self.batch_id, self.pending_batch_id, bool(self.operators))
 
+    @property
+    def restored_gate(self) -> dict[str, int] | None:
+        """The gate interval a deployment restored from this snapshot writes: the lower bound `after` (a blue/green
+        upgrade's new version writes only the windows ending after T; those up to T are the old version's, which
+        wrote them), never the upper bound `until`: that was the old version's while it handed over, and a restore
+        that kept it would silently write nothing after T once nobody else writes those windows."""
+        after = (self.gate or {}).get("after")
+        return None if after is None else {"after": int(after)}
+
+    def gate_note(self) -> str | None:
+        """What the snapshot's gate means for a restore, for a person (`show`)."""
+        if not self.gate or (self.gate.get("after") is None and self.gate.get("until") is None):
+            return None
+        taken = ", ".join(f"{k} {_iso(v)}" for k, v in self.gate.items() if k in ("after", "until") and v is not None)
+        kept = self.restored_gate
+        restored = f"only the windows ending after {_iso(kept['after'])}" if kept else "every window"
+        return f"taken while gated on {self.gate.get('column')} ({taken}); a restore writes {restored}"
+
     def source_positions(self) -> list[SourcePosition]:
         """Where each source stood at batch N: the next offsets to read (Kafka: per topic and partition)."""
         return positions(self.offsets_version, self.source_offsets, f"snapshot {self.id}")
@@ -279,6 +297,10 @@ class Listed(Protocol):
     def verified(self) -> bool | None: ...
 
     def source_positions(self) -> list[SourcePosition]: ...
+
+
+def _iso(millis: int) -> str:
+    return datetime.fromtimestamp(int(millis) / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
 def summary_of(snapshot: Listed) -> dict[str, Any]:

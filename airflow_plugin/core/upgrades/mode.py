@@ -3,9 +3,15 @@ status, the new version's pre-flight, where a replay would start, the machine).
 
 blue_green needs both versions to write through the gate (spark_jobs/runtime/gate.py): each appends to the
 same Delta table and names the same gate column (the window's end), in append mode, so that every window is
-written by exactly one of them; and room for two drivers at once. Everything else (a file sink, whose log
-takes one writer; update or complete mode, which rewrites windows; Kafka and foreachBatch sinks) upgrades by
-stop_restore, which is possible whenever the new version takes over the old state. When it cannot (a new
+written by exactly one of them; and room for two drivers at once. And it is offered only where each version's plan
+(spark_jobs/runtime/shape.py) proves that splitting by window end writes every window once, whole: one time window
+aggregation (tumbling or sliding), perhaps after a deduplication, with one event-time watermark, the gate column
+being the window's end. A session window is not (a record one version drops as late and the other accepts merges
+sessions differently: counted twice or lost), nor a stream-stream join or arbitrary state (no window to split by),
+nor a query without state (its rows are written as they arrive: late rows at or before T would be filtered by the
+new version and never written, and without a watermark the old version never finishes). Everything else (a file
+sink, whose log takes one writer; update or complete mode, which rewrites windows; Kafka and foreachBatch sinks)
+upgrades by stop_restore, which is possible whenever the new version takes over the old state. When it cannot (a new
 grouping key, another operator), the state is rebuilt or converted instead, beside the old version and through the
 same gate: `migrate` where the version declares a migration function, `replay` where the source still holds
 the records the new state needs (replay.py); otherwise the upgrade is blocked, saying what would unblock it."""
@@ -42,6 +48,8 @@ class Observed:
     replay_reason: str = ""  # what a possible replay reads
     migrate: str | None = None  # the version's migration function (jobs file `migrate`), if it declares one
     kafka_only: bool = False  # every source of the snapshot is Kafka (green can be started at its positions)
+    old_shape: dict[str, Any] | None = None  # what each version's query is made of (DeploymentStatus.query_shape)
+    new_shape: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,45 @@ def blue_green_problem(seen: Observed) -> str | None:
         return f"the versions gate on different columns ({old_gate['column']} and {new_gate['column']})"
     if seen.old_sink != seen.new_sink:
         return f"the versions write different tables ({seen.old_sink} and {seen.new_sink})"
+    for which, shape in (("the running version", seen.old_shape), ("the new version", seen.new_shape)):
+        if (problem := window_problem(shape, which, str(new_gate["column"]))) is not None:
+            return problem
     return room_for_two(seen)
+
+
+SPLITTABLE = ("time window aggregation", "deduplication")  # what a plan may hold for its windows to be split at T
+WHY_NOT = {
+    "session window aggregation": "a session window (a record one version drops as late and the other accepts "
+    "merges sessions differently: counted twice or lost)",
+    "stream-stream join": "a stream-stream join (no window to split its rows by)",
+    "aggregation": "an aggregation without a time window (its rows are updated, not closed per window)",
+}
+
+
+def window_problem(shape: dict[str, Any] | None, which: str, column: str) -> str | None:
+    """Why a version's output cannot be split at a window end T with every window written once, whole, by one
+    version; None when it can: one time window aggregation (tumbling or sliding; a deduplication before it
+    allowed), one event-time watermark, and the gate column the window's end."""
+    if not shape or "unknown" in shape:
+        why = (shape or {}).get("unknown") or "it was started before its runtime reported it"
+        return f"{which}'s plan is not known ({why}): nothing proves its windows can be split"
+    watermarks, stateful = shape.get("watermarks") or [], list(shape.get("stateful") or [])
+    if len(watermarks) != 1:
+        return f"{which} has {len(watermarks)} event-time watermarks: the gate needs exactly one"
+    other = [WHY_NOT.get(kind, kind) for kind in stateful if kind not in SPLITTABLE]
+    if other:
+        return f"{which} holds {', '.join(other)}"
+    windows = stateful.count("time window aggregation")
+    if windows != 1:
+        if not windows:
+            return (
+                f"{which} has no windowed state: its rows are written as they arrive, so late rows at or before T "
+                "would be left by both versions"
+            )
+        return f"{which} has {windows} time window aggregations: the gate splits one"
+    if not shape.get("gate_is_window_end"):
+        return f"{which}'s gate column {column} is not the end of its time window"
+    return None
 
 
 def room_for_two(seen: Observed) -> str | None:

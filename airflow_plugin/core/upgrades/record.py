@@ -26,7 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from .. import layout
-from ..errors import IntegrityError, NotFound
+from ..errors import IntegrityError, NotFound, SavepointsError
 from ..snapshots.manifest import utc_now
 from ..storage import Storage
 
@@ -116,6 +116,13 @@ class Upgrade:
         return self
 
     @property
+    def recovery(self) -> Phase | None:
+        """The recovery it was in last (ABORTING or ROLLING_BACK): what a FAILED upgrade failed in."""
+        recoveries = (str(Phase.ABORTING), str(Phase.ROLLING_BACK))
+        found = next((e["phase"] for e in reversed(self.history) if e["phase"] in recoveries), None)
+        return None if found is None else Phase(found)
+
+    @property
     def cut_over(self) -> bool:
         """Whether the old version gave up the output (a failure from now on rolls back): blue/green once green
         published; stop/restore once the old version stopped."""
@@ -172,6 +179,21 @@ class Upgrades:
         page or a resume reads one record however many upgrades the job had."""
         ids = self.ids(job)
         return self.get(job, ids[-1]) if ids else None
+
+    def gate_refusal(self, job: str, upgrade_id: str | None) -> str | None:
+        """Why an upgrade no longer wants its gate and publish requests applied, or None while it cuts over: what
+        a driver asks right before it applies one (spark_jobs/runtime/gate.py), so that a request outlives
+        neither its upgrade's abort nor its end. An upgrade that cannot be read wants nothing (a declined request
+        only makes it abort)."""
+        if not upgrade_id:
+            return "the request names no upgrade"
+        try:
+            upgrade = self.get(job, upgrade_id)
+        except (SavepointsError, OSError) as exc:
+            return f"its upgrade {upgrade_id} cannot be read ({exc})"
+        if upgrade.phase is not Phase.CUTTING_OVER:
+            return f"upgrade {upgrade_id} is {upgrade.phase}, no longer cutting over"
+        return None
 
     def in_progress(self, job: str) -> Upgrade | None:
         """The job's upgrade that has not ended, if any (there is at most one, and it is the newest)."""

@@ -4,20 +4,27 @@ to rebuild every state it needs by the cutover, and runs beside the old one unti
 What green needs. The job declares how far behind the newest event time its state reaches, `state_horizon` H
 (a tumbling window plus its watermark delay). Green writes the windows ending after T, and T is at least the
 old version's watermark W at the live savepoint (the floor the gate gets), so green needs every record whose
-event time is at or after W - window, and W - H is earlier still.
+event time is at or after W - window, and W - H is earlier still. Both versions must have exactly one event-time
+watermark, which their plans show (spark_jobs/runtime/shape.py); otherwise a replay is not offered.
 
 Where those records start. Exact, from the old version's own offset log: batch k ran with watermark W_k =
 (the newest event time of batches before k) - delay, so every record read before batch k has an event time at
-most W_k + delay. The latest logged batch with W_k < W - H therefore starts at positions before which no record
-green needs can lie: green starts at batch k's start (batch k-1's end, or the query's initial positions for
-k = 0), with the watermark W_k (so it drops as late what the old version dropped). This holds for a query with
-one event-time watermark (`withWatermark` once, on one stream).
+most W_k + delay, where delay is the OLD version's. Green needs the records after W - window, that is after
+W - H + its own delay. So the latest logged batch with W_k < W - H - max(0, old delay - new delay), the horizon
+widened by how much longer the old version's delay is, starts at positions before which no record green needs
+can lie: green starts at batch k's start (batch k-1's end, or the query's initial positions for k = 0), with the
+watermark W_k (so it drops as late what the old version dropped). This holds for queries with one event-time
+watermark (`withWatermark` once, on one stream).
 
 When the offset log no longer reaches back that far (Spark keeps the newest 100 batches), the broker's
 offsets-for-times instead: the first record whose Kafka timestamp is at or after W - H - margin. That assumes a
 record's Kafka timestamp is at most `margin` earlier than its event time (producers that set the timestamp
-from the event time, or write soon after it); green's first batch is checked against it once it has read
-(`check_first_batch`), and the upgrade aborts if its records begin after the event time green must cover.
+from the event time, or write soon after it), and it is checked in every partition: green starts one record
+earlier in each partition that holds records before its start (`boundary`), so that its first batch (batch 0)
+reads exactly the last record the timestamps would skip there, and the newest event time of that batch must not
+be after W - H (`check_first_batch`): otherwise records before the start may be needed, and the upgrade aborts.
+The boundary records themselves belong to windows that end before T (their event times are that early), which
+green never writes.
 
 Unbounded state (no horizon declared: a running total since the beginning) can be replayed only from the
 start of every partition, and only while the topic still holds it (nothing deleted).
@@ -37,6 +44,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 from ..context import JobContext
@@ -70,6 +78,9 @@ class ReplayStart:
     records: int | None = None  # records to replay up to the live savepoint's positions
     # per file source id: {"checkpoint": the old version's, "through": log id} or {..., "before_ms": file time}
     files: dict[str, dict[str, Any]] | None = None
+    # by broker timestamps: per source, where green really starts, one record before `offsets` in each partition
+    # that holds records before them: its batch 0 reads exactly those, the records the timestamps decided to skip
+    boundary: list[str] | None = None
 
     @property
     def seed(self) -> dict[str, Any] | None:
@@ -77,7 +88,11 @@ class ReplayStart:
         if self.offsets is None:
             return None
         seed: dict[str, Any] = {"offsets": self.offsets, "watermark_ms": self.watermark_ms}
-        return seed | ({"files": self.files} if self.files else {})
+        return (
+            seed
+            | ({"files": self.files} if self.files else {})
+            | ({"boundary": self.boundary} if self.boundary else {})
+        )
 
     @property
     def by_timestamps(self) -> bool:
@@ -150,16 +165,19 @@ def plan_replay(
     by_time: Callable[[list[tuple[str, int]], int], dict[tuple[str, int], int]] | None,
     margin_ms: int,
     missing_files: Callable[[list[str]], list[str]] | None = None,
+    wider_ms: int = 0,
 ) -> ReplayPlan:
     """Decide where green starts (see the module's doc). `history`: the old version's live checkpoint;
     `watermarks`: what the broker holds now (None: no broker known); `by_time`: the broker's offsets-for-times;
-    `missing_files`: which of a file source's files are gone from its input (None: not checked)."""
+    `missing_files`: which of a file source's files are gone from its input (None: not checked); `wider_ms`: how
+    much longer the old version's watermark delay is than the new one's (`delay_difference`)."""
     kinds = {p.kind for p in snapshot_sources}
     if not snapshot_sources:
         return ReplayPlan(None, "the snapshot records no source positions: nothing to replay from")
     if kinds == {FILE}:
         watermark = int(snapshot_watermark_ms or 0)
-        return _plan_files(horizon_ms, watermark, snapshot_sources, history, margin_ms, missing_files)
+        horizon = None if horizon_ms is None else horizon_ms + wider_ms
+        return _plan_files(horizon, watermark, snapshot_sources, history, margin_ms, missing_files)
     if kinds != {KAFKA}:
         other = ", ".join(sorted(kinds - {KAFKA}))
         return ReplayPlan(
@@ -185,7 +203,7 @@ def plan_replay(
         lines = _kafka_lines(kafka, dict.fromkeys(partitions_of(kafka), 0))
         start = ReplayStart(lines, 0, watermark, 0, TOPIC_START, "every partition from offset 0")
         return _checked(start, kafka, watermarks, "the state is unbounded: every record from the topic's start")
-    cutoff = watermark - horizon_ms
+    cutoff = watermark - horizon_ms - wider_ms
     logged = from_history(history.batch_ids, history.read, history.initial_offsets, cutoff) if history else None
     if logged is not None:
         batch, lines = logged
@@ -216,7 +234,17 @@ def plan_replay(
             "that may be needed. Raise the topic's retention (retention.ms), or migrate",
         )
     note = f"the first records with a Kafka timestamp at or after {target} ms (the horizon and a {margin_ms} ms margin)"
-    start = ReplayStart(_kafka_lines(kafka, offsets), max(cutoff, 0), watermark, cutoff, TIMESTAMPS, note)
+    earliest = {(t, p): held[0] for t, parts in watermarks.items() for p, held in (parts or {}).items()}
+    before = {tp: o - 1 if o > earliest.get(tp, 0) else o for tp, o in offsets.items()}
+    start = ReplayStart(
+        _kafka_lines(kafka, offsets),
+        max(cutoff, 0),
+        watermark,
+        cutoff,
+        TIMESTAMPS,
+        note,
+        boundary=_kafka_lines(kafka, before),
+    )
     return _checked(start, kafka, watermarks, f"from {note}, by the broker's offsets-for-times")
 
 
@@ -302,12 +330,39 @@ def _between(start: Sequence[SourcePosition], end: Sequence[SourcePosition]) -> 
     return sum(max(ends[tp] - o, 0) for tp, o in begins.items() if tp in ends)
 
 
+def delay_difference(old_shape: dict[str, Any] | None, new_shape: dict[str, Any] | None) -> int | str:
+    """How much longer the old version's watermark delay is than the new one's (0 when it is not: the start then
+    follows the new version's horizon), from each version's plan (DeploymentStatus.query_shape); or why a replay's
+    start cannot be checked: each version needs exactly one event-time watermark of a known delay."""
+    delays = []
+    for which, shape in (("the running version", old_shape), ("the new version", new_shape)):
+        if not shape or "unknown" in shape:
+            why = (shape or {}).get("unknown") or "it was started before its runtime reported it"
+            return f"{which}'s plan is not known ({why}): where a replay must start cannot be checked"
+        marks = shape.get("watermarks") or []
+        if len(marks) != 1 or marks[0].get("delay_ms") is None:
+            return (
+                f"{which} has {len(marks)} event-time watermarks: a replay's start is exact only for a query with "
+                "one (withWatermark once, on one stream)"
+            )
+        delays.append(int(marks[0]["delay_ms"]))
+    return max(0, delays[0] - delays[1])
+
+
 def observe_replay(
-    ctx: JobContext, manifest: Manifest, old_checkpoint: Storage, declared: dict[str, Any] | None, margin_s: float
+    ctx: JobContext,
+    manifest: Manifest,
+    old_checkpoint: Storage,
+    declared: dict[str, Any] | None,
+    margin_s: float,
+    shapes: tuple[dict[str, Any] | None, dict[str, Any] | None],
 ) -> ReplayPlan:
     """Where a replay from the live savepoint `manifest` would start (`plan_replay`), from what is there: the old
-    version's live checkpoint (its offset log), the broker, and what the new version declared in its pre-flight
-    (`declared`: its state horizon)."""
+    version's live checkpoint (its offset log), the broker, what the new version declared in its pre-flight
+    (`declared`: its state horizon) and both versions' plans (`shapes`, old and new: their watermark delays)."""
+    wider = delay_difference(*shapes)
+    if isinstance(wider, str):
+        return ReplayPlan(None, wider)
     sources = positions(manifest.offsets_version, manifest.source_offsets)
     kafka = [p for p in sources if p.kind == KAFKA]
     watermarks: Watermarks | None = None
@@ -325,16 +380,31 @@ def observe_replay(
         by_time=by_time,
         margin_ms=int(margin_s * 1000),
         missing_files=lambda uris: file_log.missing(uris, ctx.open),
+        wider_ms=wider,
     )
 
 
-def check_first_batch(start: ReplayStart, first_event_ms: int | None) -> str | None:
-    """Green's first records against what a replay found by broker timestamps assumed: they must begin at or
-    before the event time green must cover. Why not, or None (also while green has read nothing yet)."""
-    if not start.by_timestamps or first_event_ms is None or first_event_ms <= start.cutoff_ms:
+def check_first_batch(start: ReplayStart, first_rows: dict[str, Any] | None) -> str | None:
+    """Green's first records against what a replay found by broker timestamps assumed (`first_rows`: the first batch
+    that read rows, its batch id and event-time min and max, as the runtime reports them). Its batch 0 holds the
+    last record the timestamps skipped in each partition (`boundary`): the newest of them must not be after the
+    event time green must cover. Without boundary records (none before the start), its first records must begin
+    at or before it. Why not, or None (also while green has read nothing yet)."""
+    if not start.by_timestamps or not first_rows:
         return None
+    boundary = start.boundary is not None and first_rows.get("batch") == 0
+    seen_ms = _millis(first_rows.get("max" if boundary else "min"))
+    if seen_ms is None or seen_ms <= start.cutoff_ms:
+        return None
+    which = "the last records before its start hold event times up to" if boundary else "its first records begin at"
     return (
-        f"the replay's first records have event time {first_event_ms} ms, after the {start.cutoff_ms} ms it must cover "
-        "from: records before its start may have been needed (their Kafka timestamps are further from their event "
-        "times than the margin assumes): raise the replay margin (--replay-margin)"
+        f"the replay by broker timestamps: in some partition {which} {seen_ms} ms, after the {start.cutoff_ms} ms it "
+        "must cover from, so records before its start may have been needed (their Kafka timestamps are further from "
+        "their event times than the margin assumes): raise the replay margin (--replay-margin)"
     )
+
+
+def _millis(stamp: str | None) -> int | None:
+    if not stamp:
+        return None
+    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)

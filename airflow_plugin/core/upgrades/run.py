@@ -11,10 +11,11 @@ from ..context import JobContext
 from ..errors import InvalidInput, NotFound, Refused, UpgradeFailed
 from ..lease import acquire
 from .record import Mode, Phase, Upgrade, Upgrades, new_upgrade_id
-from .steps import HOLDER, LEASE_SECONDS, UpgradeSettings, advance
+from .steps import HOLDER, LEASE_SECONDS, UpgradeSettings, advance, clear_leftovers
 
 AUTO = "auto"  # the mode the pre-flight chooses: blue_green where it applies, else stop_restore
-WAITING = frozenset({Phase.CATCHING_UP, Phase.RETIRING, Phase.CONFIRMING})  # phases that wait for the world
+# phases that wait for the world (an abort: for a driver to confirm)
+WAITING = frozenset({Phase.CATCHING_UP, Phase.RETIRING, Phase.CONFIRMING, Phase.ABORTING})
 
 
 def begin(
@@ -55,12 +56,12 @@ def begin(
     return upgrade
 
 
-def current(ctx: JobContext, upgrade_id: str | None = None) -> Upgrade:
-    """The given upgrade, or the job's unfinished one."""
+def current(ctx: JobContext, upgrade_id: str | None = None, *, ended: bool = False) -> Upgrade:
+    """The given upgrade, or the job's unfinished one (`ended`: else its newest)."""
     upgrades = Upgrades(ctx.store.storage)
     if upgrade_id:
         return upgrades.get(ctx.name, upgrade_id)
-    found = upgrades.in_progress(ctx.name)
+    found = upgrades.newest(ctx.name) if ended else upgrades.in_progress(ctx.name)
     if found is None:
         raise NotFound(
             f"job {ctx.name} has no upgrade in progress: start one with `savepoints upgrade {ctx.name} --version V`"
@@ -90,10 +91,17 @@ def run_upgrade(
 
 
 def cancel(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
-    """A person cancels: before the cutover the upgrade aborts (the old version runs on untouched), after it the
-    old version is rolled back."""
+    """A person cancels: before the cutover the upgrade aborts (the old version runs on, writing every window), after
+    it the old version is rolled back. A FAILED upgrade tries the recovery it failed in again. An upgrade that ended
+    otherwise has its requests taken back from every deployment of it still running (clear_leftovers: a gate left on
+    the old version is withdrawn), which changes nothing when done again."""
+    if upgrade.phase is Phase.FAILED and upgrade.recovery is not None:
+        return upgrade.move(upgrade.recovery, "cancelled again: the recovery is tried again")
     if upgrade.phase.terminal:
-        raise Refused(f"upgrade {upgrade.id} of job {ctx.name} has already ended ({upgrade.phase})")
+        note = clear_leftovers(ctx, upgrade)
+        upgrade.move(upgrade.phase, f"cancelled after it ended: {note}")
+        Upgrades(ctx.store.storage).put(upgrade)
+        return upgrade
     if upgrade.phase not in (Phase.ABORTING, Phase.ROLLING_BACK):
         upgrade.error = "cancelled"
         upgrade.move(Phase.ROLLING_BACK if upgrade.cut_over else Phase.ABORTING, "cancelled")
@@ -109,7 +117,7 @@ def outcome(upgrade: Upgrade) -> None:
     if upgrade.phase is Phase.BLOCKED:
         raise Refused(f"{what}. Nothing was changed")
     if upgrade.phase is Phase.ABORTED:
-        raise UpgradeFailed(f"{what}. The old version runs on untouched")
+        raise UpgradeFailed(f"{what}. {upgrade.history[-1]['note'] if upgrade.history else 'Aborted'}")
     if upgrade.phase is Phase.ROLLED_BACK:
         raise UpgradeFailed(f"{what}. The old version was put back from savepoint {upgrade.rollback_savepoint}")
     raise UpgradeFailed(f"{what}. See `savepoints status {upgrade.job}` and the runbook")

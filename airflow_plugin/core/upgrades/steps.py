@@ -6,9 +6,10 @@ what its first try made: the savepoint, the new deployment, the stop. The CLI (r
 upgrade DAG and the Savepoints page drive these same steps.
 
 What a step cannot finish turns into the recovery its moment calls for: before the cutover an ABORT (the old
-version never stopped writing: remove the new one and what it staged, un-gate the old one), from the
-cutover on a ROLLBACK (the old version back from a savepoint taken before the new one wrote, its sink
-rewound). See docs/architecture.md, "Upgrades"."""
+version never stopped writing: fence the new one's publish, then un-gate the old one, then remove the new one
+and what it staged: never two writers of a window at any instant), from the cutover on a ROLLBACK (the old
+version back from a savepoint taken before the new one wrote, its sink rewound). A recovery that cannot finish
+is FAILED and says which deployment writes which windows (`writers`). See docs/architecture.md, "Upgrades"."""
 
 from __future__ import annotations
 
@@ -23,14 +24,15 @@ from typing import Any
 from ..context import JobContext
 from ..errors import BrokerUnavailable, Refused, SavepointsError, StoreUnavailable
 from ..jobs.deploy import activate, launch_beside, prestart
-from ..jobs.deployments import ControlRequest, Deployment, State
+from ..jobs.deployments import BLUE, GREEN, STAGING, ControlRequest, Deployment, DeploymentStatus, State
 from ..jobs.health import Health, Verdict, assess
+from ..jobs.launcher import driver_ended
 from ..jobs.preflight import preflight
 from ..jobs.snapshot import snapshot_deployment
-from ..jobs.stop import kill, running_deployment, stop, stop_request_id
+from ..jobs.stop import KILLED, kill, running_deployment, stop, stop_request_id
 from ..jobs.upgrade import rollback
 from ..lease import LeaseHeld, LeaseLost
-from ..sinks import DELTA, from_description
+from ..sinks import DELTA
 from ..sinks import delta as delta_sink
 from ..snapshots.manifest import Kind, Trigger, utc_now
 from ..sources import KAFKA, positions
@@ -115,7 +117,10 @@ def preflighting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     old_status = ctx.deployments.status(ctx.name, old.id)
     version = ctx.spec.version(upgrade.to_version)
     manifest = ctx.store.get(ctx.name, upgrade.savepoint)
-    replay = observe_replay(ctx, manifest, ctx.open(old.checkpoint), report.replay, settings.replay_margin_seconds)
+    shapes = (old_status.query_shape if old_status else None, report.query_shape)
+    replay = observe_replay(
+        ctx, manifest, ctx.open(old.checkpoint), report.replay, settings.replay_margin_seconds, shapes
+    )
     sources = positions(manifest.offsets_version, manifest.source_offsets)
     seen = Observed(
         old_sink=old_status.sink if old_status else None,
@@ -130,6 +135,8 @@ def preflighting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         replay_reason=replay.reason,
         migrate=version.migrate,
         kafka_only=bool(sources) and all(p.kind == KAFKA for p in sources),
+        old_shape=old_status.query_shape if old_status else None,
+        new_shape=report.query_shape,
     )
     decision = decide(upgrade.requested_mode, seen)
     upgrade.modes = {str(mode): reason for mode, reason in decision.reasons.items()}
@@ -196,8 +203,7 @@ def catching_up(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     new = _deployment(ctx, upgrade.new_deployment)
     if upgrade.mode == Mode.REPLAY and upgrade.replay:
         status = ctx.deployments.status(ctx.name, new.id)
-        first = _millis(status.first_event_time if status else None)
-        if (problem := check_first_batch(ReplayStart.of(upgrade.replay), first)) is not None:
+        if problem := check_first_batch(ReplayStart.of(upgrade.replay), status.first_rows if status else None):
             return _abort(upgrade, problem)
     behind = _behind(ctx, old, new)
     if health.verdict is Verdict.HEALTHY and behind is None:
@@ -286,21 +292,91 @@ def confirming(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
 
 
 def aborting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
-    """Before the cutover: the new deployment stopped (or killed) and its checkpoint and staging removed; the
-    old one un-gated if it was gated. If the old one already left rows to the new one, a plain abort would
-    lose them: roll back instead."""
-    if upgrade.old_deployment and upgrade.cutover_ms is not None:
-        answer = _ask(ctx, upgrade, _deployment(ctx, upgrade.old_deployment), "ungate", {})
-        if answer is not None and answer != "accepted":
+    """Before the cutover, in an order that never lets two versions write one window: first the new version can no
+    longer publish (its publish withdrawn, or its driver known to have ended) and the live table holds nothing of it;
+    then the old version writes every window again (its gate withdrawn whether or not it ever took it, which its
+    driver confirms); only then is the new version removed. A new version that did publish turns the abort into a
+    rollback, and so does an old version that already left rows to it; an old version that cannot confirm (its
+    driver paused or unreachable) keeps the abort waiting, then FAILED, saying which version writes which windows."""
+    settings = UpgradeSettings.of(upgrade.settings)
+    beside = bool(upgrade.mode) and Mode(str(upgrade.mode)).beside
+    new = _deployment(ctx, upgrade.new_deployment) if upgrade.new_deployment else None
+    old = _deployment(ctx, upgrade.old_deployment) if upgrade.old_deployment else None
+    note = "the old version runs on untouched"
+    if beside and new is not None:
+        fenced = _fence(ctx, upgrade, new, settings)
+        if fenced is UNCONFIRMED:
+            return _wait_or_fail(ctx, upgrade, settings, f"the new deployment {new.id} neither answers nor has ended")
+        if fenced is not None:
             upgrade.rollback_savepoint = upgrade.savepoint
-            return upgrade.move(Phase.ROLLING_BACK, f"the old deployment cannot go on alone: {answer}")
-    if upgrade.new_deployment:
-        new = _deployment(ctx, upgrade.new_deployment)
+            upgrade.cutover_at = upgrade.cutover_at or utc_now()
+            return upgrade.move(Phase.ROLLING_BACK, f"the new deployment {new.id} had published ({fenced}): rollback")
+    if beside and old is not None:
+        left = _withdraw_gate(ctx, upgrade, old, settings)
+        if left is UNCONFIRMED:
+            return _wait_or_fail(ctx, upgrade, settings, f"the old deployment {old.id} has not confirmed its ungate")
+        if left is not None and left.startswith("declined"):
+            upgrade.rollback_savepoint = upgrade.savepoint
+            return upgrade.move(Phase.ROLLING_BACK, f"the old deployment cannot go on alone: {left}")
+        note = left or note
+    if new is not None:
         _retire(ctx, new)
         location = ctx.open(new.checkpoint)
         location.delete([info.key for info in location.list()])
     _remove_scratch(ctx, upgrade)
-    return upgrade.move(Phase.ABORTED, "the new version and what it staged removed; the old version runs on untouched")
+    return upgrade.move(Phase.ABORTED, f"the new version and what it staged removed; {note}")
+
+
+UNCONFIRMED = "unconfirmed"  # a driver that neither answers nor is known to have ended
+
+
+def _fence(ctx: JobContext, upgrade: Upgrade, new: Deployment, settings: UpgradeSettings) -> str | None:
+    """Make sure the new version can no longer publish, and say whether it did. Its `withdraw` is always sent (a
+    driver paused now reads it when it runs again, and declines the publish anyway: its upgrade no longer cuts
+    over); a live driver answers it; one that does not is killed, and must be known to have ended. Then the live
+    table, read as a log of several writers, says whether a commit of its query got in since the live savepoint.
+    Returns what it published (a rollback is due), None (it cannot publish and did not), or UNCONFIRMED."""
+    answer = _ask_within(ctx, upgrade, new, "withdraw", {}, settings.answer_seconds)
+    if answer is None:
+        _retire(ctx, new, stop_first=False)
+        if not _ended(ctx, new):
+            return UNCONFIRMED
+    published = _published(ctx, upgrade, new)
+    if published is None and answer is not None and answer.startswith("declined: it published"):
+        published = answer  # its own word, where the table could not be read for it
+    return published
+
+
+def _withdraw_gate(ctx: JobContext, upgrade: Upgrade, old: Deployment, settings: UpgradeSettings) -> str | None:
+    """Take the old version's gate back, whether or not it ever took it: an `ungate` is always sent (a driver
+    paused, or a later attempt of it, reads it when it runs again, and never applies this upgrade's gate after
+    it). Returns None or a note when it writes every window again (it said so, or it has ended with nothing left
+    to the new version, or it was never asked to gate), the decline when it already left rows to the new version,
+    or UNCONFIRMED."""
+    answer = _ask_within(ctx, upgrade, old, "ungate", {}, settings.answer_seconds)
+    if answer == "accepted":
+        return None
+    if answer is not None:
+        return answer
+    status, state = ctx.observe(old)
+    gate = (status.gate if status else None) or {}
+    ours = gate.get("role") == BLUE and gate.get("upgrade") == upgrade.id
+    if not state.live and state is not State.LOST:
+        if ours and gate.get("dropped"):
+            return f"declined: it ended having left {gate['dropped']} rows ending after {gate.get('until_at')}"
+        return f"the old deployment {old.id} is {state}: it writes nothing (deploy it again from its latest state)"
+    if not ours and not _sent(ctx, old, _request_id(upgrade, "gate")):
+        return f"the old deployment {old.id} is {state} and was never asked to gate"
+    return UNCONFIRMED
+
+
+def _wait_or_fail(ctx: JobContext, upgrade: Upgrade, settings: UpgradeSettings, why: str) -> Upgrade:
+    """A recovery step that cannot confirm yet: it waits (the phase stays) for `answer_seconds` from when the
+    recovery began, then the upgrade is FAILED with what each version writes."""
+    if _in_phase_for(upgrade) < settings.answer_seconds:
+        return upgrade
+    upgrade.error = f"{why} within {settings.answer_seconds:.0f} s. {writers(ctx, upgrade)}"
+    return upgrade.move(Phase.FAILED, upgrade.error)
 
 
 def rolling_back(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
@@ -345,6 +421,8 @@ def advance(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
             raise  # transient, or someone else acts on the job: the phase stays, to be resumed
         except SavepointsError as exc:
             upgrade = _recover(upgrade, exc)
+            if upgrade.phase is Phase.FAILED:
+                upgrade.error = f"{upgrade.error}. {_writers_or_why(step_ctx, upgrade)}"
         _save(step_ctx, upgrade)
     if upgrade.phase.terminal:
         _release(ctx, upgrade)
@@ -406,7 +484,9 @@ def _gate_and_publish(ctx: JobContext, upgrade: Upgrade, old: Deployment, settin
         upgrade.cutover_ms = int(((status.gate if status else None) or {})["until"])
         _save(ctx, upgrade)
     answer = _ask(ctx, upgrade, new, "publish", {"t": upgrade.cutover_ms})
-    if answer is None and _wrote_live(ctx, new):  # it died publishing, after its commit got in: past the cutover
+    if answer is None and _published(
+        ctx, upgrade, new
+    ):  # it died publishing, after its commit got in: past the cutover
         upgrade.rollback_savepoint = upgrade.savepoint
         upgrade.cutover_at = utc_now()
         upgrade.error = f"the new deployment {new.id} failed while it published"
@@ -422,27 +502,58 @@ def _gate_and_publish(ctx: JobContext, upgrade: Upgrade, old: Deployment, settin
 
 
 def _ask(ctx: JobContext, upgrade: Upgrade, deployment: Deployment, action: str, values: dict[str, int]) -> str | None:
-    """Send a gate request (once: its id is the upgrade's and the action's) and wait for its answer; None when
-    the deployment is no longer running."""
-    request_id = f"rq-{action}-{upgrade.id}"
-    status = ctx.deployments.status(ctx.name, deployment.id)
-    answered = status is not None and request_id in status.answers
-    if not answered and not any(r.id == request_id for r in ctx.deployments.requests(ctx.name, deployment.id)):
-        request = ControlRequest(id=request_id, action=action, gate=values, requested_by=f"upgrade {upgrade.id}")
-        ctx.deployments.request(ctx.name, deployment.id, request)
+    """Send a gate request and wait for its answer (`answer_seconds`); None when the deployment is no longer
+    running. No answer in time raises (the upgrade then aborts: the abort withdraws the request)."""
     limit = UpgradeSettings.of(upgrade.settings).answer_seconds
+    answer = _ask_within(ctx, upgrade, deployment, action, values, limit)
+    if answer is None and ctx.state_of(deployment).live:
+        raise SavepointsError(
+            f"deployment {deployment.id} did not answer the {action} request {_request_id(upgrade, action)} within "
+            f"{limit:.0f} s (a running driver answers between two batches: is it paused, or a batch that long?)"
+        )
+    return answer
+
+
+def _ask_within(
+    ctx: JobContext, upgrade: Upgrade, deployment: Deployment, action: str, values: dict[str, int], limit: float
+) -> str | None:
+    """Send a gate request once (its id is the upgrade's and the action's, so a step run again sends nothing twice)
+    and wait up to `limit` seconds for its answer while the deployment is live; None without one. The request names
+    its upgrade, and a gate request expires when the wait ends: a driver never applies it later."""
+    request_id = _request_id(upgrade, action)
+    status = ctx.deployments.status(ctx.name, deployment.id)
+    if status is not None and request_id in status.answers:
+        return status.answers[request_id]
+    if not _sent(ctx, deployment, request_id):
+        expires = time.time() + limit if action == "gate" else None
+        request = ControlRequest(
+            id=request_id,
+            action=action,
+            gate=values,
+            requested_by=f"upgrade {upgrade.id}",
+            upgrade=upgrade.id,
+            expires_at=expires,
+        )
+        ctx.deployments.request(ctx.name, deployment.id, request)
     deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and ctx.state_of(deployment).live:
         status = ctx.deployments.status(ctx.name, deployment.id)
         if status is not None and request_id in status.answers:
             return status.answers[request_id]
-        if not ctx.state_of(deployment).live:
-            return None
         time.sleep(POLL_SECONDS)
-    raise SavepointsError(
-        f"deployment {deployment.id} did not answer the {action} request {request_id} within {limit:.0f} s (it "
-        "decides at its next batch: is input arriving?)"
-    )
+    status = ctx.deployments.status(ctx.name, deployment.id)  # answered right before it ended
+    return status.answers.get(request_id) if status is not None else None
+
+
+def _request_id(upgrade: Upgrade, action: str) -> str:
+    return f"rq-{action}-{upgrade.id}"
+
+
+def _sent(ctx: JobContext, deployment: Deployment, request_id: str) -> bool:
+    status = ctx.deployments.status(ctx.name, deployment.id)
+    if status is not None and (request_id in status.answers or request_id in status.handled_requests):
+        return True
+    return any(r.id == request_id for r in ctx.deployments.requests(ctx.name, deployment.id))
 
 
 def _asked_to_stop(ctx: JobContext, deployment: Deployment) -> bool:
@@ -454,13 +565,105 @@ def _asked_to_stop(ctx: JobContext, deployment: Deployment) -> bool:
     return handled or any(r.id == request_id for r in ctx.deployments.requests(ctx.name, deployment.id))
 
 
-def _wrote_live(ctx: JobContext, deployment: Deployment) -> bool:
-    """Whether a (green) deployment has any batch in the live Delta table (its query id's txn)."""
+def _published(ctx: JobContext, upgrade: Upgrade, new: Deployment) -> str | None:
+    """What the new version committed to the live table since the live savepoint it started from (`batches 7..9
+    of query <id> in <table>`), None when nothing: the table read as a log of several writers, since the old
+    version commits between the new one's batches."""
+    status = ctx.deployments.status(ctx.name, new.id)
+    if status is None or not status.query_id or not upgrade.savepoint:
+        return None  # its query never started: it wrote nothing anywhere
+    for sink in ctx.store.get(ctx.name, upgrade.savepoint).sinks:
+        if sink.get("kind") != DELTA:
+            continue
+        version = sink.get("version")
+        table = ctx.open(sink["location"])
+        batches = delta_sink.batches_after(table, status.query_id, -1 if version is None else int(version))
+        if batches:
+            return f"batches {min(batches)}..{max(batches)} of query {status.query_id} in {sink['location']}"
+    return None
+
+
+def _ended(ctx: JobContext, deployment: Deployment) -> bool:
+    """Whether a deployment's driver is known to have ended: its process or YARN application gone, else its own
+    last status terminal (a driver on another host)."""
+    ended = driver_ended(deployment.launcher)
+    if ended is not None:
+        return ended
     status = ctx.deployments.status(ctx.name, deployment.id)
-    sink = from_description(status.sink if status else None)
-    if sink is None or sink.kind != DELTA or not status or not status.query_id:
-        return False
-    return delta_sink.last_batch(ctx.open(sink.location), status.query_id) is not None
+    return status is not None and status.state in (State.STOPPED, State.FAILED) and status.error_class != KILLED
+
+
+def writers(ctx: JobContext, upgrade: Upgrade) -> str:
+    """Which version writes which windows now, for a person: what a FAILED upgrade must say."""
+    said = []
+    for what, deployment_id in (("old", upgrade.old_deployment), ("new", upgrade.new_deployment)):
+        if not deployment_id:
+            continue
+        deployment = _deployment(ctx, deployment_id)
+        status, state = ctx.observe(deployment)
+        said.append(
+            f"the {what} deployment {deployment.id} ({deployment.version}) is {state}: {_writes(state, status)}"
+        )
+    return "; ".join(said) + (f". The upgrade's live savepoint is {upgrade.savepoint}" if upgrade.savepoint else "")
+
+
+def _writers_or_why(ctx: JobContext, upgrade: Upgrade) -> str:
+    try:
+        return writers(ctx, upgrade)
+    except SavepointsError as exc:  # the store itself may be what failed
+        return f"Which version writes which windows could not be read ({exc}): see `savepoints status {ctx.name}`"
+
+
+def clear_leftovers(ctx: JobContext, upgrade: Upgrade) -> str:
+    """For an upgrade that ended: take its requests back from every deployment of it still running, so that none
+    keeps a gate of it (an old version left gated: ungated) or stages for it (stopped). What `savepoints upgrade JOB
+    --abort` does once the upgrade has ended; doing it again changes nothing. Refused, changing nothing else, where
+    the old version already left rows to the new one: they are only in a rollback's reach."""
+    settings = UpgradeSettings.of(upgrade.settings)
+    done = []
+    step = step_context(ctx, upgrade, keep=False)  # the upgrade's own holder: its steps' operations nest in it
+    with step.operation("abort"):
+        for deployment_id in (upgrade.old_deployment, upgrade.new_deployment):
+            if not deployment_id:
+                continue
+            deployment = _deployment(step, deployment_id)
+            status, state = step.observe(deployment)
+            gate = (status.gate if status else None) or {}
+            ours = gate.get("upgrade") == upgrade.id or gate.get("role") == STAGING
+            if not state.live or not ours:
+                continue
+            if gate.get("role") == BLUE:
+                answer = _withdraw_gate(step, upgrade, deployment, settings)
+                if answer is UNCONFIRMED or (answer or "").startswith("declined"):
+                    raise Refused(
+                        f"deployment {deployment.id} keeps the gate of upgrade {upgrade.id}: {answer}. Roll the job "
+                        f"back to the upgrade's live savepoint: `savepoints deploy {ctx.name} --restore "
+                        f"{upgrade.savepoint} --rewind-sink` after `savepoints stop {ctx.name}`"
+                    )
+                done.append(f"{deployment.id} ungated: it writes every window again")
+            elif gate.get("role") == STAGING:
+                _ask_within(step, upgrade, deployment, "withdraw", {}, settings.answer_seconds)
+                _retire(step, deployment)
+                done.append(f"{deployment.id} (staging for it) stopped")
+    return "; ".join(done) or f"nothing of upgrade {upgrade.id} is left in a running deployment"
+
+
+def _writes(state: State, status: DeploymentStatus | None) -> str:
+    gate = (status.gate if status else None) or {}
+    role, after, until = gate.get("role"), gate.get("after_at"), gate.get("until_at")
+    if state is State.LOST:
+        how = f"its last status: {role}" + (f" until {until}" if until else "") + (f" after {after}" if after else "")
+        return f"it writes nothing while its driver is silent ({how}; it resumes so if it runs again)"
+    if not state.live:
+        return "it writes nothing"
+    if role == STAGING:
+        return "it writes only its staging table"
+    if role == BLUE:
+        dropped = gate.get("dropped", 0)
+        return f"it writes the windows ending at or before {until}, and drops the rest ({dropped} rows so far)"
+    if role == GREEN or after:
+        return f"it writes the windows ending after {after}"
+    return "it writes every window"
 
 
 def _labels(upgrade: Upgrade) -> dict[str, str]:
@@ -492,10 +695,11 @@ def _recover(upgrade: Upgrade, exc: Exception) -> Upgrade:
     return upgrade.move(Phase.ROLLING_BACK, why)
 
 
-def _retire(ctx: JobContext, deployment: Deployment) -> None:
-    """Stop a deployment that is live (kill it if it will not stop); nothing for one that ended."""
+def _retire(ctx: JobContext, deployment: Deployment, *, stop_first: bool = True) -> None:
+    """Stop a deployment that is live (kill it if it will not stop, or at once without `stop_first`); nothing for
+    one that ended."""
     state = ctx.state_of(deployment)
-    if state.live:
+    if state.live and stop_first:
         try:
             stop(ctx, deployment_id=deployment.id)
             return
@@ -504,6 +708,12 @@ def _retire(ctx: JobContext, deployment: Deployment) -> None:
     if state.live or state is State.LOST:
         with contextlib.suppress(Refused):
             kill(ctx, deployment.id)
+
+
+def _in_phase_for(upgrade: Upgrade) -> float:
+    """Seconds since the upgrade entered its current phase."""
+    entered = next((e["at"] for e in reversed(upgrade.history) if e["phase"] == str(upgrade.phase)), None)
+    return 0.0 if entered is None else time.time() - int(_millis(entered) or 0) / 1000
 
 
 def _remove_scratch(ctx: JobContext, upgrade: Upgrade) -> None:

@@ -407,6 +407,7 @@ function renderDeployments(rows) {
           badge(d.state),
           d.unhealthy ? [" ", badge("UNHEALTHY")] : null,
           d.error || d.unhealthy ? el("div", { class: "error-text small" }, d.error || d.unhealthy) : null,
+          d.gate ? el("div", { class: "small gate" }, d.gate) : null,
         ),
         el("td", { class: "num" }, d.heartbeat_age_s === null ? "none" : `${age(d.heartbeat_age_s)} ago`),
         el("td", { class: "num" }, num(d.last_batch_id)),

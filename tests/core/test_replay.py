@@ -270,3 +270,21 @@ def test_replay_and_migrate_can_be_asked_for_on_a_compatible_state_too() -> None
     assert decide(None, seen()).mode is Mode.BLUE_GREEN, "auto keeps the state where it can"
     refused = decide("migrate", seen())
     assert refused.mode is None and "declares no migration function" in str(refused.blocked)
+
+
+def test_a_migrated_version_writes_its_own_windows_in_a_transform_with_state() -> None:
+    """A migration's new version is a transformWithState (only it takes an initial state): its code, not its plan,
+    says what a window is, so its gate column is trusted; it still needs one watermark, and the running version
+    must split at a window end. Blue/green and replay to it are refused for what its plan holds."""
+    own = {"watermarks": [{"column": "event_time", "delay_ms": 60_000}], "stateful": [], "gate_is_window_end": False}
+    own["stateful"] = ["arbitrary state (TransformWithStateInPySpark)"]
+    chosen = decide(None, seen(state_problem=STATE, migrate="jobs.m:f", kafka_only=True, new_shape=own))
+    assert chosen.mode is Mode.MIGRATE, chosen.reasons
+    assert "holds arbitrary state (TransformWithStateInPySpark)" in chosen.reasons[Mode.REPLAY]
+    two = {**own, "watermarks": own["watermarks"] * 2}
+    refused = decide("migrate", seen(state_problem=STATE, migrate="jobs.m:f", kafka_only=True, new_shape=two))
+    assert refused.mode is None and "2 event-time watermarks" in str(refused.blocked)
+    sessions = {**own, "stateful": ["session window aggregation"]}
+    migrating = {"state_problem": STATE, "migrate": "jobs.m:f", "kafka_only": True}
+    from_sessions = decide("migrate", seen(**migrating, old_shape=sessions))
+    assert from_sessions.mode is None and "the running version holds a session window" in str(from_sessions.blocked)

@@ -102,7 +102,7 @@ def test_a_job_checkpointing_to_s3a_is_savepointed_restored_and_counts_every_eve
         latest = batches(v2.checkpoint, "commits")[-1]
         pinned = json.loads(open_storage(v2.checkpoint).read(f"offsets/{latest}").decode().splitlines()[1])["conf"]
         assert pinned["spark.sql.shuffle.partitions"] == "4", "v2 runs with the rescaled state"
-        assert delta_sink.last_batch(table, stopped.query_id or "") > stopped.batch_id, "v2 wrote the table"
+        assert delta_sink.last_batch(table, stopped.query_id or "", None) > stopped.batch_id, "v2 wrote the table"
 
         # the table is ahead of the savepoint: a restore would let Delta skip v2's batches (the rollback that
         # rewinds it with Delta's RESTORE on S3A: test_dags_e2e, through the upgrade DAG)

@@ -31,7 +31,7 @@ from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Mode, Phase, Upgrades
 from devtools import jvm
 from devtools.feeding import BackgroundFeeder
-from devtools.windowed import SMALL_DELTA_TABLE, Feeder, wait_for
+from devtools.windowed import SMALL_DELTA_TABLE, Feeder, processed, wait_for
 from spark_jobs.generate import FLUSH_USER, round_events
 from spark_jobs.jobs.windowed.output import read_table, summarize
 
@@ -91,7 +91,8 @@ def _finish(job: JobContext, feeder: Feeder, output: Path) -> list[dict[str, obj
     """Flush the last windows, wait for them, stop the job: the table's rows (the flush marker's left out)."""
     feeder.flush()
     table = open_storage(str(output))
-    wait_for(lambda: summarize(read_table(table)).events >= feeder.events, "the last windows", 180)
+    with contextlib.suppress(TimeoutError):  # what is missing then, the comparison per window says
+        wait_for(lambda: summarize(read_table(table)).events >= feeder.events, "the last windows", 180)
     stop(job)
     return [row for row in read_table(table) if row["user"] != FLUSH_USER]
 
@@ -150,8 +151,9 @@ def test_the_plan_decides_blue_green_and_where_a_replay_starts(
         assert summary.events == feeder.events and summary.duplicates == [], "every event once, in one session"
         assert set(summary.versions) == {"sessions_a", "sessions_b"}
 
-        # a replay to a shorter watermark delay (10 minutes -> 1 minute), each file a batch of 5 minutes of events;
-        # input pauses while the new version replays (one file a batch, it would not catch up otherwise)
+        # a replay to a shorter watermark delay (10 minutes -> 1 minute), each file a batch of 5 minutes of events.
+        # Input pauses from before the live savepoint until the old version took the gate, so that T is its
+        # watermark at the savepoint: the windows right after T are those a replay started too late gets partial
         job = settings.job("windows")
         feeder = Feeder(tmp_path / "windows-in", events_per_round=40)
         upgrades = Upgrades(job.store.storage)
@@ -159,12 +161,11 @@ def test_the_plan_decides_blue_green_and_where_a_replay_starts(
             slow = deploy(job, DeployRequest("slow"))
             _batches(job, slow, 12)  # the offset log reaches back past the horizon and the longer delay
             argv = ["upgrade", "windows", "--version", "quick", "--mode", "replay", "--min-batches", "1", *cli]
-            process = subprocess.Popen([sys.executable, "-m", "airflow_plugin", *argv],
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-            replaying = (Phase.CATCHING_UP, Phase.CUTTING_OVER)
-            wait_for(lambda: (u := upgrades.newest("windows")) is not None and u.phase in replaying, "the replay", 300)
             with feeding.idle():
-                wait_for(lambda: upgrades.newest("windows").phase not in replaying, "the cutover", 300)  # type: ignore[union-attr]
+                wait_for(lambda: processed(slow.checkpoint, feeder.rounds), "every file read", 120)
+                process = subprocess.Popen([sys.executable, "-m", "airflow_plugin", *argv],
+                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                wait_for(lambda: (_status(job, slow).gate or {}).get("role") == "blue", "the old version's gate", 400)
             output, _ = process.communicate(timeout=300)
             assert process.returncode == 0, output
             upgrade = upgrades.newest("windows")

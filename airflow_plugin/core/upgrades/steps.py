@@ -622,7 +622,7 @@ def clear_leftovers(ctx: JobContext, upgrade: Upgrade) -> str:
     settings = UpgradeSettings.of(upgrade.settings)
     done = []
     step = step_context(ctx, upgrade, keep=False)  # the upgrade's own holder: its steps' operations nest in it
-    with step.operation("abort"):
+    with step.operation("upgrade"):
         for deployment_id in (upgrade.old_deployment, upgrade.new_deployment):
             if not deployment_id:
                 continue

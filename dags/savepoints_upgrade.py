@@ -24,21 +24,13 @@ A blocked pre-flight fails the run before anything is started: the old version k
 
 from __future__ import annotations
 
-from airflow.providers.standard.operators.hitl import ApprovalOperator
-from airflow.sdk import DAG, Param, TriggerRule, task
+from airflow.sdk import DAG, Param
 
-from airflow_plugin.compat import AirflowFailException
 from airflow_plugin.dag_params import dag_jobs_file, declared_jobs, job_param, version_param
-from airflow_plugin.operators import (
-    BeginUpgradeOperator,
-    RecoverUpgradeOperator,
-    UpgradeStepOperator,
-    UpgradeWaitSensor,
-)
+from airflow_plugin.task_groups import upgrade_task_group
 
 JOBS_FILE = dag_jobs_file(__file__)
 JOBS = declared_jobs(JOBS_FILE)
-UPGRADE = "{{ (ti.xcom_pull(task_ids='begin') or ti.xcom_pull(task_ids='begin', key='upgrade') or {}).get('id', '') }}"
 
 with DAG(
     dag_id="savepoints_upgrade",
@@ -88,46 +80,15 @@ with DAG(
     },
     doc_md=__doc__,
 ):
-    begin = BeginUpgradeOperator(
-        task_id="begin",
+    upgrade_task_group(
         job="{{ params.job }}",
         version="{{ params.version }}",
         mode="{{ params.mode }}",
+        require_approval="{{ params.require_approval }}",
         min_batches="{{ params.min_batches }}",
         lag_must_fall="{{ params.kafka_lag_must_fall }}",
         allow_renames="{{ params.allow_renames }}",
         accept_source_gap="{{ params.accept_source_gap }}",
         jobs_file=JOBS_FILE,
+        prefix_group_id=False,  # the tasks as the grid names them: begin, launch, catch_up, ...
     )
-
-    @task.branch
-    def approval_needed(params: dict) -> str:
-        return "approve" if params["require_approval"] else "launch"
-
-    approve = ApprovalOperator(
-        task_id="approve",
-        subject="Upgrade {{ params.job }} to {{ params.version }}?",
-        body="Pre-flight passed, mode {{ (ti.xcom_pull(task_ids='begin') or {}).get('mode', '') }}: "
-        "{{ ((ti.xcom_pull(task_ids='begin') or {}).get('preflight') or {}).get('reason', '') }}",
-    )
-    step = {"job": "{{ params.job }}", "upgrade_id": UPGRADE, "jobs_file": JOBS_FILE}
-    wait = {**step, "poke_interval": 2, "timeout": 3600, "mode": "poke"}
-    launch = UpgradeStepOperator(
-        task_id="launch", phases=["LAUNCHING"], trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **step
-    )
-    catch_up = UpgradeWaitSensor(task_id="catch_up", phases=["CATCHING_UP"], **wait)
-    cutover = UpgradeStepOperator(task_id="cutover", phases=["CUTTING_OVER"], **step)
-    retire = UpgradeWaitSensor(task_id="retire", phases=["RETIRING"], **wait)
-    confirm = UpgradeWaitSensor(task_id="confirm", phases=["CONFIRMING"], **wait)
-    recover = RecoverUpgradeOperator(task_id="recover", trigger_rule=TriggerRule.ONE_FAILED, **step)
-
-    @task(trigger_rule=TriggerRule.ONE_FAILED)
-    def upgrade_failed() -> None:
-        """Fails the run whenever a step failed, even when the abort or rollback that followed succeeded."""
-        raise AirflowFailException("the upgrade did not go through: see the failed task and the recovery")
-
-    branch = approval_needed()
-    begin >> branch >> [approve, launch]
-    approve >> launch >> catch_up >> cutover >> retire >> confirm
-    [launch, catch_up, cutover, retire, confirm] >> recover
-    [begin, launch, catch_up, cutover, retire, confirm, recover] >> upgrade_failed()

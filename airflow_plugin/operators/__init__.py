@@ -1,6 +1,8 @@
 """The savepoints operators, importable from here as from any provider:
 
-from airflow_plugin.operators import DeployJobOperator, SavepointOperator
+from airflow_plugin.operators import DeployJobOperator, SavepointOperator, UpgradeJobOperator
+
+Sensors (waits) are in `airflow_plugin.sensors`, triggers in `airflow_plugin.triggers`.
 """
 
 from .base import SavepointsBaseOperator
@@ -13,8 +15,8 @@ from .upgrade import (
     PreflightCheckOperator,
     RecoverUpgradeOperator,
     RollbackOperator,
+    UpgradeJobOperator,
     UpgradeStepOperator,
-    UpgradeWaitSensor,
 )
 
 __all__ = [
@@ -29,7 +31,7 @@ __all__ = [
     "SavepointOperator",
     "SavepointsBaseOperator",
     "StopJobOperator",
+    "UpgradeJobOperator",
     "UpgradeStepOperator",
-    "UpgradeWaitSensor",
     "VerifySnapshotOperator",
 ]

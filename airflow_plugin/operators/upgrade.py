@@ -1,6 +1,8 @@
-"""The upgrade's tasks: a step of an upgrade (core/upgrades: the record in the store, advanced by steps the CLI
-shares), the wait for a step that waits for the world (the new version catching up, healthy), and, for use
-on their own, the pre-flight of a new version against a snapshot and the rollback to the old version."""
+"""The upgrade's tasks. `UpgradeJobOperator`: the whole upgrade in one task, as `savepoints upgrade` runs it, deferring
+while it waits. Or one task per phase, for a grid that shows them (`airflow_plugin.task_groups.upgrade_task_group`
+wires them): `BeginUpgradeOperator`, `UpgradeStepOperator`, the wait of a step that waits for the world
+(sensors/upgrade.py), `RecoverUpgradeOperator`. And, for use on their own, the pre-flight of a new version against a
+snapshot and the rollback to the old version. Every one advances the same record in the store (core/upgrades)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow.sdk import Context
 
 from .. import stats
 from ..compat import AirflowFailException
@@ -16,9 +18,10 @@ from ..core.context import JobContext
 from ..core.jobs.preflight import preflight
 from ..core.jobs.upgrade import rollback
 from ..core.upgrades.record import Phase, Upgrade, Upgrades
-from ..core.upgrades.run import begin, run_upgrade
-from ..core.upgrades.steps import UpgradeSettings, advance
+from ..core.upgrades.run import begin, outcome, run_upgrade
+from ..core.upgrades.steps import UpgradeSettings, advance, waiting
 from ..links import SnapshotLink, SparkUILink
+from ..triggers.upgrade import UpgradeTrigger
 from .base import SavepointsBaseOperator, SavepointsMixin, flag, optional_int, task_errors
 from .deployments import deployment_xcom
 
@@ -28,13 +31,139 @@ RECOVERING = frozenset(
 )
 
 
-def _settled(upgrade: Upgrade, context: Context) -> dict[str, Any]:
+def settled(upgrade: Upgrade, context: Context) -> dict[str, Any]:
     """The task's XCom (the record), and a failed task when the upgrade turned to its recovery."""
     record = upgrade.to_dict()
     if upgrade.phase in RECOVERING:
         context["ti"].xcom_push(key="upgrade", value=record)
         raise AirflowFailException(f"upgrade {upgrade.id} is {upgrade.phase}: {upgrade.error or '-'}")
     return record
+
+
+WAKE_SECONDS = 600.0  # a deferred upgrade is advanced at least this often: its lease (30 minutes) is renewed
+
+
+class UpgradeDriver(SavepointsMixin):
+    """Advances an upgrade step by step; while a step waits for the world it defers to UpgradeTrigger (no worker slot
+    held) or, not deferrable, polls in the worker. What UpgradeJobOperator and UpgradeWaitSensor share."""
+
+    deferrable: bool
+    poll_interval: float
+
+    def drive(
+        self, ctx: JobContext, context: Context, upgrade: Upgrade, phases: frozenset[Phase] | None = None
+    ) -> Upgrade:
+        """Advance until the upgrade ends or leaves `phases` (None: until it ends)."""
+        while not upgrade.phase.terminal and (phases is None or upgrade.phase in phases):
+            before = upgrade.phase
+            upgrade = advance(ctx, upgrade)
+            if upgrade.phase is not before:
+                note = upgrade.history[-1]["note"] if upgrade.history else ""
+                self.log.info("upgrade %s: %s (%s)", upgrade.id, upgrade.phase, note)  # type: ignore[attr-defined]
+                continue
+            why = waiting(ctx, upgrade)
+            if why is None:
+                continue
+            self.log.info("upgrade %s waits: %s", upgrade.id, why)  # type: ignore[attr-defined]
+            if self.deferrable:
+                self._defer(upgrade)
+            time.sleep(self.poll_interval)
+        return upgrade
+
+    def _defer(self, upgrade: Upgrade) -> None:
+        trigger = UpgradeTrigger(
+            job=self.job,
+            upgrade_id=upgrade.id,
+            phase=str(upgrade.phase),
+            deadline=time.time() + WAKE_SECONDS,  # a step's own deadline passing ends the wait earlier (`waiting`)
+            poll_interval=self.poll_interval,
+            aws_conn_id=self.aws_conn_id,
+            jobs_file=self.jobs_file,
+        )
+        self.defer(trigger=trigger, method_name="execute_complete")  # type: ignore[attr-defined]
+
+    def resumed(self, context: Context, event: dict[str, Any] | None) -> tuple[JobContext, Upgrade]:
+        """After the trigger: the job's context and the upgrade as it is now (any event: the task looks again)."""
+        event = event or {}
+        if event.get("status") == "error":  # the store could not be read: retryable
+            raise RuntimeError(f"waiting for upgrade {event.get('upgrade', '')} failed: {event.get('message')}")
+        ctx = self.job_context(context)
+        return ctx, Upgrades(ctx.store.storage).get(ctx.name, str(event["upgrade"]))
+
+
+class UpgradeJobOperator(UpgradeDriver, SavepointsBaseOperator):
+    """Upgrade the job's running deployment to `version`, the whole upgrade in one task, as `savepoints upgrade` runs
+    it: a live savepoint, the pre-flight (which also decides the mode: `mode` auto, or blue_green, stop_restore,
+    replay, migrate), the new version, its catch-up and cutover, the old version's retirement and the health gate;
+    an abort or rollback on failure. While a step waits for the world it defers to UpgradeTrigger and holds no
+    worker slot (`deferrable`, the default), else polls every `poll_interval` seconds. A retried or resumed task
+    continues the same upgrade (its record carries the task's request id). The record is the XCom; the task fails
+    (no retry: the upgrade ended) when the upgrade did not go through: BLOCKED, ABORTED, ROLLED_BACK, FAILED."""
+
+    template_fields: Sequence[str] = (
+        "job",
+        "version",
+        "mode",
+        "min_batches",
+        "lag_must_fall",
+        "allow_renames",
+        "accept_source_gap",
+    )
+    ui_color = "#fbefe8"
+
+    def __init__(
+        self,
+        *,
+        version: str,
+        mode: str = "auto",
+        min_batches: int | str = UpgradeSettings.min_batches,
+        lag_must_fall: bool | str = True,
+        allow_renames: bool | str = False,
+        accept_source_gap: bool | str = False,
+        catch_up_seconds: float = UpgradeSettings.catch_up_seconds,
+        confirm_seconds: float = UpgradeSettings.confirm_seconds,
+        answer_seconds: float = UpgradeSettings.answer_seconds,
+        replay_margin_seconds: float = UpgradeSettings.replay_margin_seconds,
+        deferrable: bool = True,  # waits in the triggerer, holding no worker slot
+        poll_interval: float = 10.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.version, self.mode = version, mode
+        self.min_batches, self.lag_must_fall = min_batches, lag_must_fall
+        self.allow_renames, self.accept_source_gap = allow_renames, accept_source_gap
+        self.catch_up_seconds, self.confirm_seconds = catch_up_seconds, confirm_seconds
+        self.answer_seconds, self.replay_margin_seconds = answer_seconds, replay_margin_seconds
+        self.deferrable, self.poll_interval = deferrable, poll_interval
+
+    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
+        settings = UpgradeSettings(
+            min_batches=optional_int(self.min_batches, "min_batches") or UpgradeSettings.min_batches,
+            lag_must_fall=flag(self.lag_must_fall),
+            allow_renames=flag(self.allow_renames),
+            accept_source_gap=flag(self.accept_source_gap),
+            catch_up_seconds=float(self.catch_up_seconds),
+            confirm_seconds=float(self.confirm_seconds),
+            answer_seconds=float(self.answer_seconds),
+            replay_margin_seconds=float(self.replay_margin_seconds),
+        )
+        upgrade = begin(ctx, self.version, mode=str(self.mode or "") or None, settings=settings)  # a retry: the same
+        return self._ended(self.drive(ctx, context, upgrade), context)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        with task_errors(context, self.job):
+            ctx, upgrade = self.resumed(context, event)
+            return self._ended(self.drive(ctx, context, upgrade), context)
+
+    def _ended(self, upgrade: Upgrade, context: Context) -> dict[str, Any]:
+        record = upgrade.to_dict()
+        try:
+            outcome(upgrade)
+        except Exception as exc:  # BLOCKED, ABORTED, ROLLED_BACK, FAILED: the upgrade ended; a retry changes nothing
+            context["ti"].xcom_push(key="upgrade", value=record)
+            raise AirflowFailException(str(exc)) from exc
+        self.log.info("upgrade %s of %s: DONE, %s runs", upgrade.id, upgrade.job, upgrade.to_version)
+        return record
 
 
 class BeginUpgradeOperator(SavepointsBaseOperator):
@@ -83,7 +212,7 @@ class BeginUpgradeOperator(SavepointsBaseOperator):
         upgrade = begin(ctx, self.version, mode=str(self.mode or "") or None, settings=settings)  # auto: None
         upgrade = run_upgrade(ctx, upgrade, until=frozenset({Phase.LAUNCHING}))
         self.log.info("upgrade %s of %s: %s (%s)", upgrade.id, ctx.name, upgrade.phase, upgrade.modes)
-        return _settled(upgrade, context)
+        return settled(upgrade, context)
 
 
 class UpgradeStepOperator(SavepointsBaseOperator):
@@ -105,7 +234,7 @@ class UpgradeStepOperator(SavepointsBaseOperator):
             upgrade = advance(ctx, upgrade)
         if cutting_over and upgrade.phase not in RECOVERING:  # the new version took over
             stats.timing(stats.CUTOVER, started, job=ctx.name)
-        return _settled(upgrade, context)
+        return settled(upgrade, context)
 
 
 class RecoverUpgradeOperator(SavepointsBaseOperator):
@@ -129,43 +258,6 @@ class RecoverUpgradeOperator(SavepointsBaseOperator):
         upgrade = run_upgrade(ctx, upgrade)
         self.log.warning("upgrade %s of %s ended %s: %s", upgrade.id, ctx.name, upgrade.phase, upgrade.error)
         return upgrade.to_dict()
-
-
-class UpgradeWaitSensor(SavepointsMixin, BaseSensorOperator):
-    """Wait while the upgrade is in one of `phases` (the new version catching up, the old one writing its last
-    windows, the health gate after the cutover): each poke advances it once. Fails when the upgrade turned to
-    its abort or rollback."""
-
-    template_fields: Sequence[str] = ("job", "upgrade_id")
-
-    def __init__(
-        self,
-        *,
-        job: str,
-        upgrade_id: str,
-        phases: Sequence[str],
-        aws_conn_id: str | None = "aws_default",
-        spark_conn_id: str | None = "spark_default",
-        jobs_file: str | None = None,
-        keep_lease: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self._savepoints_args(job, aws_conn_id, spark_conn_id, jobs_file)
-        self.upgrade_id = upgrade_id
-        self.phases = frozenset(Phase(p) for p in phases)
-
-    def poke(self, context: Context) -> PokeReturnValue:
-        with task_errors(context):
-            ctx = self.job_context(context)
-            upgrade = Upgrades(ctx.store.storage).get(ctx.name, self.upgrade_id)
-            if upgrade.phase in self.phases:
-                upgrade = advance(ctx, upgrade)
-            if upgrade.phase in self.phases:
-                note = upgrade.history[-1]["note"] if upgrade.history else ""
-                self.log.info("upgrade %s: %s (%s)", upgrade.id, upgrade.phase, note)
-                return PokeReturnValue(is_done=False)
-            return PokeReturnValue(is_done=True, xcom_value=_settled(upgrade, context))
 
 
 class PreflightCheckOperator(SavepointsBaseOperator):

@@ -380,3 +380,56 @@ def test_the_operators_figures_reach_airflows_metrics(tmp_path: Path, monkeypatc
         ("timing", "savepoints.snapshot.duration", {"job": "orders", "kind": "savepoint"}),
         ("timing", "savepoints.cutover.duration", {"job": "orders"}),
     ]
+
+
+def test_an_upgrade_that_waits_defers_and_its_trigger_fires_when_a_step_can_go_on(tmp_path: Path) -> None:
+    """A blue/green upgrade whose green has not committed its batches yet: the wait task advances it once, finds
+    it waiting (core/upgrades/steps.py `waiting`) and defers to UpgradeTrigger instead of holding a worker slot; the
+    trigger fires once green is healthy and caught up. The wait keeps the run's lease and Kafka connection as told."""
+    from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
+    from airflow_plugin.sensors.upgrade import UpgradeWaitSensor
+    from airflow_plugin.triggers.upgrade import UpgradeTrigger
+
+    jobs = str(write_jobs(tmp_path))
+    storage = open_storage(str(tmp_path / "store"))
+    records = Deployments(storage)
+    now = time.time()
+    watermark = "2026-01-01T00:10:00Z"
+    for deployment_id, batch in (("dp-old", 40), ("dp-new", 5)):
+        records.put(Deployment(deployment_id, "orders", "v1", str(tmp_path / deployment_id), restored_batch_id=5))
+        status = DeploymentStatus(State.RUNNING, now, last_batch_id=batch, watermark=watermark)
+        records.write_status("orders", deployment_id, status)
+    upgrade = Upgrade("up-1", "orders", "v2", mode="blue_green", old_deployment="dp-old", new_deployment="dp-new")
+    upgrade.settings = {"min_batches": 2, "lag_must_fall": False}
+    upgrade.deadline = now + 600
+    Upgrades(storage).put(upgrade.move(Phase.CATCHING_UP, "green started"))
+
+    sensor = UpgradeWaitSensor(
+        task_id="catch_up",
+        job="orders",
+        upgrade_id="up-1",
+        phases=["CATCHING_UP"],
+        jobs_file=jobs,
+        aws_conn_id=None,
+        spark_conn_id=None,
+        kafka_conn_id="my_kafka",
+        keep_lease=True,
+    )
+    assert sensor.keep_lease and sensor.hook.kafka_conn_id == "my_kafka"
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(task_context())
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, UpgradeTrigger) and (trigger.upgrade_id, trigger.phase) == ("up-1", "CATCHING_UP")
+    name, kwargs = trigger.serialize()
+    again = UpgradeTrigger(**kwargs)
+    assert name == "airflow_plugin.triggers.upgrade.UpgradeTrigger" and again.serialize() == (name, kwargs)
+
+    hook = SavepointsHook(aws_conn_id=None, spark_conn_id=None, jobs_file=jobs, kafka_conn_id=None)
+    event, seen = trigger.check(hook)
+    assert event is None and "green catching up" in seen["message"]
+    records.write_status(
+        "orders", "dp-new", DeploymentStatus(State.RUNNING, time.time(), last_batch_id=7, watermark=watermark)
+    )
+    event, _ = trigger.check(hook)
+    assert event is not None and (event["status"], event["upgrade"]) == ("ready", "up-1")
+    assert Upgrades(storage).get("orders", "up-1").phase is Phase.CATCHING_UP, "the trigger only looks"

@@ -21,69 +21,32 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from airflow_plugin.core.context import Settings
-from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
-from airflow_plugin.core.jobs.stop import kill, running_deployment, stop
+from airflow_plugin.core.jobs.stop import running_deployment, stop
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
 from devtools.feeding import BackgroundFeeder
 from devtools.kafka import EmbeddedKafka
-from devtools.kafka_job import JOB, PARTITIONS, KafkaFeeder, processed, table_of, write_jobs_file
+from devtools.kafka_job import JOB, PARTITIONS, processed, table_of, write_jobs_file
 from devtools.windowed import wait_for
 from spark_jobs.generate import FLUSH_USER
 from spark_jobs.jobs.windowed.output import read_table, summarize
 from spark_jobs.runtime.failpoints import ENV as FAILPOINTS
+from tests.support.jobs import kill_every_deployment
+from tests.support.windows import RecordingFeeder, counted, differences
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow(seconds=600)]
 
 REPO = Path(__file__).resolve().parents[2]
 STARTING = DeploymentStatus(State.STARTING, 0)
 ENDED = 11  # the command's exit code for an upgrade that did not go through (ABORTED, ROLLED_BACK)
-
-
-class RecordingFeeder(KafkaFeeder):
-    """The example job's feeder, keeping every distinct event it produced: what each (key, window) must count."""
-
-    def __init__(self, kafka: EmbeddedKafka, topic: str) -> None:
-        super().__init__(kafka, topic)
-        self.fed: list[dict[str, object]] = []
-
-    def round(self) -> None:
-        from spark_jobs.generate import round_events
-
-        self.fed += round_events(self.rounds, self.events_per_round)
-        super().round()
-
-    def expected(self) -> Counter[tuple[str, float]]:
-        """Events per (user, one-minute window start, epoch seconds)."""
-        return Counter((str(e["user"]), _minute(_epoch(str(e["event_time"])))) for e in self.fed)
-
-
-def _epoch(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-def _minute(seconds: float) -> float:
-    return seconds - seconds % 60
-
-
-def _counted(rows: list[dict[str, object]]) -> Counter[tuple[str, float]]:
-    counted: Counter[tuple[str, float]] = Counter()
-    for row in rows:
-        start = row["window_start"]
-        assert isinstance(start, datetime)
-        moment = start if start.tzinfo else start.replace(tzinfo=UTC)
-        counted[(str(row["user"]), moment.timestamp())] += int(row["events"])  # type: ignore[call-overload]
-    return counted
 
 
 @pytest.mark.timeout(1500)
@@ -259,15 +222,11 @@ def test_every_way_out_of_a_blue_green_upgrade_leaves_one_writer_per_window(
         wait_for(lambda: summarize(read_table(table)).events >= feeder.events, "the last windows", 180)
         stop(job)
         rows = [row for row in read_table(table) if row["user"] != FLUSH_USER]
-        counted = _counted(rows)
-        missing = {key: n - counted[key] for key, n in expected.items() if counted[key] < n}
-        extra = {key: counted[key] - expected[key] for key in counted if counted[key] > expected[key]}
-        assert not missing and not extra, f"per (user, window): missing {missing}, counted twice {extra}"
+        assert not (wrong := differences(expected, counted(rows))), f"per (user, window): {wrong}"
         summary = summarize(rows)
         assert summary.duplicates == [] and summary.shared_windows == [], "every window from one version, once"
     finally:
         for deployment in records.list(JOB):
-            with contextlib.suppress(SavepointsError, ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(deployment.launcher.get("pid", -1), signal.SIGCONT)
-            with contextlib.suppress(SavepointsError):
-                kill(job, deployment.id)
+        kill_every_deployment(job)

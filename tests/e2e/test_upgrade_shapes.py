@@ -22,10 +22,9 @@ import pytest
 
 from airflow_plugin.cli import main
 from airflow_plugin.core.context import JobContext, Settings
-from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, State
-from airflow_plugin.core.jobs.stop import kill, running_deployment, stop
+from airflow_plugin.core.jobs.stop import running_deployment, stop
 from airflow_plugin.core.sinks.delta import SESSION_CONF
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Mode, Phase, Upgrades
@@ -34,6 +33,7 @@ from devtools.feeding import BackgroundFeeder
 from devtools.windowed import SMALL_DELTA_TABLE, Feeder, processed, wait_for
 from spark_jobs.generate import FLUSH_USER, round_events
 from spark_jobs.jobs.windowed.output import read_table, summarize
+from tests.support.jobs import kill_every_deployment
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow(seconds=300)]
 
@@ -182,7 +182,4 @@ def test_the_plan_decides_blue_green_and_where_a_replay_starts(
         assert summarize(rows).shared_windows == [], "each window from one version"
     finally:
         for name in VERSIONS:
-            job = settings.job(name)
-            for deployment in job.deployments.list(name):
-                with contextlib.suppress(SavepointsError):
-                    kill(job, deployment.id)
+            kill_every_deployment(settings.job(name))

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_plugin.core.context import JobContext
 
 
 def write_jobs(tmp_path: Path, application: str = "job.py", extra: str = "", *, touch: bool = True) -> Path:
@@ -76,3 +80,17 @@ for _ in range(10):
 stopped = DeploymentStatus(State.STOPPED, time.time(), last_batch_id=19, handled_requests=[request.id])
 deployments.write_status(args.job, args.deployment, stopped)
 """
+
+
+def kill_every_deployment(job: JobContext) -> None:
+    """A test's clean-up: every driver of the job killed, even under a lease a killed upgrade left (broken first)."""
+    import contextlib
+
+    from airflow_plugin.core.errors import SavepointsError
+    from airflow_plugin.core.jobs.stop import kill
+    from airflow_plugin.core.lease import break_lease
+
+    break_lease(job.store.storage, job.name)
+    for deployment in job.deployments.list(job.name):
+        with contextlib.suppress(SavepointsError):
+            kill(job, deployment.id)

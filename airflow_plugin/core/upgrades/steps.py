@@ -194,26 +194,36 @@ def launching(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     return upgrade.move(Phase.CATCHING_UP, f"green {green.id} started {began}, staging into {upgrade.staging}")
 
 
+Look = tuple[Phase | None, str]  # a waiting step's look at the world: the phase to move to (None: wait on), and why
+
+
 def catching_up(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
+    phase, why = _look_catching_up(ctx, upgrade)
+    if phase is Phase.ABORTING:
+        return _abort(upgrade, why)
+    return upgrade if phase is None else upgrade.move(phase, why)
+
+
+def _look_catching_up(ctx: JobContext, upgrade: Upgrade) -> Look:
     settings = UpgradeSettings.of(upgrade.settings)
     old = _deployment(ctx, upgrade.old_deployment)
     if (state := ctx.state_of(old)) is not State.RUNNING:
-        return _abort(upgrade, f"the old deployment {old.id} is {state}")
+        return Phase.ABORTING, f"the old deployment {old.id} is {state}"
     health = new_health(ctx, upgrade, settings)
     new = _deployment(ctx, upgrade.new_deployment)
     if upgrade.mode == Mode.REPLAY and upgrade.replay:
         status = ctx.deployments.status(ctx.name, new.id)
         if problem := check_first_batch(ReplayStart.of(upgrade.replay), status.first_rows if status else None):
-            return _abort(upgrade, problem)
+            return Phase.ABORTING, problem
     behind = _behind(ctx, old, new)
     if health.verdict is Verdict.HEALTHY and behind is None:
-        return upgrade.move(Phase.CUTTING_OVER, f"green healthy: {health.reason}; its event time caught up")
+        return Phase.CUTTING_OVER, f"green healthy: {health.reason}; its event time caught up"
     if health.verdict is Verdict.UNHEALTHY:
-        return _abort(upgrade, f"green is unhealthy: {health.reason}")
+        return Phase.ABORTING, f"green is unhealthy: {health.reason}"
+    why = behind if health.verdict is Verdict.HEALTHY else health.reason
     if upgrade.deadline is not None and time.time() > upgrade.deadline:
-        why = behind if health.verdict is Verdict.HEALTHY else health.reason
-        return _abort(upgrade, f"green did not catch up within {settings.catch_up_seconds:.0f} s: {why}")
-    return upgrade
+        return Phase.ABORTING, f"green did not catch up within {settings.catch_up_seconds:.0f} s: {why}"
+    return None, f"green catching up: {why}"
 
 
 def _behind(ctx: JobContext, old: Deployment, new: Deployment) -> str | None:
@@ -261,13 +271,11 @@ def retiring(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     settings = UpgradeSettings.of(upgrade.settings)
     old = _deployment(ctx, upgrade.old_deployment)
     if upgrade.stop_savepoint is None:
-        state, status = ctx.state_of(old), ctx.deployments.status(ctx.name, old.id)
-        stopping = state in (State.STOPPING, State.STOPPED) and _asked_to_stop(ctx, old)  # by an earlier try
-        if state is not State.RUNNING and not stopping:
-            upgrade.error = f"the old deployment {old.id} is {state} before it wrote every window up to the cutover"
-            return upgrade.move(Phase.ROLLING_BACK, upgrade.error)
-        watermark = _millis(status.watermark if status else None)
-        if not stopping and (watermark is None or watermark < int(upgrade.cutover_ms or 0)):
+        phase, why = _look_retiring(ctx, upgrade)
+        if phase is Phase.ROLLING_BACK:
+            upgrade.error = why
+            return upgrade.move(phase, why)
+        if phase is None:
             return upgrade
         result = stop(ctx, savepoint=True, deployment_id=old.id, labels=_labels(upgrade))  # adopts an earlier try's
         upgrade.stop_savepoint = result.snapshot.id if result.snapshot else None
@@ -276,19 +284,67 @@ def retiring(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     return upgrade.move(Phase.CONFIRMING, note)
 
 
+def _look_retiring(ctx: JobContext, upgrade: Upgrade) -> Look:
+    """Whether the old deployment may stop now (its watermark passed T, or an earlier try asked it to stop)."""
+    old = _deployment(ctx, upgrade.old_deployment)
+    if upgrade.stop_savepoint is not None:
+        return Phase.CONFIRMING, "stopped"
+    state, status = ctx.state_of(old), ctx.deployments.status(ctx.name, old.id)
+    stopping = state in (State.STOPPING, State.STOPPED) and _asked_to_stop(ctx, old)  # by an earlier try
+    if state is not State.RUNNING and not stopping:
+        return (
+            Phase.ROLLING_BACK,
+            f"the old deployment {old.id} is {state} before it wrote every window up to the cutover",
+        )
+    watermark = _millis(status.watermark if status else None)
+    if not stopping and (watermark is None or watermark < int(upgrade.cutover_ms or 0)):
+        return (
+            None,
+            f"the old deployment's watermark {iso_millis(watermark)} is before T {iso_millis(upgrade.cutover_ms)}",
+        )
+    return Phase.CONFIRMING, "its watermark passed T"
+
+
 def confirming(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
+    phase, why = _look_confirming(ctx, upgrade)
+    if phase is Phase.DONE:
+        _remove_scratch(ctx, upgrade)
+    elif phase is Phase.ROLLING_BACK:
+        upgrade.error = why
+    return upgrade if phase is None else upgrade.move(phase, why)
+
+
+def _look_confirming(ctx: JobContext, upgrade: Upgrade) -> Look:
     settings = UpgradeSettings.of(upgrade.settings)
     health = new_health(ctx, upgrade, settings)
     if health.verdict is Verdict.HEALTHY:
-        _remove_scratch(ctx, upgrade)
-        return upgrade.move(Phase.DONE, f"{upgrade.to_version} healthy after the cutover: {health.reason}")
+        return Phase.DONE, f"{upgrade.to_version} healthy after the cutover: {health.reason}"
     if health.verdict is Verdict.UNHEALTHY:
-        upgrade.error = health.reason
-        return upgrade.move(Phase.ROLLING_BACK, f"unhealthy after the cutover: {health.reason}")
+        return Phase.ROLLING_BACK, f"unhealthy after the cutover: {health.reason}"
     if upgrade.deadline is not None and time.time() > upgrade.deadline:
-        upgrade.error = f"not healthy within {settings.confirm_seconds:.0f} s after the cutover: {health.reason}"
-        return upgrade.move(Phase.ROLLING_BACK, upgrade.error)
-    return upgrade
+        return (
+            Phase.ROLLING_BACK,
+            f"not healthy within {settings.confirm_seconds:.0f} s after the cutover: {health.reason}",
+        )
+    return None, f"the health gate after the cutover: {health.reason}"
+
+
+LOOKS: dict[Phase, Callable[[JobContext, Upgrade], Look]] = {
+    Phase.CATCHING_UP: _look_catching_up,
+    Phase.RETIRING: _look_retiring,
+    Phase.CONFIRMING: _look_confirming,
+}
+
+
+def waiting(ctx: JobContext, upgrade: Upgrade) -> str | None:
+    """Why the upgrade's current step would change nothing if advanced now (it waits for the world: green catching
+    up, the old version's watermark, the health gate), or None when advancing it makes progress. A look only, no
+    action: what a deferred task's trigger asks (airflow_plugin/triggers/upgrade.py)."""
+    look = LOOKS.get(upgrade.phase)
+    if look is None or upgrade.phase.terminal:
+        return None
+    phase, why = look(ctx, upgrade)
+    return why if phase is None else None
 
 
 def aborting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:

@@ -67,10 +67,11 @@ def upgrade_task_group(
         launch = UpgradeStepOperator(
             task_id="launch", phases=["LAUNCHING"], trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **step
         )
-        catch_up = UpgradeWaitSensor(task_id="catch_up", phases=["CATCHING_UP"], **step)
+        wait = {**step, "poll_interval": 2.0}  # a look every 2 s, in the triggerer: the cutover waits on the catch-up
+        catch_up = UpgradeWaitSensor(task_id="catch_up", phases=["CATCHING_UP"], **wait)
         cutover = UpgradeStepOperator(task_id="cutover", phases=["CUTTING_OVER"], **step)
-        retire = UpgradeWaitSensor(task_id="retire", phases=["RETIRING"], **step)
-        confirm = UpgradeWaitSensor(task_id="confirm", phases=["CONFIRMING"], **step)
+        retire = UpgradeWaitSensor(task_id="retire", phases=["RETIRING"], **wait)
+        confirm = UpgradeWaitSensor(task_id="confirm", phases=["CONFIRMING"], **wait)
         recover = RecoverUpgradeOperator(task_id="recover", trigger_rule=TriggerRule.ONE_FAILED, **step)
 
         @task(task_id="upgrade_failed", trigger_rule=TriggerRule.ONE_FAILED)

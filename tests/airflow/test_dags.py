@@ -237,3 +237,26 @@ def test_an_upgrade_of_a_job_another_run_is_upgrading_fails_at_once_and_changes_
     held = read_lease(store, "orders")
     assert held is not None and held.holder == other.record.holder
     assert tree(tmp_path) == before  # nothing launched, stopped or written
+
+
+def test_install_dags_refuses_a_local_store_under_an_executor_whose_tasks_run_elsewhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example jobs file keeps its store in a local path: on Celery or Kubernetes workers each would have its
+    own. Refused, nothing written; a jobs file with a store on S3 ($SAVEPOINTS_JOBS, or one already there) installs."""
+    dags = tmp_path / "dags"
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "LocalExecutor,CeleryExecutor")
+    monkeypatch.delenv("SAVEPOINTS_JOBS", raising=False)
+    assert main(["install-dags", str(dags)]) == 4
+    err = capsys.readouterr().err
+    assert "in a local path, but Airflow's executor (CeleryExecutor) runs tasks on other machines" in err, err
+    assert 'store = "s3://bucket/prefix"' in err and "SAVEPOINTS_JOBS" in err and not dags.exists()
+
+    shared = tmp_path / "shared.toml"
+    shared.write_text(Path("jobs.toml").read_text().replace('store = ".runs/store"', 'store = "s3://lake/store"'))
+    assert "s3://lake/store" in shared.read_text(), "the example's store line"
+    monkeypatch.setenv("SAVEPOINTS_JOBS", str(shared))
+    assert main(["install-dags", str(dags)]) == 0
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
+    monkeypatch.delenv("SAVEPOINTS_JOBS")
+    assert main(["install-dags", str(tmp_path / "local")]) == 0, "a local executor: the example as it is"

@@ -2,9 +2,12 @@
 connections into the engine's `Settings` and resolves a `Context` from them (core/context.py):
 
 - the jobs file (the same one the CLI reads: `jobs_file`, else $SAVEPOINTS_JOBS, else ./jobs.toml);
-- the store's S3 access from an Airflow AWS connection (login = access key id, password = secret access
-  key, extras `endpoint_url` and `region_name`); without that connection, boto3's own chain
-  (environment, profile, instance role) as the CLI uses it;
+- the store's S3 access from an Airflow AWS connection, read as the Amazon provider reads it for every other
+  AWS operator (its AwsConnectionWrapper and session factory: keys, `role_arn` assumed and refreshed, profiles,
+  web identity, `endpoint_url`, `region_name`, `service_config`); without that connection, boto3's own chain
+  (environment, profile, instance role) as the CLI uses it. What reaches a deployment's driver, which runs for
+  weeks: the connection's keys when they do not expire; nothing (its machine's own identity) when the
+  connection's extra says `"driver_credentials": "own"`; credentials that expire are refused (storage/s3.py);
 - spark-submit from a Spark connection (`spark_default`: host = master, extra `deploy-mode`); without that
   connection, the master and deploy mode of the jobs file;
 - the Kafka broker whose offsets every restore checks from a Kafka connection as the Airflow Kafka provider
@@ -82,16 +85,26 @@ class SavepointsHook(BaseHook):
 
     @staticmethod
     def settings_from(conn: Any | None) -> S3Settings | None:
+        """An AWS connection as the Amazon provider reads it. Keys that do not expire are the settings' own (a driver
+        may have them); anything else (a role to assume, web identity, a profile, a session token) is the provider's
+        session, whose credentials it refreshes."""
         if conn is None:
             return None
-        extra = conn.extra_dejson
-        return S3Settings(
-            endpoint_url=extra.get("endpoint_url") or conn.host or None,
-            region_name=extra.get("region_name") or None,
-            access_key_id=conn.login or extra.get("aws_access_key_id") or None,
-            secret_access_key=conn.password or extra.get("aws_secret_access_key") or None,
-            session_token=extra.get("aws_session_token") or None,
-        )
+        from airflow.providers.amazon.aws.hooks.base_aws import BaseSessionFactory
+        from airflow.providers.amazon.aws.utils.connection_wrapper import AwsConnectionWrapper
+
+        wrapper = AwsConnectionWrapper(conn=conn)
+        where = {"endpoint_url": wrapper.get_service_endpoint_url("s3") or conn.host or None}
+        where["region_name"] = wrapper.region_name
+        keys = wrapper.aws_access_key_id and wrapper.aws_secret_access_key
+        if keys and not wrapper.role_arn and not wrapper.aws_session_token and not wrapper.profile_name:
+            return S3Settings(
+                **where, access_key_id=wrapper.aws_access_key_id, secret_access_key=wrapper.aws_secret_access_key
+            )
+        own = str(wrapper.extra_config.get("driver_credentials", "")).lower() == "own"
+        temporary = bool(wrapper.role_arn or wrapper.aws_session_token)
+        session = BaseSessionFactory(conn=wrapper).create_session()
+        return S3Settings(**where, session=session, temporary=temporary, drivers_own_identity=own)
 
     @cached_property
     def kafka_settings(self) -> KafkaSettings | None:

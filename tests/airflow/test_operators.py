@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 import socket
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
+from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
 from airflow_plugin.core.lease import acquire, airflow_holder, break_lease, read_lease
 from airflow_plugin.core.storage import open_storage
@@ -99,6 +101,49 @@ def test_the_connection_reaches_the_store_even_when_the_environment_points_elsew
     operator.aws_conn_id = "the_store"
     with pytest.raises(AirflowFailException, match="job orders has no running deployment"):  # it read the store
         operator.execute(CONTEXT)
+
+
+def test_a_connection_with_a_role_reaches_the_store_as_that_role_and_keeps_it_from_long_lived_drivers(
+    s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An AWS connection that only names a role (`role_arn`), read as the Amazon provider reads it: the role is
+    assumed through STS (moto's, on the embedded server) and the store is read with the assumed credentials, not the
+    base ones. A deployment's driver, which runs for weeks, is refused those expiring credentials unless the
+    connection says drivers have their own identity; a short Spark tool gets them as they are now."""
+    store = s3_server.create_bucket(f"role-{int(time.time() * 1000)}") + "/store"
+    role = "arn:aws:iam::123456789012:role/savepoints-store"
+    extra = {"role_arn": role, "region_name": "us-east-1", "endpoint_url": s3_server.endpoint}
+    extra["service_config"] = {"sts": {"endpoint_url": s3_server.endpoint}}
+    monkeypatch.setenv("AIRFLOW_CONN_THE_ROLE", json.dumps({"conn_type": "aws", "extra": extra}))
+    jobs = tmp_path / "jobs.toml"
+    write_jobs(tmp_path)
+    jobs.write_text(jobs.read_text().replace('store = "store"', f'store = "{store}"'))
+    hook = SavepointsHook(aws_conn_id="the_role", spark_conn_id=None, jobs_file=str(jobs), kafka_conn_id=None)
+    settings = hook.s3_settings
+    assert settings is not None and settings.session is not None and settings.temporary
+    used = settings.session.get_credentials().get_frozen_credentials()
+    assert used.access_key != os.environ["AWS_ACCESS_KEY_ID"] and used.token, "the assumed role's, not the base keys"
+    identity = settings.session.client("sts", endpoint_url=s3_server.endpoint).get_caller_identity()
+    assert ":assumed-role/savepoints-store/" in identity["Arn"], identity
+
+    job = hook.job_context("orders")
+    from airflow_plugin.core.storage.s3 import _s3
+
+    assert job.store.list("orders") == [], "the store was read"
+    signer = _s3(settings).client._request_signer._credentials.get_frozen_credentials()
+    assert signer.access_key == used.access_key, "with the assumed role's credentials"
+    assert job.child_env()["AWS_ACCESS_KEY_ID"] == used.access_key, "a tool: the current credentials"
+    with pytest.raises(Refused, match=r'credentials expire .* "driver_credentials": "own"') as refused:
+        settings.child_env(lasting=True)
+    assert used.secret_key not in str(refused.value) and used.access_key not in str(refused.value)
+
+    extra["driver_credentials"] = "own"
+    monkeypatch.setenv("AIRFLOW_CONN_THE_ROLE", json.dumps({"conn_type": "aws", "extra": extra}))
+    own = SavepointsHook(aws_conn_id="the_role").s3_settings
+    assert own is not None and own.child_env(lasting=True) == {
+        "AWS_ENDPOINT_URL": s3_server.endpoint,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }, "drivers get no keys: their own identity"
 
 
 # ---------------------------------------------------------------- trigger and sensor

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from ..errors import Conflict, InvalidInput, NotFound, StoreUnavailable
+from ..errors import Conflict, InvalidInput, NotFound, Refused, StoreUnavailable
 from ..parallel import chunked, run_parallel
 from .base import ObjectInfo, Storage
 
@@ -48,15 +48,35 @@ class S3Settings:
     max_attempts: int = 10  # in all, the first included (as AWS_MAX_ATTEMPTS counts)
     connect_timeout: float = 10.0  # seconds; a blackholed endpoint fails instead of hanging
     read_timeout: float = 60.0
+    # a boto3 session its caller made (the Airflow layer: the Amazon provider's, from an AWS connection): its
+    # credentials, refreshed as it refreshes them (an assumed role), instead of the keys above
+    session: Any = field(default=None, repr=False)
+    temporary: bool = False  # those credentials expire (an assumed role, web identity, a session token)
+    drivers_own_identity: bool = False  # a long-lived driver uses its machine's identity (instance profile, IRSA)
 
-    def child_env(self) -> dict[str, str]:
-        """The environment that gives a child process (a Spark driver) the same S3 access."""
+    def child_env(self, *, lasting: bool = False) -> dict[str, str]:
+        """The environment that gives a child process the same S3 access. `lasting`: a deployment's driver, which
+        runs for weeks: it gets keys that do not expire, or none (its own identity); credentials that would expire
+        under it are refused. A short-lived Spark tool (a pre-flight, a rescale) gets a session's current ones."""
+        keys = (self.access_key_id, self.secret_access_key, self.session_token)
+        if self.session is not None:
+            if self.temporary and lasting and not self.drivers_own_identity:
+                raise Refused(
+                    "the AWS connection's credentials expire (an assumed role, web identity or a session token), and "
+                    "a deployment's driver runs for weeks: give the drivers an identity of their own (an instance "
+                    "profile, IRSA, S3A's credential providers in the job's conf) and set the connection's extra "
+                    '"driver_credentials": "own", or use a connection with keys that do not expire'
+                )
+            keys = (None, None, None)
+            if not lasting:  # a tool ends long before the session's credentials do
+                frozen = self.session.get_credentials().get_frozen_credentials()
+                keys = (frozen.access_key, frozen.secret_key, frozen.token)
         names = {
             "AWS_ENDPOINT_URL": self.endpoint_url,
             "AWS_DEFAULT_REGION": self.region_name,
-            "AWS_ACCESS_KEY_ID": self.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
-            "AWS_SESSION_TOKEN": self.session_token,
+            "AWS_ACCESS_KEY_ID": keys[0],
+            "AWS_SECRET_ACCESS_KEY": keys[1],
+            "AWS_SESSION_TOKEN": keys[2],
         }
         return {name: value for name, value in names.items() if value}
 
@@ -129,7 +149,7 @@ def _s3(settings: S3Settings) -> _S3:
             from boto3.s3.transfer import TransferConfig, create_transfer_manager
             from botocore.config import Config
 
-            session = boto3.session.Session(
+            session = settings.session or boto3.session.Session(
                 aws_access_key_id=settings.access_key_id,
                 aws_secret_access_key=settings.secret_access_key,
                 aws_session_token=settings.session_token,

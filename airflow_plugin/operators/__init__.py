@@ -15,6 +15,7 @@ from .upgrade import (
     PreflightCheckOperator,
     RecoverUpgradeOperator,
     RollbackOperator,
+    UpgradeBaseOperator,
     UpgradeJobOperator,
     UpgradeStepOperator,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "SavepointOperator",
     "SavepointsBaseOperator",
     "StopJobOperator",
+    "UpgradeBaseOperator",
     "UpgradeJobOperator",
     "UpgradeStepOperator",
     "VerifySnapshotOperator",

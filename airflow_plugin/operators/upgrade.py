@@ -91,86 +91,9 @@ class UpgradeDriver(SavepointsMixin):
         return ctx, Upgrades(ctx.store.storage).get(ctx.name, str(event["upgrade"]))
 
 
-class UpgradeJobOperator(UpgradeDriver, SavepointsBaseOperator):
-    """Upgrade the job's running deployment to `version`, the whole upgrade in one task, as `savepoints upgrade` runs
-    it: a live savepoint, the pre-flight (which also decides the mode: `mode` auto, or blue_green, stop_restore,
-    replay, migrate), the new version, its catch-up and cutover, the old version's retirement and the health gate;
-    an abort or rollback on failure. While a step waits for the world it defers to UpgradeTrigger and holds no
-    worker slot (`deferrable`, the default), else polls every `poll_interval` seconds. A retried or resumed task
-    continues the same upgrade (its record carries the task's request id). The record is the XCom; the task fails
-    (no retry: the upgrade ended) when the upgrade did not go through: BLOCKED, ABORTED, ROLLED_BACK, FAILED."""
-
-    template_fields: Sequence[str] = (
-        "job",
-        "version",
-        "mode",
-        "min_batches",
-        "lag_must_fall",
-        "allow_renames",
-        "accept_source_gap",
-    )
-    ui_color = "#fbefe8"
-
-    def __init__(
-        self,
-        *,
-        version: str,
-        mode: str = "auto",
-        min_batches: int | str = UpgradeSettings.min_batches,
-        lag_must_fall: bool | str = True,
-        allow_renames: bool | str = False,
-        accept_source_gap: bool | str = False,
-        catch_up_seconds: float = UpgradeSettings.catch_up_seconds,
-        confirm_seconds: float = UpgradeSettings.confirm_seconds,
-        answer_seconds: float = UpgradeSettings.answer_seconds,
-        replay_margin_seconds: float = UpgradeSettings.replay_margin_seconds,
-        deferrable: bool = True,  # waits in the triggerer, holding no worker slot
-        poll_interval: float = 10.0,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.version, self.mode = version, mode
-        self.min_batches, self.lag_must_fall = min_batches, lag_must_fall
-        self.allow_renames, self.accept_source_gap = allow_renames, accept_source_gap
-        self.catch_up_seconds, self.confirm_seconds = catch_up_seconds, confirm_seconds
-        self.answer_seconds, self.replay_margin_seconds = answer_seconds, replay_margin_seconds
-        self.deferrable, self.poll_interval = deferrable, poll_interval
-
-    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
-        settings = UpgradeSettings(
-            min_batches=optional_int(self.min_batches, "min_batches") or UpgradeSettings.min_batches,
-            lag_must_fall=flag(self.lag_must_fall),
-            allow_renames=flag(self.allow_renames),
-            accept_source_gap=flag(self.accept_source_gap),
-            catch_up_seconds=float(self.catch_up_seconds),
-            confirm_seconds=float(self.confirm_seconds),
-            answer_seconds=float(self.answer_seconds),
-            replay_margin_seconds=float(self.replay_margin_seconds),
-        )
-        upgrade = begin(ctx, self.version, mode=str(self.mode or "") or None, settings=settings)  # a retry: the same
-        return self._ended(self.drive(ctx, context, upgrade), context)
-
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
-        with task_errors(context, self.job):
-            ctx, upgrade = self.resumed(context, event)
-            return self._ended(self.drive(ctx, context, upgrade), context)
-
-    def _ended(self, upgrade: Upgrade, context: Context) -> dict[str, Any]:
-        record = upgrade.to_dict()
-        try:
-            outcome(upgrade)
-        except Exception as exc:  # BLOCKED, ABORTED, ROLLED_BACK, FAILED: the upgrade ended; a retry changes nothing
-            context["ti"].xcom_push(key="upgrade", value=record)
-            raise AirflowFailException(str(exc)) from exc
-        self.log.info("upgrade %s of %s: DONE, %s runs", upgrade.id, upgrade.job, upgrade.to_version)
-        return record
-
-
-class BeginUpgradeOperator(SavepointsBaseOperator):
-    """Begin an upgrade of the job's running deployment to `version` and run its first steps: the live
-    savepoint and the pre-flight, which decides the mode (`mode`: blue_green, stop_restore, or auto for the
-    pre-flight's choice). Fails, touching nothing that runs, when the pre-flight blocks; the record is the
-    XCom (`upgrade` too when the task fails). A retry of the task finds the upgrade it began."""
+class UpgradeBaseOperator(SavepointsBaseOperator):
+    """What begins an upgrade: its version, mode and settings (the DAG form's fields, `savepoints upgrade`'s flags),
+    the base of UpgradeJobOperator and BeginUpgradeOperator. A retry of the task finds the upgrade it began."""
 
     template_fields: Sequence[str] = (
         "job",
@@ -193,24 +116,75 @@ class BeginUpgradeOperator(SavepointsBaseOperator):
         allow_renames: bool | str = False,
         accept_source_gap: bool | str = False,
         catch_up_seconds: float | str = UpgradeSettings.catch_up_seconds,
+        confirm_seconds: float = UpgradeSettings.confirm_seconds,
+        answer_seconds: float = UpgradeSettings.answer_seconds,
+        replay_margin_seconds: float = UpgradeSettings.replay_margin_seconds,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.version, self.mode = version, mode
         self.min_batches, self.lag_must_fall = min_batches, lag_must_fall
         self.allow_renames, self.accept_source_gap = allow_renames, accept_source_gap
-        self.catch_up_seconds = catch_up_seconds
+        self.catch_up_seconds, self.confirm_seconds = catch_up_seconds, confirm_seconds
+        self.answer_seconds, self.replay_margin_seconds = answer_seconds, replay_margin_seconds
 
-    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
+    def begin(self, ctx: JobContext) -> Upgrade:
         settings = UpgradeSettings(
             min_batches=optional_int(self.min_batches, "min_batches") or UpgradeSettings.min_batches,
             lag_must_fall=flag(self.lag_must_fall),
             allow_renames=flag(self.allow_renames),
             accept_source_gap=flag(self.accept_source_gap),
             catch_up_seconds=float(self.catch_up_seconds),
+            confirm_seconds=float(self.confirm_seconds),
+            answer_seconds=float(self.answer_seconds),
+            replay_margin_seconds=float(self.replay_margin_seconds),
         )
-        upgrade = begin(ctx, self.version, mode=str(self.mode or "") or None, settings=settings)  # auto: None
-        upgrade = run_upgrade(ctx, upgrade, until=frozenset({Phase.LAUNCHING}))
+        return begin(ctx, self.version, mode=str(self.mode or "") or None, settings=settings)  # auto: None
+
+
+class UpgradeJobOperator(UpgradeDriver, UpgradeBaseOperator):
+    """Upgrade the job's running deployment to `version`, the whole upgrade in one task, as `savepoints upgrade` runs
+    it: a live savepoint, the pre-flight (which also decides the mode: `mode` auto, or blue_green, stop_restore,
+    replay, migrate), the new version, its catch-up and cutover, the old version's retirement and the health gate;
+    an abort or rollback on failure. While a step waits for the world it defers to UpgradeTrigger and holds no
+    worker slot (`deferrable`, the default), else polls every `poll_interval` seconds. A retried or resumed task
+    continues the same upgrade (its record carries the task's request id). The record is the XCom; the task fails
+    (no retry: the upgrade ended) when the upgrade did not go through: BLOCKED, ABORTED, ROLLED_BACK, FAILED."""
+
+    ui_color = "#fbefe8"
+
+    def __init__(self, *, deferrable: bool = True, poll_interval: float = 10.0, **kwargs: Any) -> None:
+        """`deferrable`: waits in the triggerer, holding no worker slot."""
+        super().__init__(**kwargs)
+        self.deferrable, self.poll_interval = deferrable, poll_interval
+
+    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
+        return self._ended(self.drive(ctx, context, self.begin(ctx)), context)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        with task_errors(context, self.job):
+            ctx, upgrade = self.resumed(context, event)
+            return self._ended(self.drive(ctx, context, upgrade), context)
+
+    def _ended(self, upgrade: Upgrade, context: Context) -> dict[str, Any]:
+        record = upgrade.to_dict()
+        try:
+            outcome(upgrade)
+        except Exception as exc:  # BLOCKED, ABORTED, ROLLED_BACK, FAILED: the upgrade ended; a retry changes nothing
+            context["ti"].xcom_push(key="upgrade", value=record)
+            raise AirflowFailException(str(exc)) from exc
+        self.log.info("upgrade %s of %s: DONE, %s runs", upgrade.id, upgrade.job, upgrade.to_version)
+        return record
+
+
+class BeginUpgradeOperator(UpgradeBaseOperator):
+    """Begin an upgrade of the job's running deployment to `version` and run its first steps: the live
+    savepoint and the pre-flight, which decides the mode (`mode`: blue_green, stop_restore, or auto for the
+    pre-flight's choice). Fails, touching nothing that runs, when the pre-flight blocks; the record is the
+    XCom (`upgrade` too when the task fails)."""
+
+    def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
+        upgrade = run_upgrade(ctx, self.begin(ctx), until=frozenset({Phase.LAUNCHING}))
         self.log.info("upgrade %s of %s: %s (%s)", upgrade.id, ctx.name, upgrade.phase, upgrade.modes)
         return settled(upgrade, context)
 

@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED := 1
 # The locked pyspark brings its own Spark: a SPARK_HOME of the user's shell (another Spark) is not for these.
 unexport SPARK_HOME
 
-.PHONY: uv-bootstrap setup browser prometheus demo demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history
+.PHONY: uv-bootstrap setup browser prometheus demo tour demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history
 
 uv-bootstrap:  # its own target: make expands a recipe before running it, so setup's lines see the installed uv
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -19,8 +19,11 @@ setup: uv-bootstrap
 	@bash devtools/install_debian.sh mvn maven "make setup resolves the JVM jars with it (devtools/jvm.py)"
 	@$(UV) run --frozen python -m devtools.jvm  # the JVM jars (Kafka, S3A, Delta, mini Hadoop): Maven, once
 
-demo: setup
+demo: setup  # the core lifecycle in a few minutes: deploy, savepoint, retention, a blue/green upgrade, exactly-once
 	$(UV) run --frozen python -m devtools.demo
+
+tour: setup  # the whole lifecycle: also the aborted and rolled-back upgrades, replay, migration, the refusals
+	$(UV) run --frozen python -m devtools.demo --tour
 
 demo-yarn: setup  # the job on YARN in cluster mode, checkpoints on HDFS: Hadoop's mini cluster (devtools/yarn_demo.py)
 	$(UV) run --frozen python -m devtools.yarn_demo

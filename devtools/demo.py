@@ -1,5 +1,6 @@
-"""The main job (`make demo`): the whole lifecycle of a stateful streaming job that reads Kafka, run through
-Airflow.
+"""The main job (`make demo`): the core lifecycle of a stateful streaming job that reads Kafka, run through Airflow,
+in a few minutes: deploy v1, a savepoint from the savepoint DAG, the retention DAG, a blue/green upgrade to v2 (its
+gap printed), the exactly-once check. `make tour` (`--tour`) runs the whole lifecycle below.
 
 A Kafka broker (KRaft, on 127.0.0.1, devtools/kafka.py) holds the job's topic; an embedded S3 server (moto)
 holds the snapshot store, the job's checkpoints (through Spark's S3A) and its sink, a Delta table; a
@@ -125,7 +126,8 @@ def _dash(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    tour = "--tour" in (sys.argv[1:] if argv is None else argv)
     require_java()
     started = time.monotonic()
     shutil.rmtree(WORK, ignore_errors=True)
@@ -157,7 +159,7 @@ def main() -> int:
             ),
         )
         try:
-            lifecycle.run(rollback=True)
+            lifecycle.run(tour=tour, rollback=True)
         except Exception as exc:  # a step that could not even run: report it like a failed check
             lifecycle.check(False, f"{type(exc).__name__}: {exc} (details in {LOG})")
         finally:

@@ -514,7 +514,10 @@ class Lifecycle:
             f"the migration by {function} was checked on a throwaway copy and refused, naming the function",
         )
 
-    def run(self, *, rollback: bool = False, crash: bool = False) -> None:
+    def run(self, *, tour: bool = True, rollback: bool = False, crash: bool = False) -> None:
+        """The core lifecycle (deploy, a savepoint, retention, a blue/green upgrade, the exactly-once check); with
+        `tour`, everything else too: the aborted and rolled-back upgrades (`rollback`), replay, migration, a crash
+        (`crash`) and the refusals."""
         self.say(f"deploy v1 (deploy DAG), producing events to Kafka topic {self.topic}")
         with BackgroundFeeder(self.feeder) as feeding:
             self.deploy("v1")
@@ -524,25 +527,32 @@ class Lifecycle:
             self.retention()
             self.say("upgrade to v2 (upgrade DAG; the pre-flight picks the mode)")
             self.upgrade("v2", Outcome.UPGRADED)
-            if rollback:
-                self.say("upgrade to poisoned, which fails before its cutover: the upgrade aborts")
-                self.upgrade("poisoned", Outcome.ABORTED, feeding, poison=lambda u: _committed(self, u) >= 2)
-                self.say("upgrade to poisoned, which fails after its cutover: the upgrade rolls back")
-                self.upgrade("poisoned", Outcome.ROLLED_BACK, feeding, poison=lambda u: u.cut_over)
-            self.say("upgrade to v3: a new grouping key, the state cannot be taken over; the pre-flight picks replay")
-            self.upgrade("v3", Outcome.UPGRADED)
-            self.say("upgrade to by_country with a migration function that returns a key twice: refused")
-            self.refuse_migration("by_country_broken")
-            self.say("upgrade to by_country (per country): its state migrated from v3's by the version's function")
-            self.upgrade("by_country", Outcome.UPGRADED, mode="migrate")
-            if crash:
-                self.say("SIGKILL the driver mid-batch; deploy DAG from the latest state")
-                self.crash()
-            self.say("Kafka retention deletes records the running version has read: a replay can no longer start")
-            self.refuse_replay("v2")
+            if tour:
+                self._tour(feeding, rollback=rollback, crash=crash)
         self.say("stop producing; stop with a savepoint (savepoint DAG); exactly-once check")
         final = self.finish()
+        if not tour:
+            return
         self.say("a fresh start onto the sink the job wrote (deploy DAG, restore none)")
         self.refuse_fresh_start()
         self.say("Kafka retention deletes the records: the first savepoint can no longer be restored")
         self.expire(final)
+
+    def _tour(self, feeding: BackgroundFeeder, *, rollback: bool, crash: bool) -> None:
+        """The rest of the tour, while events are produced: the failed upgrades, replay, migration, the refusals."""
+        if rollback:
+            self.say("upgrade to poisoned, which fails before its cutover: the upgrade aborts")
+            self.upgrade("poisoned", Outcome.ABORTED, feeding, poison=lambda u: _committed(self, u) >= 2)
+            self.say("upgrade to poisoned, which fails after its cutover: the upgrade rolls back")
+            self.upgrade("poisoned", Outcome.ROLLED_BACK, feeding, poison=lambda u: u.cut_over)
+        self.say("upgrade to v3: a new grouping key, the state cannot be taken over; the pre-flight picks replay")
+        self.upgrade("v3", Outcome.UPGRADED)
+        self.say("upgrade to by_country with a migration function that returns a key twice: refused")
+        self.refuse_migration("by_country_broken")
+        self.say("upgrade to by_country (per country): its state migrated from v3's by the version's function")
+        self.upgrade("by_country", Outcome.UPGRADED, mode="migrate")
+        if crash:
+            self.say("SIGKILL the driver mid-batch; deploy DAG from the latest state")
+            self.crash()
+        self.say("Kafka retention deletes records the running version has read: a replay can no longer start")
+        self.refuse_replay("v2")

@@ -272,19 +272,23 @@ def test_replay_and_migrate_can_be_asked_for_on_a_compatible_state_too() -> None
     assert refused.mode is None and "declares no migration function" in str(refused.blocked)
 
 
-def test_a_migrated_version_writes_its_own_windows_in_a_transform_with_state() -> None:
-    """A migration's new version is a transformWithState (only it takes an initial state): its code, not its plan,
-    says what a window is, so its gate column is trusted; it still needs one watermark, and the running version
-    must split at a window end. Blue/green and replay to it are refused for what its plan holds."""
+def test_a_transform_with_state_writes_its_own_windows_and_its_gate_column_is_trusted() -> None:
+    """A migration's new version is a transformWithState (only it takes an initial state), and so is the running
+    version after such an upgrade: its code, not its plan, says what a window is, so its declared gate column is
+    trusted; it still needs one watermark. flatMapGroupsWithState and the rest of what a plan cannot split stay
+    refused."""
     own = {"watermarks": [{"column": "event_time", "delay_ms": 60_000}], "stateful": [], "gate_is_window_end": False}
     own["stateful"] = ["arbitrary state (TransformWithStateInPySpark)"]
-    chosen = decide(None, seen(state_problem=STATE, migrate="jobs.m:f", kafka_only=True, new_shape=own))
-    assert chosen.mode is Mode.MIGRATE, chosen.reasons
-    assert "holds arbitrary state (TransformWithStateInPySpark)" in chosen.reasons[Mode.REPLAY]
-    two = {**own, "watermarks": own["watermarks"] * 2}
-    refused = decide("migrate", seen(state_problem=STATE, migrate="jobs.m:f", kafka_only=True, new_shape=two))
-    assert refused.mode is None and "2 event-time watermarks" in str(refused.blocked)
-    sessions = {**own, "stateful": ["session window aggregation"]}
     migrating = {"state_problem": STATE, "migrate": "jobs.m:f", "kafka_only": True}
+    chosen = decide(None, seen(**migrating, new_shape=own))
+    assert chosen.mode is Mode.MIGRATE, chosen.reasons
+    assert decide("replay", seen(**migrating, old_shape=own)).mode is Mode.REPLAY, "from a migrated version"
+    two = {**own, "watermarks": own["watermarks"] * 2}
+    refused = decide("migrate", seen(**migrating, new_shape=two))
+    assert refused.mode is None and "2 event-time watermarks" in str(refused.blocked)
+    pandas = {**own, "stateful": ["arbitrary state (FlatMapGroupsInPandasWithState)"]}
+    with_pandas = decide("migrate", seen(**migrating, new_shape=pandas))
+    assert "holds arbitrary state (FlatMapGroupsInPandasWithState)" in str(with_pandas.blocked)
+    sessions = {**own, "stateful": ["session window aggregation"]}
     from_sessions = decide("migrate", seen(**migrating, old_shape=sessions))
     assert from_sessions.mode is None and "the running version holds a session window" in str(from_sessions.blocked)

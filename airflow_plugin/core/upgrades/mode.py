@@ -59,9 +59,8 @@ class Decision:
     blocked: str | None = None
 
 
-def blue_green_problem(seen: Observed, *, migrated: bool = False) -> str | None:
-    """Why the new version cannot run beside the old one and take over through the gate, or None when it can.
-    `migrated`: its state is made by a migration function, for a transformWithState that writes its own windows."""
+def blue_green_problem(seen: Observed) -> str | None:
+    """Why the new version cannot run beside the old one and take over through the gate, or None when it can."""
     old_gate, new_gate = seen.old_gate or {}, seen.new_gate or {}
     if not new_gate.get("column"):
         return f"the new version's writes cannot be gated: {new_gate.get('not_gated') or 'its pre-flight said nothing'}"
@@ -77,13 +76,13 @@ def blue_green_problem(seen: Observed, *, migrated: bool = False) -> str | None:
     if seen.old_sink != seen.new_sink:
         return f"the versions write different tables ({seen.old_sink} and {seen.new_sink})"
     column = str(new_gate["column"])
-    versions = (("the running version", seen.old_shape, False), ("the new version", seen.new_shape, migrated))
-    problems = [p for which, shape, own in versions if (p := window_problem(shape, which, column, own_windows=own))]
+    versions = (("the running version", seen.old_shape), ("the new version", seen.new_shape))
+    problems = [p for which, shape in versions if (p := window_problem(shape, which, column))]
     return "; ".join(problems) if problems else room_for_two(seen)
 
 
 SPLITTABLE = ("time window aggregation", "deduplication")  # what a plan may hold for its windows to be split at T
-OWN_WINDOWS = "arbitrary state (TransformWithState"  # a migrated version's state: transformWithState only
+OWN_WINDOWS = "arbitrary state (TransformWithState"  # writes its own windows (what a migration's state feeds)
 WHY_NOT = {
     "session window aggregation": "a session window (a record one version drops as late and the other accepts "
     "merges sessions differently: counted twice or lost)",
@@ -92,19 +91,19 @@ WHY_NOT = {
 }
 
 
-def window_problem(shape: dict[str, Any] | None, which: str, column: str, *, own_windows: bool = False) -> str | None:
+def window_problem(shape: dict[str, Any] | None, which: str, column: str) -> str | None:
     """Why a version's output cannot be split at a window end T with every window written once, whole, by one
     version; None when it can: one time window aggregation (tumbling or sliding; a deduplication before it
-    allowed), one event-time watermark, and the gate column the window's end. `own_windows`: a transformWithState
-    that takes a migrated state and writes its windows itself (its code, not its plan, says what a window is: the
-    job's declaration of its gate column is trusted); it still needs one watermark."""
+    allowed), one event-time watermark, and the gate column the window's end. A transformWithState writes its
+    windows itself (the state a migration makes is one): its code, not its plan, says what a window is, so the job's
+    declaration of its gate column is trusted; it still needs one watermark."""
     if not shape or "unknown" in shape:
         why = (shape or {}).get("unknown") or "it was started before its runtime reported it"
         return f"{which}'s plan is not known ({why}): nothing proves its windows can be split"
     watermarks, stateful = shape.get("watermarks") or [], list(shape.get("stateful") or [])
     if len(watermarks) != 1:
         return f"{which} has {len(watermarks)} event-time watermarks: the gate needs exactly one"
-    if own_windows and any(kind.startswith(OWN_WINDOWS) for kind in stateful):
+    if any(kind.startswith(OWN_WINDOWS) for kind in stateful):
         return None
     other = [WHY_NOT.get(kind, kind) for kind in stateful if kind not in SPLITTABLE]
     if other:
@@ -141,7 +140,7 @@ def _problems(seen: Observed) -> dict[Mode, str | None]:
     """Per mode, why it is not possible (None: it is)."""
     beside = blue_green_problem(seen)
     state = f"the new version cannot take over the old state: {seen.state_problem}" if seen.state_problem else None
-    migrate = blue_green_problem(seen, migrated=True)
+    migrate = beside
     if not seen.migrate:
         migrate = 'the version declares no migration function (jobs file: migrate = "package.module:function")'
     elif not seen.kafka_only:

@@ -13,7 +13,7 @@ from pathlib import Path
 from airflow.sdk import Param
 
 from .core.errors import NotFound
-from .core.jobs.deploy import RESTORE_MODES
+from .core.jobs.deploy import DEFAULT_RESTORE, RESTORE_HELP, RESTORE_MODES
 from .core.jobs.spec import DEFAULT_JOBS_FILE, JOBS_ENV, JobSpec, load_jobs, version_order
 
 
@@ -85,10 +85,10 @@ RESTORE_TITLE = "Restore from"  # the field a DAG user is told to change (operat
 
 def restore_param() -> Param:
     return Param(
-        "latest-state",
+        DEFAULT_RESTORE,
         type="string",
         title=RESTORE_TITLE,
-        description="none (fresh start), latest-state, latest-savepoint, or a snapshot id (sp-... / ck-...)",
+        description=RESTORE_HELP,
         examples=list(RESTORE_MODES),
         minLength=1,
     )

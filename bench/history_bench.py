@@ -200,21 +200,19 @@ def history(server: S3Server, results: Results) -> None:
         written = level - 1
         with server.phase() as usage:
             started = time.monotonic()
-            command(server, "catalog", "rebuild", "--store", store_uri, "--job", JOB)()
+            command(server, "catalog", "rebuild", JOB, "--store", store_uri)()
             seconds = time.monotonic() - started
         results.row(f"{level} snapshots", "migration (catalog rebuild)", Measured(seconds, usage, [seconds]).text())
-        store_args = ("--store", store_uri, "--job", JOB)
+        store_args = ("--store", store_uri)
         prune_args = ("--savepoint-keep-last", "24", "--checkpoint-keep-last", "24")
         steps = {
-            "list": command(server, "list", *store_args, "--json"),
-            "show latest": command(server, "show", *store_args, "latest", "--json"),
+            "list": command(server, "list", JOB, *store_args, "--json"),
+            "show latest": command(server, "show", JOB, "latest", *store_args, "--json"),
             "restore latest --dry-run": command(
-                server, "restore", *store_args, "latest", "--to", str(target), "--dry-run", "--json"
+                server, "restore", JOB, "latest", *store_args, "--to", str(target), "--dry-run", "--json"
             ),
             "deploy --restore latest-savepoint (planning)": forked(server, plan_deploy, str(jobs), JOB),
-            "prune --dry-run": command(
-                server, "prune", "--jobs", str(jobs), "--job", JOB, "--dry-run", "--json", *prune_args
-            ),
+            "prune --dry-run": command(server, "prune", JOB, "--jobs", str(jobs), "--dry-run", "--json", *prune_args),
         }
         if level == LEVELS[0]:  # the job's first lease: it also lists the deployments, once (core/lease.py)
             first = measure(server, steps["deploy --restore latest-savepoint (planning)"], runs=1)

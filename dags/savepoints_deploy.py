@@ -1,5 +1,6 @@
-"""Deploy a version of a job (fresh, from the latest state, the latest savepoint or a snapshot id) and wait
-until it is healthy."""
+"""Deploy a version of a job (from its latest state by default; from the latest savepoint, a snapshot id, or fresh)
+and wait until it is healthy. A fresh start of a job with state is asked for by name (restore `none`), and its task
+log says which state, at which batch, is not carried over."""
 
 from __future__ import annotations
 

@@ -13,9 +13,10 @@ from typing import Any
 from ..core.context import Settings
 from ..core.errors import SavepointsError
 from ..core.jobs.launcher import default_command
+from ..core.parallel import DEFAULT_CONCURRENCY
 from ..core.sources.kafka import KafkaSettings
 from . import exit_codes
-from .parser import build_parser
+from .parser import parse
 from .render import BarProgress, emit, fail
 
 
@@ -42,7 +43,8 @@ def _configure_logging(level: int) -> None:
 
 
 def settings(args: argparse.Namespace) -> Settings:
-    """The caller's side of the context: flags, the user, a progress bar, the spark-submit builder."""
+    """The caller's side of the context: flags, the user, a progress bar, the spark-submit builder. A command
+    takes --kafka-bootstrap and --concurrency only where they act (options.py)."""
     builder = default_command
     if getattr(args, "spark_conn", None):  # the Spark provider's connection builds the command
         from ..hooks.spark_submit import connection_command_builder
@@ -51,16 +53,16 @@ def settings(args: argparse.Namespace) -> Settings:
     return Settings(
         jobs_file=args.jobs,
         store=args.store,
-        kafka=KafkaSettings(args.kafka_bootstrap) if args.kafka_bootstrap else None,
+        kafka=KafkaSettings(kafka) if (kafka := getattr(args, "kafka_bootstrap", None)) else None,
         command_builder=builder,
         progress=BarProgress(),
         requested_by=os.environ.get("USER", ""),
-        concurrency=args.concurrency,
+        concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),  # only the commands that copy take it
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     _configure_logging(logging.INFO if args.verbose else logging.WARNING)
     try:
         output = args.run(args, settings(args).resolve())

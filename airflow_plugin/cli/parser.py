@@ -1,41 +1,24 @@
-"""The parser: the options every command shares, and one sub-command per command module's `register`."""
+"""The parser: the global options, `--version`, and one sub-command per command module's `register`."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
-from ..core.context import KAFKA_ENV, STORE_ENV
-from ..core.jobs.spec import JOBS_ENV
-from ..core.parallel import DEFAULT_CONCURRENCY
 from . import exit_codes
 from .commands import catalog, dags, jobs, observe, retention, snapshots, upgrades
+from .options import CommandParser, add_global_options, apply_global_defaults, global_options
 
 DESCRIPTION = "Consistent, incremental, verified savepoints of Spark Structured Streaming checkpoints."
+DISTRIBUTION = "spark-savepoints"
 
 
-def shared_options() -> argparse.ArgumentParser:
-    """Options every command takes (argparse parents)."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--jobs", metavar="FILE", help=f"the jobs file (default ${JOBS_ENV}, else ./jobs.toml)")
-    common.add_argument(
-        "--store",
-        metavar="URI",
-        help=f"snapshot store: s3://bucket/prefix or a path (default ${STORE_ENV}, else the jobs file's store)",
-    )
-    common.add_argument(
-        "--kafka-bootstrap",
-        metavar="HOST:PORT",
-        help=f"the Kafka broker whose offsets are checked (default ${KAFKA_ENV}, else the job's kafka table)",
-    )
-    common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("-v", "--verbose", action="store_true", help="log what happens")
-    common.add_argument(
-        "--concurrency",
-        type=int,
-        default=DEFAULT_CONCURRENCY,
-        help=f"parallel transfers (default {DEFAULT_CONCURRENCY})",
-    )
-    return common
+def package_version() -> str:
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,9 +27,29 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         epilog=exit_codes.describe(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # `--job` before the command is not `--jobs`
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    common = shared_options()
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {package_version()}",
+        help=f"print the version of {DISTRIBUTION} and exit",
+    )
+    add_global_options(parser)
+    commands = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        parser_class=CommandParser,
+        help="one of these (`savepoints COMMAND --help` lists its arguments)",
+    )
+    common = global_options()
     for module in (snapshots, jobs, retention, upgrades, dags, catalog, observe):
         module.register(commands, common)
     return parser
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, with the global options' defaults where they were given neither before nor after the
+    command."""
+    return apply_global_defaults(build_parser().parse_args(argv))

@@ -62,6 +62,11 @@ def warn(message: str) -> None:
     err.print(Text.assemble(("warning: ", "yellow"), message))
 
 
+def note(message: str) -> None:
+    """One line on stderr, however long (a deprecated form of a command: what to write instead)."""
+    err.print(Text.assemble(("note: ", "yellow"), message), soft_wrap=True)
+
+
 def say(text: str) -> None:
     """A line of text that may hold names from the store or the user: never read as rich markup."""
     out.print(Text(text))

@@ -12,7 +12,9 @@ Precedence, one rule for every setting that has several sources: flag > environm
                 `kafka` table > none (a snapshot with Kafka offsets then cannot be checked: restores refuse)
 
 S3 access reaches every location the same way: the store, checkpoints and sinks are opened through
-`open`, and launched drivers get it in their environment (`child_env`), never on their command line."""
+`open`, and launched drivers get it in their environment (`child_env`), never on their command line. So does the
+broker of a job that declares `kafka`: in the driver's environment and Spark conf (`child_env`, `child_conf`),
+never among the job's arguments (a script's own argparse would refuse it)."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from .parallel import DEFAULT_CONCURRENCY
 from .progress import NullProgress, Progress
 from .sinks.delta import CONF_PREFIX as DELTA_CONF
 from .snapshots.store import SnapshotStore
-from .sources.kafka import KafkaSettings
+from .sources.kafka import KAFKA_CONF, KAFKA_ENV, KafkaSettings
 from .spark_app import SparkAccess
 from .storage import S3Settings, Storage, open_storage
 from .storage.hdfs import STORE_REFUSAL
@@ -43,7 +45,6 @@ from .storage.s3 import S3A
 log = logging.getLogger(__name__)
 
 STORE_ENV = "SAVEPOINTS_STORE"
-KAFKA_ENV = "SAVEPOINTS_KAFKA_BOOTSTRAP"
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ class Context:
                 if len(stores) > 1:
                     raise InvalidInput(
                         f"the jobs in {self.jobs_path} use {len(stores)} stores ({', '.join(stores)}): name one "
-                        f"with --store or {STORE_ENV}" + ("" if job else ", or a declared job with --job")
+                        f"with --store or {STORE_ENV}" + ("" if job else ", or name a declared job")
                     )
                 uri = stores[0] if stores else None
         if not uri:
@@ -144,7 +145,7 @@ class Context:
 
     def snapshots_of(self, name: str) -> JobContext:
         """The context of a job whose snapshots a command works on: the declared job, or one known by name
-        only (snapshots of any checkpoint can be taken with `savepoints create --job NAME`)."""
+        only (snapshots of any checkpoint can be taken with `savepoints create NAME --checkpoint LOCATION`)."""
         jobs = self.declared_jobs()
         spec = jobs[name] if name in jobs else JobSpec.undeclared(name)
         return JobContext(spec, self.store(name), self.settings)
@@ -220,9 +221,28 @@ class JobContext:
         """A checkpoint or sink location of this job, with the same S3 access as the store."""
         return open_storage(uri, self.settings.s3)
 
-    def child_env(self) -> dict[str, str]:
-        """What a launched driver or Spark tool needs in its environment to reach the store as we do."""
-        return self.settings.s3.child_env() if self.settings.s3 else {}
+    def child_env(self, *, lasting: bool = False) -> dict[str, str]:
+        """What a launched driver or Spark tool needs in its environment: the store's S3 access, as we have it, and
+        the broker of a job that declares a `kafka` table ($SAVEPOINTS_KAFKA_BOOTSTRAP, see `driver_broker`).
+        `lasting`: for a deployment's driver, which outlives any session's credentials (S3Settings.child_env)."""
+        env = self.settings.s3.child_env(lasting=lasting) if self.settings.s3 else {}
+        broker = self.driver_broker()
+        return {**env, KAFKA_ENV: broker} if broker else env
+
+    def child_conf(self) -> dict[str, str]:
+        """What a launched driver needs in its Spark conf besides the job's: the broker of a job that declares a
+        `kafka` table (KAFKA_CONF), which reaches a driver in a cluster's container, where the environment of
+        spark-submit does not."""
+        broker = self.driver_broker()
+        return {KAFKA_CONF: broker} if broker else {}
+
+    def driver_broker(self) -> str | None:
+        """The broker a job that declares a `kafka` table reads: the one every restore checks, its address resolved
+        here with the same precedence. Handed over in the driver's environment and conf, never among the job's
+        arguments: a script's own argparse would refuse one it did not ask for."""
+        if self.spec.kafka is None or self.kafka is None:
+            return None
+        return self.kafka.bootstrap_servers
 
     def spark_conf(self) -> dict[str, str]:
         """What every Spark process of this job (its drivers, pre-flight, rescale, a sink's rewind) needs
@@ -241,13 +261,6 @@ class JobContext:
     def spark_access(self) -> SparkAccess:
         """The conf and environment of a Spark tool that works on this job's locations."""
         return SparkAccess(self.spark_conf(), self.child_env())
-
-    def child_args(self) -> list[str]:
-        """What a launched driver needs after its own arguments: a job that declares a `kafka` table reads the
-        broker every restore checks (its address resolved here, with the same precedence)."""
-        if self.spec.kafka is None or self.kafka is None:
-            return []
-        return ["--kafka-bootstrap-servers", self.kafka.bootstrap_servers]
 
     def checkpoint_location(self, deployment_id: str) -> str:
         """Each deployment's own live checkpoint location."""

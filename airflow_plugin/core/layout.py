@@ -11,6 +11,8 @@ engine, the Airflow layer and the job runtime ask this module.
     jobs/<job>/catalog/deployments.json.gz                       the job's deployment index: every record, and the
                                                                  final heartbeat of each retired deployment
     jobs/<job>/upgrades/<upgrade_id>.json                        an upgrade: its mode, state and steps' results
+    jobs/<job>/reconcile.json                                    what the reconcile loop keeps of the job: restarts,
+                                                                 the last stable version, failed versions, a pause
     format.json                                                  the store's format version and packing settings
     usage.json                                                   what the store held after the last prune: bytes,
                                                                  objects, unreferenced bytes awaiting gc (metrics)
@@ -138,6 +140,10 @@ def upgrades_prefix(job: str) -> str:
 def upgrade_key(job: str, upgrade_id: str) -> str:
     """An upgrade's record: its mode, state and what each step produced (core/upgrades/)."""
     return f"{upgrades_prefix(job)}{check_name(upgrade_id, 'upgrade id')}.json"
+
+
+def reconcile_key(job: str) -> str:
+    return f"{job_prefix(job)}reconcile.json"
 
 
 def lease_key(job: str) -> str:

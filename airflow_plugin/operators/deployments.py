@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -12,7 +13,7 @@ from .. import stats
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..core.context import JobContext
 from ..core.errors import NoState
-from ..core.jobs.deploy import DeployRequest, activate, deploy, prestart
+from ..core.jobs.deploy import DEFAULT_RESTORE, FIRST_DEPLOYMENT, DeployRequest, activate, deploy, prestart
 from ..core.jobs.deployments import Deployment, describe
 from ..core.jobs.stop import stop
 from ..core.snapshots.manifest import parse_labels
@@ -27,11 +28,13 @@ def deployment_xcom(ctx: JobContext, deployment: Deployment) -> dict[str, Any]:
 
 
 class DeployJobOperator(SavepointsBaseOperator):
-    """Deploy a version of a job as a new deployment, from no state, the latest state, the latest
-    savepoint, or a snapshot id; returns once the job reports RUNNING (or fails with its own error).
+    """Deploy a version of a job as a new deployment, from the latest state (the default), the latest savepoint,
+    a snapshot id, or no state; returns once the job reports RUNNING (or fails with its own error).
 
     :param version: a version declared in the jobs file (default: the job's default_version)
-    :param restore: none | latest-state | latest-savepoint | <snapshot id>
+    :param restore: latest-state (the default, as `savepoints deploy`'s and the deploy DAG's: a job with history
+        continues from its latest state, one that never ran starts fresh) | latest-savepoint | <snapshot id> |
+        none (start empty; of a job with state, the task log says which state, at which batch, is not carried over)
     :param partitions: state partitions, when different from the snapshot's (a rescale)
     :param standby_deployment: a driver pre-started by PrestartJobOperator: restore into it and start it
         (its version is the one it was launched with)
@@ -57,7 +60,7 @@ class DeployJobOperator(SavepointsBaseOperator):
         self,
         *,
         version: str | None = None,
-        restore: str = "none",
+        restore: str = DEFAULT_RESTORE,
         partitions: int | str | None = None,
         wait_seconds: float = 180.0,
         standby_deployment: str | None = None,
@@ -85,14 +88,15 @@ class DeployJobOperator(SavepointsBaseOperator):
             ) from None
         if deployment.restored_from:
             stats.timing(stats.RESTORE, started, job=ctx.name)
-        if deployment.fresh_start:
-            self.log.info("%s starts fresh: %s", deployment.id, deployment.fresh_start)
+        if deployment.fresh_start:  # a job that never ran; or one with state, and what is not carried over
+            level = logging.INFO if deployment.fresh_start == FIRST_DEPLOYMENT else logging.WARNING
+            self.log.log(level, "%s starts fresh: %s", deployment.id, deployment.fresh_start)
         restored = deployment.restored_from or "nothing"
         self.log.info("deployed %s %s as %s (restored from %s)", ctx.name, deployment.version, deployment.id, restored)
         return deployment_xcom(ctx, deployment)
 
     def _deploy(self, ctx: JobContext) -> Deployment:
-        restore, rewind, gap = self.restore or "none", flag(self.rewind_sink), flag(self.accept_source_gap)
+        restore, rewind, gap = self.restore or DEFAULT_RESTORE, flag(self.rewind_sink), flag(self.accept_source_gap)
         if self.standby_deployment:
             deployment = activate(
                 ctx,

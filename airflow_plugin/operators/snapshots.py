@@ -98,6 +98,6 @@ class VerifySnapshotOperator(SavepointsBaseOperator):
         if not report.ok:
             raise AirflowFailException(
                 f"snapshot {report.snapshot} of job {ctx.name} does not verify: {'; '.join(report.problems[:5])}; "
-                f"restore another one (`savepoints list --job {ctx.name}`)"
+                f"restore another one (`savepoints list {ctx.name}`)"
             )
         return {**snapshot_xcom(ctx.store, ctx.store.get(ctx.name, report.snapshot)), "verify": report.to_dict()}

@@ -224,7 +224,7 @@ def restore_commands(
     """The `savepoints` commands that use this snapshot (the CLI's syntax, airflow_plugin/cli), ready to
     paste, most useful first. Only COMPLETED snapshots restore; the others get their inspection command."""
     q = shlex.quote
-    snapshot = f"--store {q(store)} --job {q(job.name)} {q(manifest.id)}"
+    snapshot = f"{q(job.name)} {q(manifest.id)} --store {q(store)}"
     commands: dict[str, str] = {}
     if str(manifest.status) == "COMPLETED":
         jobs = f" --jobs {q(jobs_file)}" if jobs_file else ""

@@ -14,10 +14,11 @@ Modules, one job each: args (command line), delivery (guarantees -> settings), s
 board, listener, heartbeat), control (control channel, stop at a batch boundary), failure (error class),
 sink (the sink guard before a query starts), seed (a start at given positions), initial (a transformWithState's
 initial state), migration (a migration run), runner (the lifecycle), script (an ordinary script run as it is, its
-query taken over when it starts: docs/writing-a-job.md).
+query taken over when it starts: docs/writing-a-job.md), broker (the Kafka broker the engine hands the driver).
 """
 
 from .args import RuntimeArgs, Trigger, parse_args, parse_trigger
+from .broker import kafka_bootstrap_servers
 from .delivery import Delivery, DeliveryRefused, SinkKind, SourceKind, StreamingJob
 from .initial import InitialState, initial_state
 from .runner import EXIT_FAILED, EXIT_REFUSED, EXIT_STOPPED, EXIT_USAGE, Build, Runner, main, run
@@ -38,6 +39,7 @@ __all__ = [
     "StreamingJob",
     "Trigger",
     "initial_state",
+    "kafka_bootstrap_servers",
     "main",
     "parse_args",
     "parse_trigger",

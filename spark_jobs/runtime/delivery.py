@@ -2,7 +2,9 @@
 table. A guarantee is a promise about the whole pipeline, so a job DECLARES what it reads from and writes
 to, and the runtime judges the declaration before it starts anything: exactly-once refuses a sink it knows
 is not idempotent, and one it knows nothing about. (Which output the writer goes to is read from Spark's
-JVM writer for the sink guard, sink.py; that says where, not what the job promises.)
+JVM writer for the sink guard, sink.py; that says where, not what the job promises.) A script run as it is
+declares nothing in code: its source and sink are recognised from its query (script.py), and what only its author
+knows, a foreachBatch that writes by batch id, its version declares in the jobs file (`foreach_batch`).
 """
 
 from __future__ import annotations
@@ -58,8 +60,9 @@ _WHY_NOT_IDEMPOTENT = {
     SinkKind.CONSOLE: "the console sink prints a replayed batch again and keeps nothing",
     SinkKind.MEMORY: "the memory sink lives in one driver and is lost with it",
     SinkKind.FOREACH: "a foreach writer receives the rows of a replayed batch again",
-    SinkKind.FOREACH_BATCH: "a foreachBatch function sees a replayed batch id again; if it overwrites by "
-    "batch id, declare SinkKind.IDEMPOTENT_FOREACH_BATCH",
+    SinkKind.FOREACH_BATCH: "a foreachBatch function sees a replayed batch id again; if it writes by batch id "
+    "(a replay overwrites what it wrote), declare it: SinkKind.IDEMPOTENT_FOREACH_BATCH in a build, "
+    'foreach_batch = "idempotent" on a script\'s version in the jobs file',
     SinkKind.UNKNOWN: "the job did not declare its sink: return StreamingJob(writer, sink=SinkKind...) from build",
 }
 

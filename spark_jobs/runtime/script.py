@@ -3,8 +3,10 @@ script as it is"). The script runs in a thread of the driver (runpy, as `python 
 the runtime takes over at the moment it starts its query: `DataStreamWriter.start` and `toTable` are patched
 for the script's whole run, and the patched call
 
-  - recognises the source (the leaves of the query's logical plan) and the sink (the writer's format), and
-    checks the deployment's delivery guarantee against them (delivery.py), then the sink guard (sink.py);
+  - recognises the source (the leaves of the query's logical plan) and the sink (the writer's format; a
+    foreachBatch the version declares idempotent, `foreach_batch = "idempotent"` in the jobs file, as
+    SinkKind.IDEMPOTENT_FOREACH_BATCH), and checks the deployment's delivery guarantee against them (delivery.py),
+    then the sink guard (sink.py);
   - sets the deployment's checkpoint location, the job's query name and the jobs file's trigger: what the
     script set for these is replaced, and a replaced checkpoint location or trigger is a warning in the status;
   - starts the query and hands it back: the main thread supervises it as it supervises a built job (heartbeat,
@@ -13,6 +15,9 @@ for the script's whole run, and the patched call
 Refused, with the deployment FAILED and nothing left running (exit EXIT_SCRIPT_REFUSED): a script that starts a
 second query (the first is stopped), none within the start timeout, or ends or fails before starting one. In a
 pre-flight (`--preflight`) the patched call runs the runtime's noop probe on the script's writer instead.
+
+The script's argv is the jobs file's arguments and nothing else: the broker of a job that declares `kafka` is in the
+driver's environment ($SAVEPOINTS_KAFKA_BOOTSTRAP, set from the driver's conf before the script runs: broker.py).
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_plugin.core.jobs.deployments import State
+from airflow_plugin.core.jobs.spec import IDEMPOTENT
 
 from .args import RuntimeArgs, Trigger, parse_args, seconds_option
+from .broker import export_broker
 from .delivery import DeliveryPlan, DeliveryRefused, SinkKind, SourceKind, StreamingJob, plan
 from .runner import DRAIN, EXIT_STOPPED, Runner, configure_logging, serve
 from .sink import FILE_FORMATS, sink_of
@@ -119,13 +126,32 @@ def _source_names(writer: DataStreamWriter) -> list[str]:
     return names
 
 
-def recognise(writer: DataStreamWriter) -> StreamingJob:
-    """The script's query as the delivery check needs it: source and sink read from what Spark holds."""
+def declared_sink(found: SinkKind, foreach_batch: str | None) -> SinkKind:
+    """The sink the delivery check judges: the one recognised, a foreachBatch the version declares idempotent (it
+    writes by batch id) taken as such."""
+    if found is SinkKind.FOREACH_BATCH and foreach_batch == IDEMPOTENT:
+        return SinkKind.IDEMPOTENT_FOREACH_BATCH
+    return found
+
+
+def recognise(writer: DataStreamWriter, foreach_batch: str | None = None) -> StreamingJob:
+    """The script's query as the delivery check needs it: source and sink read from what Spark holds, with what
+    the version declares of its foreachBatch (`foreach_batch` in the jobs file)."""
     jwriter = writer._jwrite  # type: ignore[attr-defined]
-    sink = sink_kind(str(jvm_field(jwriter, "source") or ""))
+    sink = declared_sink(sink_kind(str(jvm_field(jwriter, "source") or "")), foreach_batch)
     names = _source_names(writer)
     log.info("the script's query reads %s and writes a %s sink", names or "no streaming source", sink)
     return StreamingJob(writer, sink=sink, source=source_kind(names))
+
+
+def declaration_unused(job: StreamingJob, foreach_batch: str | None) -> str | None:
+    """A warning when the version declares a foreachBatch the script's query does not have."""
+    if foreach_batch is None or job.sink is SinkKind.IDEMPOTENT_FOREACH_BATCH:
+        return None
+    return (
+        f'the version declares foreach_batch = "{foreach_batch}", but the script\'s query writes a {job.sink} sink, '
+        "not a foreachBatch: the declaration does not apply (drop it from the jobs file)"
+    )
 
 
 def _option(writer: DataStreamWriter, name: str) -> str | None:
@@ -158,10 +184,18 @@ class ScriptRunner(Runner):
     """A managed run of a script: Runner's lifecycle (session, heartbeat, standby, failure classes) with the
     query taken over from the script instead of built."""
 
-    def __init__(self, script: str, args: RuntimeArgs, job_args: list[str], start_timeout: float) -> None:
+    def __init__(
+        self,
+        script: str,
+        args: RuntimeArgs,
+        job_args: list[str],
+        start_timeout: float,
+        foreach_batch: str | None = None,
+    ) -> None:
         super().__init__(_no_build, args, job_args)
         self.script = script
         self.start_timeout = start_timeout
+        self.foreach_batch = foreach_batch  # what the version declares of its foreachBatch: "idempotent" or None
         self.takeover = Takeover()
 
     def _warm_up_query(self) -> None:
@@ -185,6 +219,7 @@ class ScriptRunner(Runner):
 
     def _run_taken_over(self) -> int:
         takeover, request = self.takeover, None
+        export_broker(self.spark)  # the job's broker in the script's environment, in every deploy mode
         with _patched(self._on_start):
             thread = threading.Thread(target=self._run_script, name="savepoints-script", daemon=True)
             thread.start()
@@ -322,18 +357,19 @@ class ScriptRunner(Runner):
     def _take_over(self, writer: DataStreamWriter, table: str | None) -> StreamingQuery:
         takeover = self.takeover
         takeover.writer, takeover.table = writer, table
-        job = takeover.job = recognise(writer)
+        job = takeover.job = recognise(writer, self.foreach_batch)
         if self.args.preflight_probe is not None:
             return self._probe(writer, self.args.preflight_probe)
         try:
             delivery = plan(self.args.delivery, job, self.args.checkpoint)
         except DeliveryRefused as exc:
             raise DeliveryRefused(
-                f"{exc} (recognised from the script's query: a {job.source} source, a {job.sink} sink; a script "
-                "declares nothing: run it at-least-once, or write it to the build contract, docs/writing-a-job.md)"
+                f"{exc} (recognised from the script's query: a {job.source} source, a {job.sink} sink; "
+                'docs/writing-a-job.md, "Bring your script as it is")'
             ) from None
         takeover.delivery = delivery
-        warnings = [*delivery.warnings, *self._replaced(writer, delivery.checkpoint)]
+        unused = declaration_unused(job, self.foreach_batch)
+        warnings = [*delivery.warnings, *self._replaced(writer, delivery.checkpoint), *([unused] if unused else [])]
         for warning in warnings:
             log.warning("%s", warning)
         self.board.update(warnings=warnings)
@@ -359,7 +395,7 @@ class ScriptRunner(Runner):
         if own is not None and own.rstrip("/") != checkpoint.rstrip("/"):
             found.append(
                 f"the script sets checkpointLocation {own}; the deployment's own {checkpoint} is used instead. To "
-                f"carry over the state in {own}, snapshot it (`savepoints create --job {self.args.job} --checkpoint "
+                f"carry over the state in {own}, snapshot it (`savepoints create {self.args.job} --checkpoint "
                 f"{own}`) and deploy with `--restore SNAPSHOT_ID`"
             )
         trigger = str(jvm_field(writer._jwrite, "trigger").toString())  # type: ignore[attr-defined]
@@ -449,13 +485,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--script-start-timeout", type=seconds_option("--script-start-timeout"), default=DEFAULT_START_TIMEOUT
     )
+    parser.add_argument(
+        "--script-foreach-batch", choices=[IDEMPOTENT], default=None, help="its foreachBatch writes by batch id"
+    )
     return parser
 
 
 def run_script(argv: list[str] | None = None) -> NoReturn:
     """The driver of a script version (spark_jobs/tools/run_script.py): `--script FILE [--script-start-timeout
-    SECONDS]`, the runtime's options (args.py), then the script's own arguments."""
+    SECONDS] [--script-foreach-batch idempotent]`, the runtime's options (args.py), then the script's own
+    arguments."""
     configure_logging()
     own, rest = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
     args, job_args = parse_args(rest)
-    sys.exit(serve(ScriptRunner(own.script, args, job_args, own.script_start_timeout)))
+    runner = ScriptRunner(own.script, args, job_args, own.script_start_timeout, own.script_foreach_batch)
+    sys.exit(serve(runner))

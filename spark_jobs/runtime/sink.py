@@ -141,7 +141,7 @@ def check_start(sink: SinkRef, checkpoint: str, *, runs_held_batches: bool = Fal
         start = f"at batch {position.pending} (logged, never committed: its driver died after the sink took it)"
         rewind = (
             f"restore the newest snapshot from before batch {position.pending} with --rewind-sink (`savepoints list "
-            f"--job JOB`): the sink goes back to it and every later batch runs again from the same source positions"
+            "JOB`): the sink goes back to it and every later batch runs again from the same source positions"
         )
     else:
         start = f"at batch {position.next_batch}"

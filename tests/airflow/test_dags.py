@@ -146,6 +146,21 @@ def test_the_forms_open_ready_to_send_and_show_no_internal_field(dagbag: Any) ->
     assert defaults(dagbag.get_dag("savepoints_upgrade"))["version"] == "<none>"
 
 
+def test_the_deploy_dag_the_operator_and_the_cli_share_one_default_for_where_the_state_comes_from(dagbag: Any) -> None:
+    """Issue 43: the deploy DAG continued from the latest state while `savepoints deploy` and DeployJobOperator
+    started empty. One default now: a job with history continues, a fresh start is asked for by name."""
+    from airflow_plugin.cli.parser import parse
+    from airflow_plugin.core.jobs.deploy import DEFAULT_RESTORE, RESTORE_HELP, DeployRequest
+    from airflow_plugin.operators import DeployJobOperator
+
+    restore = dagbag.get_dag("savepoints_deploy").params.get_param("restore")
+    assert restore.value == DEFAULT_RESTORE == "latest-state" and restore.description == RESTORE_HELP
+    assert DeployJobOperator(task_id="t", job="orders").restore == DEFAULT_RESTORE == DeployRequest().restore
+    assert parse(["deploy", "orders"]).restore == DEFAULT_RESTORE
+    assert RESTORE_HELP.startswith("latest-state (the default: a job with history continues from its latest state")
+    assert "or none: start empty (of a job with state it says which state, at which batch" in RESTORE_HELP
+
+
 def test_the_plugin_is_registered_through_its_entry_point(airflow_db: Path) -> None:
     import json
     import subprocess

@@ -19,7 +19,9 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deploy import submit_spec
 from airflow_plugin.core.lease import acquire, airflow_holder, break_lease, read_lease
+from airflow_plugin.core.sources.kafka import KAFKA_CONF, KAFKA_ENV
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.hooks.savepoints import SavepointsHook
 from airflow_plugin.operators.deployments import DeployJobOperator, StopJobOperator
@@ -80,7 +82,8 @@ def test_a_kafka_connection_names_the_broker_every_restore_checks(
     job = hook.job_context("orders")
     assert job.kafka is not None and job.kafka.bootstrap_servers == "conn:9092"
     assert dict(job.kafka.config) == {"security.protocol": "SASL_SSL", "sasl.password": "very-secret"}
-    assert "very-secret" not in repr(job.settings) and job.child_args() == ["--kafka-bootstrap-servers", "conn:9092"]
+    assert "very-secret" not in repr(job.settings) and job.child_conf() == {KAFKA_CONF: "conn:9092"}
+    assert job.child_env()[KAFKA_ENV] == "conn:9092"  # the driver's broker, not among the job's arguments
     without = SavepointsHook(aws_conn_id=None, spark_conn_id=None, jobs_file=jobs, kafka_conn_id="no_such_kafka")
     assert without.job_context("orders").kafka.bootstrap_servers == "file:9092"  # the jobs file's, then
 
@@ -136,6 +139,10 @@ def test_a_connection_with_a_role_reaches_the_store_as_that_role_and_keeps_it_fr
     with pytest.raises(Refused, match=r'credentials expire .* "driver_credentials": "own"') as refused:
         settings.child_env(lasting=True)
     assert used.secret_key not in str(refused.value) and used.access_key not in str(refused.value)
+    version = job.spec.versions["v1"]
+    with pytest.raises(Refused, match="credentials expire"):  # a deployment's driver would outlive them
+        submit_spec(job, version, "d-1", "/tmp/checkpoint", {})
+    assert submit_spec(job, version, "d-1", "/tmp/checkpoint", {}, lasting=False).env["AWS_SESSION_TOKEN"] == used.token
 
     extra["driver_credentials"] = "own"
     monkeypatch.setenv("AIRFLOW_CONN_THE_ROLE", json.dumps({"conn_type": "aws", "extra": extra}))
@@ -261,6 +268,10 @@ def _closed_port() -> int:
         ),
         (  # a job with history and no state: the deploy DAG's user is told the form's field, not a CLI flag
             lambda j: DeployJobOperator(task_id="t", job="orders", restore="latest-state", jobs_file=j),
+            'no state to take over.*set "Restore from" to none in the DAG\'s trigger form',
+        ),
+        (  # latest-state is the operator's default too: a fresh start of a job with history is asked for by name
+            lambda j: DeployJobOperator(task_id="t", job="orders", jobs_file=j),
             'no state to take over.*set "Restore from" to none in the DAG\'s trigger form',
         ),
         (lambda j: VerifySnapshotOperator(task_id="t", job="orders", snapshot_id="sp-x", jobs_file=j), "sp-x"),

@@ -455,7 +455,7 @@ def test_the_restore_commands_run_as_printed(client: TestClient, world: dict[str
     jobs_file, store = world["jobs_file"], world["store_dir"]
     assert commands["deploy"] == f"savepoints deploy orders --jobs {jobs_file} --version v1 --restore {row['id']}"
     restore = shlex.split(commands["restore"])
-    assert restore[:6] == ["savepoints", "restore", "--store", str(store), "--job", "orders"]
+    assert restore[:6] == ["savepoints", "restore", "orders", row["id"], "--store", str(store)]
     target = Path(restore[restore.index("--to") + 1])
     assert not target.exists()
 

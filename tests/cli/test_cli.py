@@ -41,10 +41,9 @@ def test_create_list_show_verify_restore_delete(
     code, created = run_json(
         capsys,
         "create",
+        "orders",
         "--store",
         store,
-        "--job",
-        "orders",
         "--checkpoint",
         str(ckpt),
         "--label",
@@ -59,28 +58,26 @@ def test_create_list_show_verify_restore_delete(
     code, out, _ = run(capsys, "list", "--store", store)
     assert code == 0 and created["id"] in out and "COMPLETED" in out
     assert "labels" in out.splitlines()[0] and "team=payments" in out  # the labels column
-    code, listed = run_json(capsys, "list", "--store", store, "--job", "orders")
+    code, listed = run_json(capsys, "list", "orders", "--store", store)
     assert [row["id"] for row in listed] == [created["id"]]
 
-    code, shown = run_json(capsys, "show", "--store", store, "--job", "orders", "latest")
+    code, shown = run_json(capsys, "show", "orders", "--store", store, "latest")
     assert shown["id"] == created["id"] and shown["query_id"]
 
-    code, verified = run_json(capsys, "verify", "--store", store, "--job", "orders", created["id"])
+    code, verified = run_json(capsys, "verify", "orders", "--store", store, created["id"])
     assert code == 0 and verified["ok"] is True
 
     target = tmp_path / "restored"
-    code, plan = run_json(
-        capsys, "restore", "--store", store, "--job", "orders", "latest", "--to", str(target), "--dry-run"
-    )
+    code, plan = run_json(capsys, "restore", "orders", "--store", store, "latest", "--to", str(target), "--dry-run")
     assert code == 0 and plan["dry_run"] is True and plan["resumes_at_batch"] == 3 and not target.exists()
-    code, out, _ = run(capsys, "restore", "--store", store, "--job", "orders", "latest", "--to", str(target))
+    code, out, _ = run(capsys, "restore", "orders", "--store", store, "latest", "--to", str(target))
     assert code == 0 and "resumes at batch 3" in out and "spark.sql.shuffle.partitions=2" in out
     assert (target / "commits/2").exists()
 
-    code, _, err = run(capsys, "delete", "--store", store, "--job", "orders", created["id"])
+    code, _, err = run(capsys, "delete", "orders", "--store", store, created["id"])
     assert code == 4 and "is pinned" in err
-    assert run(capsys, "unpin", "--store", store, "--job", "orders", created["id"])[0] == 0
-    assert run(capsys, "delete", "--store", store, "--job", "orders", created["id"])[0] == 0
+    assert run(capsys, "unpin", "orders", "--store", store, created["id"])[0] == 0
+    assert run(capsys, "delete", "orders", "--store", store, created["id"])[0] == 0
     assert run_json(capsys, "list", "--store", store)[1] == []
 
 
@@ -88,7 +85,7 @@ def test_store_from_environment(
     capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SAVEPOINTS_STORE", store)
-    code, created = run_json(capsys, "create", "--job", "orders", "--checkpoint", str(ckpt))
+    code, created = run_json(capsys, "create", "orders", "--checkpoint", str(ckpt))
     assert code == 0 and Path(store, "jobs/orders/snapshots", created["id"], "manifest.json").exists()
 
 
@@ -113,19 +110,19 @@ def test_bad_checkpoint_writes_nothing(
     elif setup == "uncommitted":
         write_checkpoint(location, batches=0, pending=True)
     before = tree(location)
-    got, _, err = run(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(location))
+    got, _, err = run(capsys, "create", "orders", "--store", store, "--checkpoint", str(location))
     assert got == code and message in err
     assert tree(Path(store)) == {} and tree(location) == before
 
 
 def test_unknown_job_and_snapshot(capsys: pytest.CaptureFixture[str], store: str, ckpt: Path) -> None:
-    run_json(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt))
+    run_json(capsys, "create", "orders", "--store", store, "--checkpoint", str(ckpt))
     before = tree(Path(store))
-    code, _, err = run(capsys, "show", "--store", store, "--job", "payments", "latest")
+    code, _, err = run(capsys, "show", "payments", "--store", store, "latest")
     assert code == 3 and "job 'payments' has no snapshots" in err
-    code, _, err = run(capsys, "verify", "--store", store, "--job", "orders", "sp-20260101T000000000Z-0000")
+    code, _, err = run(capsys, "verify", "orders", "--store", store, "sp-20260101T000000000Z-0000")
     assert code == 3 and "snapshot sp-20260101T000000000Z-0000 of job orders does not exist" in err
-    code, _, err = run(capsys, "delete", "--store", store, "--job", "orders", "../../etc")
+    code, _, err = run(capsys, "delete", "orders", "--store", store, "../../etc")
     assert code == 2 and "invalid snapshot id" in err
     assert tree(Path(store)) == before
 
@@ -133,19 +130,19 @@ def test_unknown_job_and_snapshot(capsys: pytest.CaptureFixture[str], store: str
 def test_restore_refusals_change_nothing(
     capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, tmp_path: Path
 ) -> None:
-    _, created = run_json(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt))
+    _, created = run_json(capsys, "create", "orders", "--store", store, "--checkpoint", str(ckpt))
     manifest_path = Path(store, "jobs/orders/snapshots", created["id"], "manifest.json")
     target = tmp_path / "target"
     target.mkdir()
     (target / "keep.txt").write_text("precious")
-    code, _, err = run(capsys, "restore", "--store", store, "--job", "orders", "latest", "--to", str(target))
+    code, _, err = run(capsys, "restore", "orders", "--store", store, "latest", "--to", str(target))
     assert code == 4 and "is not empty (it holds keep.txt)" in err and tree(target) == {"keep.txt": b"precious"}
 
     data = json.loads(manifest_path.read_text())
     for status in ("FAILED", "IN_PROGRESS"):
         manifest_path.write_text(json.dumps(data | {"status": status, "error": "boom"}))
         code, _, err = run(
-            capsys, "restore", "--store", store, "--job", "orders", created["id"], "--to", str(tmp_path / "fresh")
+            capsys, "restore", "orders", "--store", store, created["id"], "--to", str(tmp_path / "fresh")
         )
         assert code == 4 and f"is {status}: boom" in err and not (tmp_path / "fresh").exists()
 
@@ -167,7 +164,7 @@ def test_restore_refusals_change_nothing(
 def test_unsafe_or_corrupt_manifest(
     capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, tmp_path: Path, mutate: object, message: str
 ) -> None:
-    _, created = run_json(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt))
+    _, created = run_json(capsys, "create", "orders", "--store", store, "--checkpoint", str(ckpt))
     manifest_path = Path(store, "jobs/orders/snapshots", created["id"], "manifest.json")
     if mutate is None:
         manifest_path.write_text('{"id": "sp-broken", "files": [')
@@ -176,9 +173,7 @@ def test_unsafe_or_corrupt_manifest(
         mutate(data)
         manifest_path.write_text(json.dumps(data))
     before = tree(Path(store))
-    code, _, err = run(
-        capsys, "restore", "--store", store, "--job", "orders", created["id"], "--to", str(tmp_path / "r")
-    )
+    code, _, err = run(capsys, "restore", "orders", "--store", store, created["id"], "--to", str(tmp_path / "r"))
     assert code == 6 and message in err
     assert not (tmp_path / "r").exists() and not Path("/etc/passwd.restored").exists()
     assert tree(Path(store)) == before
@@ -187,13 +182,13 @@ def test_unsafe_or_corrupt_manifest(
 def test_checksum_mismatch_fails_verify_and_restore(
     capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, tmp_path: Path
 ) -> None:
-    _, created = run_json(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt))
+    _, created = run_json(capsys, "create", "orders", "--store", store, "--checkpoint", str(ckpt))
     pack = next(p for p in Path(store, "packs").rglob("*.pack"))  # small files share packs
     stored = pack.read_bytes()
     pack.write_bytes(bytes([stored[0] ^ 0xFF]) + stored[1:])
-    code, report = run_json(capsys, "verify", "--store", store, "--job", "orders", created["id"])
+    code, report = run_json(capsys, "verify", "orders", "--store", store, created["id"])
     assert code == 6 and report["ok"] is False and "checksum mismatch" in report["problems"][0]
-    code, _, err = run(capsys, "restore", "--store", store, "--job", "orders", "latest", "--to", str(tmp_path / "r"))
+    code, _, err = run(capsys, "restore", "orders", "--store", store, "latest", "--to", str(tmp_path / "r"))
     assert code == 6 and "does not match its checksum" in err and tree(tmp_path / "r") == {}
 
 
@@ -203,16 +198,14 @@ def test_malformed_store_uri(capsys: pytest.CaptureFixture[str], ckpt: Path) -> 
         ("hdfs://nn/x", "not a snapshot store"),  # checkpoints and sinks may be on HDFS, the store may not
         ("s3://Bad_Bucket/x", "malformed S3 URI"),
     ):
-        code, _, err = run(capsys, "create", "--store", uri, "--job", "orders", "--checkpoint", str(ckpt))
+        code, _, err = run(capsys, "create", "orders", "--store", uri, "--checkpoint", str(ckpt))
         assert code == 2 and message in err
     code, _, err = run(capsys, "list", "--store", "s3://AKIAEXAMPLE:topsecret@bucket/x")
     assert code == 2 and "credentials do not belong in the URI" in err and "topsecret" not in err
 
 
 def test_missing_bucket(capsys: pytest.CaptureFixture[str], s3_server: object, ckpt: Path) -> None:
-    code, _, err = run(
-        capsys, "create", "--store", "s3://no-such-bucket-here/x", "--job", "orders", "--checkpoint", str(ckpt)
-    )
+    code, _, err = run(capsys, "create", "orders", "--store", "s3://no-such-bucket-here/x", "--checkpoint", str(ckpt))
     assert code == 3 and "bucket 'no-such-bucket-here' does not exist" in err
 
 
@@ -232,7 +225,7 @@ def test_missing_credentials_never_print_a_secret(
     from airflow_plugin.core.storage import s3 as s3_module
 
     monkeypatch.setattr(s3_module, "_clients", {})
-    code, out, err = run(capsys, "create", "--store", s3_store, "--job", "orders", "--checkpoint", str(ckpt), "-v")
+    code, out, err = run(capsys, "create", "orders", "--store", s3_store, "--checkpoint", str(ckpt), "-v")
     assert code == 7 and "no AWS credentials" in err
     bucket = s3_store.removeprefix("s3://").split("/")[0]
     assert s3_server.client().list_objects_v2(Bucket=bucket).get("KeyCount") == 0  # nothing written
@@ -256,18 +249,14 @@ def test_missing_credentials_never_print_a_secret(
     ],
 )
 def test_bad_label(capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, label: str, message: str) -> None:
-    code, _, err = run(
-        capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt), "--label", label
-    )
+    code, _, err = run(capsys, "create", "orders", "--store", store, "--checkpoint", str(ckpt), "--label", label)
     assert code == 2 and message in err and tree(Path(store)) == {}
 
 
 def test_labels_are_kept_as_written(capsys: pytest.CaptureFixture[str], store: str, ckpt: Path) -> None:
     """Markup and quotes are data: kept verbatim, shown as text (the page renders them inert too)."""
     label = "note=<script>alert('x')</script> \"quoted\" & more"
-    code, created = run_json(
-        capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt), "--label", label
-    )
+    code, created = run_json(capsys, "create", "orders", "--store", store, "--checkpoint", str(ckpt), "--label", label)
     assert code == 0 and created["labels"] == {"note": label.split("=", 1)[1]}
     code, out, _ = run(capsys, "list", "--store", store)
     assert code == 0 and "<script>alert('x')</script>" in out
@@ -280,14 +269,14 @@ BAD_NAMES = ["..", "a/b", "../../etc", "zürich", "", "x" * 10_000, ".hidden", "
 def test_bad_job_names_and_snapshot_ids_write_nothing(
     capsys: pytest.CaptureFixture[str], store: str, ckpt: Path, tmp_path: Path, name: str
 ) -> None:
-    code, _, err = run(capsys, "create", "--store", store, "--job", name, "--checkpoint", str(ckpt))
+    code, _, err = run(capsys, "create", name, "--store", store, "--checkpoint", str(ckpt))
     assert code == 2 and "invalid job name" in err and len(err) < 400, err  # a 10 kB name is not echoed whole
-    run(capsys, "create", "--store", store, "--job", "orders", "--checkpoint", str(ckpt))
+    run(capsys, "create", "orders", "--store", store, "--checkpoint", str(ckpt))
     before = tree(tmp_path)
     for command in (["show"], ["verify"], ["delete"], ["pin"], ["restore", "--to", str(tmp_path / "target")]):
-        code, _, err = run(capsys, *command, "--store", store, "--job", "orders", name)
+        code, _, err = run(capsys, *command, "orders", "--store", store, name)
         assert code == 2 and "invalid snapshot id" in err, (command, err)
-        code, _, err = run(capsys, *command, "--store", store, "--job", name, "latest")
+        code, _, err = run(capsys, *command, name, "--store", store, "latest")
         assert code == 2 and "invalid job name" in err, (command, err)
     assert tree(tmp_path) == before
 
@@ -353,7 +342,7 @@ def test_deploy_passes_partitions_on_to_the_rescale(
     from tests.support.jobs import write_jobs
 
     jobs = str(write_jobs(tmp_path))
-    code, created = run_json(capsys, "create", "--jobs", jobs, "--job", "orders", "--checkpoint", str(ckpt))
+    code, created = run_json(capsys, "create", "orders", "--jobs", jobs, "--checkpoint", str(ckpt))
     assert code == 0
     before = tree(tmp_path)
     code, _, err = run(capsys, "deploy", "orders", "--jobs", jobs, "--restore", created["id"], "--partitions", "6")
@@ -448,10 +437,10 @@ def test_inspect_and_diff_print_what_the_engine_read(
     monkeypatch.setattr(observe, "inspect_snapshot", fake(inspected))
     monkeypatch.setattr(observe, "diff_snapshots", fake(diffed))
     store = str(tmp_path / "store")
-    code, out, _ = run(capsys, "inspect", "--store", store, "--job", "j", "latest", "--key", "user=u1")
+    code, out, _ = run(capsys, "inspect", "j", "--store", store, "latest", "--key", "user=u1")
     assert code == 0 and "rows: 9 in 3 partitions (largest 2: 5; largest/mean 1.5)" in out
     assert "oldest window: starts 2026-01-01 00:00:00" in out and "key 'user=u1': 0 row(s)" in out
-    code, out, err = run(capsys, "diff", "--store", store, "--job", "j", "sp-1", "sp-2", "--top", "3")
+    code, out, err = run(capsys, "diff", "j", "--store", store, "sp-1", "sp-2", "--top", "3")
     assert code == 8 and "keys: 1 added, 0 removed, 2 changed; rows 8 -> 9" in out and "u1: +3" in out
     assert "1 state(s) could not be read" in err
     assert calls == [

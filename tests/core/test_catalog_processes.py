@@ -101,7 +101,7 @@ def test_a_create_killed_right_after_each_of_its_writes(calm: FaultyS3, s3_store
     ckpt = write_checkpoint(tmp_path / "ckpt", batches=3)
     store = SnapshotStore(open_storage(s3_store))
     create_snapshot(store, open_storage(str(ckpt)), SnapshotRequest(job=JOB))  # something to reuse
-    args = ["create", "--store", s3_store, "--job", JOB, "--checkpoint", str(ckpt), "--concurrency", "2"]
+    args = ["create", JOB, "--store", s3_store, "--checkpoint", str(ckpt), "--concurrency", "2"]
     write = 0
     while True:
         write += 1
@@ -132,7 +132,7 @@ def test_a_prune_killed_right_after_each_of_its_writes(
         create_snapshot(original, open_storage(str(ckpt)), SnapshotRequest(job=JOB))
     client = s3_server.client()
     keys = [info.key for info in original.storage.list()]
-    policy = ["--savepoint-keep-last", "1", "--blob-grace", "0", "--max-unused", "0", "--concurrency", "2"]
+    policy = ["--savepoint-keep-last", "1", "--blob-grace", "0", "--max-unused", "0"]
 
     def fresh_copy(name: str) -> SnapshotStore:
         for key in keys:

@@ -10,7 +10,7 @@ import pytest
 from airflow_plugin.core.context import KAFKA_ENV, STORE_ENV, Settings
 from airflow_plugin.core.errors import InvalidInput, NotFound
 from airflow_plugin.core.jobs.spec import JOBS_ENV
-from airflow_plugin.core.sources.kafka import KafkaSettings
+from airflow_plugin.core.sources.kafka import KAFKA_CONF, KafkaSettings
 from airflow_plugin.core.storage import S3Settings, S3Storage
 from tests.support.jobs import write_jobs
 
@@ -91,8 +91,10 @@ def test_the_kafka_broker_comes_from_flag_then_environment_then_jobs_file(
     assert declared.kafka("orders") == KafkaSettings("env:9092")
     flagged = Settings(jobs_file=jobs, kafka=KafkaSettings("flag:9092")).resolve().job("reads_kafka")
     assert flagged.kafka == KafkaSettings("flag:9092", {"security.protocol": "SSL"}, 10.0)
-    assert flagged.child_args() == ["--kafka-bootstrap-servers", "flag:9092"]  # the job reads the broker checked
-    assert Settings(jobs_file=jobs).resolve().job("orders").child_args() == []
+    # the job's driver reads the broker checked: in its environment and its conf, never among the job's arguments
+    assert flagged.child_env()[KAFKA_ENV] == "flag:9092" and flagged.child_conf() == {KAFKA_CONF: "flag:9092"}
+    without = Settings(jobs_file=jobs).resolve().job("orders")
+    assert KAFKA_ENV not in without.child_env() and without.child_conf() == {}  # it declares no kafka
     with pytest.raises(InvalidInput, match=r"\[jobs.bad\] kafka needs bootstrap_servers"):
         write_jobs(tmp_path, extra="[jobs.bad]\nkafka = { }\nversions.v1 = { application = 'b.py' }")
         Settings(jobs_file=jobs).resolve().jobs  # noqa: B018

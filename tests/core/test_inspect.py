@@ -101,5 +101,5 @@ def test_inspect_reads_every_store_and_diff_tells_what_changed(
     assert [g["growth"] for g in op["grew_most"]] == [float(g) for g in growth[:3] if g > 0]
 
     # the command line prints the same, and exits 0
-    assert main(["diff", "--store", str(tmp_path / "store"), "--job", "j", a.id, b.id, "--json"]) == 0
+    assert main(["diff", "j", a.id, b.id, "--store", str(tmp_path / "store"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["operators"][0]["changed"] == len(changed)

@@ -14,7 +14,7 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import InvalidInput, NotFound
-from airflow_plugin.core.jobs.deploy import DeployRequest, deploy, submit_spec
+from airflow_plugin.core.jobs.deploy import DEFAULT_RESTORE, DeployRequest, deploy, submit_spec
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
 from airflow_plugin.core.jobs.fresh_start import build_of
 from airflow_plugin.core.jobs.launcher import cluster_ids, redact
@@ -22,9 +22,10 @@ from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.layout import deployment_key, lease_key
 from airflow_plugin.core.lease import read_lease
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.sources.kafka import KAFKA_CONF, KAFKA_ENV
 from airflow_plugin.core.storage import open_storage
 from tests.support.jobs import STUBBORN_JOB, write_jobs
-from tests.support.synthetic import write_checkpoint
+from tests.support.synthetic import add_batch, write_checkpoint
 
 
 def test_jobs_file_is_parsed_with_paths_relative_to_it(tmp_path: Path) -> None:
@@ -191,7 +192,7 @@ def test_a_checkpoint_location_another_deployment_owns_is_refused(
     deployments.put(Deployment(id="dp-20261121T000000000Z-0003", job="orders", version="v1", checkpoint=str(owned)))
     deployments.write_status("orders", "dp-20261121T000000000Z-0003", DeploymentStatus(State.STOPPED, time.time()))
     monkeypatch.setattr(deploy_module, "new_deployment_id", lambda: "dp-20261121T000000000Z-0003")
-    assert main(["deploy", "orders", "--jobs", jobs]) == 4
+    assert main(["deploy", "orders", "--jobs", jobs, "--restore", "none"]) == 4
     assert "owned by deployment dp-20261121T000000000Z-0003: every deployment needs its own" in capsys.readouterr().err
     assert (owned / "metadata").read_text() == '{"id": "q"}'
 
@@ -442,3 +443,107 @@ def test_a_throwaway_run_past_the_preflight_timeout_is_killed_and_the_error_name
     with pytest.raises(Refused, match=r"did not finish within 1s .* raise preflight_timeout of job counts"):
         run_throwaway(ctx, ctx.spec.launchable("v1"), "pf-1", str(tmp_path / "cp"), {}, (), what="preflight")
     assert time.monotonic() - started < 60  # killed at its timeout, not left to run its two minutes
+
+
+def test_a_kafka_jobs_broker_reaches_the_driver_in_its_conf_and_environment_not_its_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43: `--kafka-bootstrap-servers HOST:PORT` appended to every driver's arguments broke a script whose own
+    argparse refuses what it did not ask for. The job's arguments are now the jobs file's, nothing added."""
+    monkeypatch.delenv(KAFKA_ENV, raising=False)
+    (tmp_path / "count.py").touch()
+    extra = (
+        '[jobs.counts]\nkafka = { bootstrap_servers = "broker:9092" }\nargs = ["words"]\n'
+        'versions.v1 = { script = "count.py", args = ["--strict"], foreach_batch = "idempotent" }\n'
+        'versions.v2 = { application = "job.py" }\n'
+    )
+    ctx = Settings(jobs_file=str(write_jobs(tmp_path, extra=extra))).resolve().job("counts")
+    for name in ("v1", "v2"):
+        spec = submit_spec(ctx, ctx.spec.launchable(name), "dp-1", str(tmp_path / "checkpoint"), {})
+        assert "--kafka-bootstrap-servers" not in spec.app_args and "broker:9092" not in spec.app_args
+        assert spec.conf[KAFKA_CONF] == "broker:9092" and spec.env[KAFKA_ENV] == "broker:9092"
+    script = submit_spec(ctx, ctx.spec.launchable("v1"), "dp-1", str(tmp_path / "checkpoint"), {})
+    from spark_jobs.runtime.args import parse_args
+    from spark_jobs.runtime.script import _parser
+
+    own, rest = _parser().parse_known_args(script.app_args)
+    assert own.script_foreach_batch == "idempotent"  # what the version declares, to the script driver
+    assert parse_args(rest)[1] == ["words", "--strict"], "the script's argv: the jobs file's arguments only"
+    orders = Settings(jobs_file=str(tmp_path / "jobs.toml")).resolve().job("orders")  # declares no kafka
+    plain = submit_spec(orders, orders.spec.launchable("v1"), "dp-2", str(tmp_path / "checkpoint-2"), {})
+    assert KAFKA_CONF not in plain.conf and KAFKA_ENV not in plain.env
+    # the example job (the build contract) reads the broker handed over, unless its arguments name one
+    from spark_jobs.jobs.windowed.common import KafkaInput, parse_job_args
+
+    monkeypatch.setenv(KAFKA_ENV, "handed:9092")
+    topic = ["--topic", "events", "--output", "out"]
+    assert parse_job_args(topic).kafka == KafkaInput("handed:9092", "events", 1000)
+    own = parse_job_args([*topic, "--kafka-bootstrap-servers", "own:9092"]).kafka
+    assert own is not None and own.bootstrap_servers == "own:9092"
+    monkeypatch.delenv(KAFKA_ENV)
+    with pytest.raises(SystemExit):  # no broker at all: argparse's error names the fix
+        parse_job_args(topic)
+
+
+@pytest.mark.parametrize(
+    ("version", "refusal"),
+    [
+        (
+            '{ script = "count.py", foreach_batch = "yes" }',
+            r"versions\.v1\.foreach_batch = 'yes': the one value is \"idempotent\", for a script whose foreachBatch",
+        ),
+        (
+            '{ application = "count.py", foreach_batch = "idempotent" }',
+            r"versions\.v1: foreach_batch declares a script's foreachBatch idempotent; an application declares its "
+            r"sink in its build",
+        ),
+    ],
+)
+def test_a_foreach_batch_declaration_that_cannot_apply_is_refused(tmp_path: Path, version: str, refusal: str) -> None:
+    (tmp_path / "count.py").touch()
+    jobs = write_jobs(tmp_path, extra=f"[jobs.counts]\nversions.v1 = {version}\n")
+    with pytest.raises(InvalidInput, match=refusal):
+        load_jobs(str(jobs))
+    assert load_jobs(str(write_jobs(tmp_path)))["orders"].version("v1").foreach_batch is None  # not declared
+
+
+def test_a_deploy_continues_from_the_latest_state_and_a_fresh_start_asked_for_says_what_it_leaves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 43: `savepoints deploy` started empty by default while the deploy DAG continued from the latest state.
+    One default now (the engine's, the CLI's; the operator's and the DAG's: tests/airflow): a job with history
+    continues from its latest state, and a fresh start of a job with state, asked for by name, says which state at
+    which batch it does not carry over (in the CLI's output and the deployment's record)."""
+    jobs = str(write_jobs(tmp_path))
+    store = Settings(jobs_file=jobs).resolve().job("orders").store
+    checkpoint = write_checkpoint(tmp_path / "live", batches=3)
+    manifest = create_snapshot(store, open_storage(str(checkpoint)), SnapshotRequest(job="orders", job_version="v1"))
+    old = Deployment("dp-20261121T000000000Z-0001", "orders", "v1", str(checkpoint))
+    Deployments(store.storage).put(old)
+    Deployments(store.storage).write_status("orders", old.id, DeploymentStatus(State.STOPPED, time.time()))
+    decided: list[Deployment] = []
+
+    def decide(self: Deployments, deployment: Deployment) -> None:
+        decided.append(deployment)
+        raise _Decided
+
+    monkeypatch.setattr(Deployments, "put", decide)
+
+    def deployed(*flags: str) -> tuple[Deployment, str]:
+        main(["deploy", "orders", "--jobs", jobs, *flags])
+        return decided[-1], capsys.readouterr().err
+
+    assert DeployRequest().restore == DEFAULT_RESTORE == "latest-state"
+    continued, said = deployed()
+    assert continued.restored_from == manifest.id and continued.fresh_start is None and "starts fresh" not in said
+
+    fresh, said = deployed("--restore", "none")
+    left = f"the job's latest state, savepoint {manifest.id} at batch 2, is not carried over"
+    assert fresh.restored_from is None and fresh.fresh_start == f"restore none: {left}"
+    assert f"WARNING airflow_plugin.core.jobs.deploy: deployment {fresh.id} of job orders starts fresh" in said
+    assert left in said
+
+    add_batch(checkpoint, 3)  # the last deployment's checkpoint is now newer than the snapshot: that is named
+    fresh, said = deployed("--restore", "none")
+    assert f"the live checkpoint of deployment {old.id} (v1) at batch 3, is not carried over" in str(fresh.fresh_start)
+    assert f"{old.id} (v1) at batch 3" in said

@@ -102,8 +102,8 @@ def test_a_store_written_before_catalogs(
     rows = cli(capsys, "list", "--store", s3_store)
     assert [r["id"] for r in rows] == [made[0], made[2]] and [r["pinned"] for r in rows] == [True, False]
     assert store.storage.stat(snapshot_catalog_key(JOB)) is not None  # migrated on first use
-    assert cli(capsys, "show", "--store", s3_store, "--job", JOB, "latest")["id"] == made[2]
-    dry = cli(capsys, "restore", "--store", s3_store, "--job", JOB, "latest", "--to", str(tmp_path / "r"), "--dry-run")
+    assert cli(capsys, "show", JOB, "--store", s3_store, "latest")["id"] == made[2]
+    dry = cli(capsys, "restore", JOB, "--store", s3_store, "latest", "--to", str(tmp_path / "r"), "--dry-run")
     assert dry["resumes_at_batch"] == 2
     plan = cli(capsys, "prune", "--store", s3_store, "--savepoint-keep-last", "1", "--dry-run")
     assert plan["plan"]["summary"]["snapshots"] == 0  # the older one is pinned
@@ -123,6 +123,6 @@ def test_a_store_written_before_catalogs(
     states = [(r["deployment"], r["state"]) for r in status]
     assert states == [("dp-0", "STOPPED"), ("dp-1", "STOPPED"), ("dp-2", "RUNNING")]
     assert listed(store.list(JOB)) == truth(store, JOB)
-    assert cli(capsys, "show", "--store", s3_store, "--job", JOB, "latest")["id"] == later[-1]
+    assert cli(capsys, "show", JOB, "--store", s3_store, "latest")["id"] == later[-1]
     rebuilt = cli(capsys, "catalog", "rebuild", "--store", s3_store)
     assert rebuilt["jobs"][0]["snapshots"] == 5 and rebuilt["jobs"][0]["deployments"] == 3

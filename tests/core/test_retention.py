@@ -459,10 +459,10 @@ def test_prune_cli_table_and_policy_from_the_jobs_file(tmp_path: Path, capsys: p
         f'[defaults]\nstore = "{store_dir}"\ncheckpoint_root = "{tmp_path}/ck"\n'
         '[jobs.orders]\nversions.v1 = { application = "job.py" }\nretention.savepoint = { keep_last = 2 }\n'
     )
-    code = main(["prune", "--jobs", str(jobs), "--job", "orders", "--savepoint-max-age", "2 days", "--dry-run"])
+    code = main(["prune", "orders", "--jobs", str(jobs), "--savepoint-max-age", "2 days", "--dry-run"])
     out = capsys.readouterr().out  # the flags take the one grammar too: none is 2 days old
     assert code == 0 and made[0].id in out and "beyond the newest 2 savepoints" in out and "max age" not in out
-    code = main(["prune", "--jobs", str(jobs), "--job", "orders"])
+    code = main(["prune", "orders", "--jobs", str(jobs)])
     out = capsys.readouterr().out
     assert code == 0 and made[0].id in out and "beyond the newest 2 savepoints" in out
     assert [m.id for m in store.list("orders")] == [m.id for m in made[1:]]
@@ -515,11 +515,12 @@ def test_checkpoint_snapshots_running_deployments_once_per_batch(tmp_path: Path)
 def test_checkpoint_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     store_dir = tmp_path / "store"
     _running(SnapshotStore(LocalStorage(store_dir)), "dp-1", write_checkpoint(tmp_path / "ckpt", batches=2))
-    args = ["checkpoint", "--store", str(store_dir), "--jobs", str(tmp_path / "none.toml"), "--job", "orders"]
-    assert main(args) == 3 and "jobs file" in capsys.readouterr().err  # an explicit missing jobs file
+    args = ["retain", "orders", "--store", str(store_dir)]
+    assert main([*args, "--jobs", str(tmp_path / "none.toml")]) == 3  # an explicit missing jobs file
+    assert "jobs file" in capsys.readouterr().err
     monkeypatch.delenv("SAVEPOINTS_JOBS", raising=False)  # the test session's Airflow set-up names one
     monkeypatch.chdir(tmp_path)  # no ./jobs.toml here: the store alone is enough
-    assert main([*args[:3], "--job", "orders", "--json"]) == 0
+    assert main([*args, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["deployment"] == "dp-1" and rows[0]["batch_id"] == 1 and rows[0]["skipped"] is None
 
@@ -598,7 +599,7 @@ def _in_progress() -> Manifest:
 
 def _prune_process(store: str, cwd: Path, *extra: str) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "airflow_plugin", "prune", "--store", store, "--json", *extra]
-    command += ["--savepoint-keep-last", "1", "--blob-grace", "0", "--max-unused", "0", "--concurrency", "2"]
+    command += ["--savepoint-keep-last", "1", "--blob-grace", "0", "--max-unused", "0"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 

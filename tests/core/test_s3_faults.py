@@ -356,21 +356,21 @@ def test_commands_under_faults_succeed_or_fail_cleanly_and_leave_the_store_whole
 
     created: list[tuple[str, str]] = []
     for i in range(SNAPSHOTS[rate]):
-        run = cli(proxy, tallies["create"], "create", *store_args, "--job", f"job{i}", "--checkpoint", str(checkpoint))
+        run = cli(proxy, tallies["create"], "create", f"job{i}", *store_args, "--checkpoint", str(checkpoint))
         if run.code == 0:
             created.append((f"job{i}", str(run.json()["id"])))
     for job, snapshot in created:
-        run = cli(proxy, tallies["verify"], "verify", *store_args, "--job", job, snapshot)
+        run = cli(proxy, tallies["verify"], "verify", job, *store_args, snapshot)
         assert run.code == 7 or run.json()["ok"] is True
     targets: list[tuple[str, str, Path | str, Run]] = []
     for job, snapshot in created:
         target = tmp_path / f"restore-{job}"
-        run = cli(proxy, tallies["restore"], "restore", *store_args, "--job", job, snapshot, "--to", str(target))
+        run = cli(proxy, tallies["restore"], "restore", job, *store_args, snapshot, "--to", str(target))
         targets.append((job, snapshot, target, run))
     if rate >= 0.2 and created:  # a remote target: its cleanup after a failure meets the faults too
         job, snapshot = created[0]
         target_uri = s3_store.rsplit("/", 1)[0] + f"/restored/{job}"
-        run = cli(proxy, tallies["restore to S3"], "restore", *store_args, "--job", job, snapshot, "--to", target_uri)
+        run = cli(proxy, tallies["restore to S3"], "restore", job, *store_args, snapshot, "--to", target_uri)
         targets.append((job, snapshot, target_uri, run))
 
     # without faults: every restore target holds the complete restore, or nothing
@@ -396,12 +396,13 @@ def test_commands_under_faults_succeed_or_fail_cleanly_and_leave_the_store_whole
 
     if created:
         job, snapshot = created[-1]
-        cli(proxy, tallies["delete"], "delete", *store_args, "--job", job, snapshot)
+        cli(proxy, tallies["delete"], "delete", job, snapshot, "--store", s3_store)  # no transfers: no --concurrency
     cli(
         proxy,
         tallies["prune"],
         "prune",
-        *store_args,
+        "--store",
+        s3_store,
         "--failed-grace",
         "0s",
         "--abandoned-after",
@@ -438,7 +439,7 @@ def test_a_live_savepoint_of_a_running_query_under_faults_is_whole_or_failed(
         proxy.set_rate(rate, seed=SEED + 7 + round(rate * 100))
         for round_no in range(3, 3 + LIVE_SAVEPOINTS[rate]):
             kind.feed(inputs, round_no)  # batches keep committing while the savepoint copies
-            run = cli(proxy, tally, "create", "--store", s3_store, "--job", "live", "--checkpoint", ckpt)
+            run = cli(proxy, tally, "create", "live", "--store", s3_store, "--checkpoint", ckpt)
             assert query.isActive, f"the query stopped: {query.exception()}"
             if run.code == 0:
                 assert run.json()["batch_id"] <= last_commit(ckpt)
@@ -477,11 +478,11 @@ def test_a_store_that_keeps_failing_fails_every_command_cleanly(proxy: FaultyS3,
     tallies = FIGURES.setdefault("100% of one fault, AWS_MAX_ATTEMPTS=2", {})
     snapshot = create_directly(s3_store, ckpt)
     commands = {
-        "internal_error": ("create", "--job", "orders", "--checkpoint", str(ckpt)),
+        "internal_error": ("create", "orders", "--checkpoint", str(ckpt)),
         "slow_down": ("list",),
-        "reset": ("verify", "--job", "orders", snapshot),
-        "reset_mid_response": ("restore", "--job", "orders", snapshot, "--to", str(tmp_path / "r1")),
-        "truncated": ("restore", "--job", "orders", snapshot, "--to", str(tmp_path / "r2")),
+        "reset": ("verify", "orders", snapshot),
+        "reset_mid_response": ("restore", "orders", snapshot, "--to", str(tmp_path / "r1")),
+        "truncated": ("restore", "orders", snapshot, "--to", str(tmp_path / "r2")),
     }
     for fault, (command, *args) in commands.items():
         proxy.set_rate(1.0, faults=[fault])
@@ -508,7 +509,7 @@ def test_a_failed_restore_removes_what_it_wrote_or_says_what_is_left(
     proxy.force_matching("PUT", "/restored/", "internal_error", after=3)
     if cleanup == "fails too":
         proxy.force_matching("POST", "?delete", "internal_error")  # DeleteObjects
-    args = ("restore", "--store", s3_store, "--job", "orders", snapshot, "--to", target, "--concurrency", "1")
+    args = ("restore", "orders", "--store", s3_store, snapshot, "--to", target, "--concurrency", "1")
     run = cli(proxy, Tally(), *args, env={"AWS_MAX_ATTEMPTS": "1"})
     assert run.code == 7
     left = s3_tree(open_storage(target))  # type: ignore[arg-type]

@@ -151,7 +151,7 @@ def test_a_fresh_deploy_onto_the_sink_of_an_earlier_deployment(
     before_output, before_store = tree(output), tree(tmp_path / "store")
 
     # refused before anything is launched: no deployment record, no checkpoint, the output as it was
-    assert main(["deploy", "orders", "--jobs", jobs]) == 4
+    assert main(["deploy", "orders", "--jobs", jobs, "--restore", "none"]) == 4
     err = capsys.readouterr().err
     assert f"file sink file:{output} has committed batches up to 3" in err
     assert "at batch 0 (a fresh start, with a new query id)" in err and "--rewind-sink" in err
@@ -163,7 +163,7 @@ def test_a_fresh_deploy_onto_the_sink_of_an_earlier_deployment(
     assert build_of(job, job.spec.version("v2")) != earlier.build
 
     # with --rewind-sink the earlier output moves aside whole, then the deployment launches
-    assert main(["deploy", "orders", "--jobs", jobs, "--rewind-sink", "--wait", "0"]) == 0
+    assert main(["deploy", "orders", "--jobs", jobs, "--restore", "none", "--rewind-sink", "--wait", "0"]) == 0
     assert file_sink.position(LocalStorage(output)) is None
     quarantined = next((output / file_sink.QUARANTINE).iterdir())
     record = json.loads((quarantined / "rewind.json").read_text())

@@ -15,11 +15,20 @@ import pytest
 
 from airflow_plugin.cli import main
 from airflow_plugin.core.errors import BrokerUnavailable, CheckpointError, SourceGap
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.sources import offsets_by_source, positions
-from airflow_plugin.core.sources.kafka import Broker, KafkaSettings, PartitionState, compare, kafka_positions
+from airflow_plugin.core.sources.kafka import (
+    KAFKA_CONF,
+    KAFKA_ENV,
+    Broker,
+    KafkaSettings,
+    PartitionState,
+    compare,
+    kafka_positions,
+)
 from airflow_plugin.core.sources.subscription import Subscription, topic_changes
 from airflow_plugin.core.storage import open_storage
 from devtools.kafka import EmbeddedKafka
@@ -110,26 +119,26 @@ def test_a_restore_behind_the_brokers_retention_is_refused_and_an_accepted_gap_i
     common = ("--store", store, "--kafka-bootstrap", kafka.bootstrap)
     target = tmp_path / "restored"
 
-    code, _, err = cli(capsys, "restore", "--job", "orders", old, "--to", str(target), *common)
+    code, _, err = cli(capsys, "restore", "orders", old, "--to", str(target), *common)
     assert code == 4 and not target.exists()
     flat = " ".join(err.split())
     assert f"{topic}-0: the snapshot resumes at offset 3, but the broker's earliest offset is 6: 3 records are" in flat
     assert f"{topic}-1: the snapshot resumes at offset 1" in flat and "4 records gone from Kafka" in flat
     assert f"Restore a newer snapshot instead: {newer}" in flat and "--accept-source-gap" in flat
 
-    code, out, _ = cli(capsys, "list", "--job", "orders", *common, "--json")
+    code, out, _ = cli(capsys, "list", "orders", *common, "--json")
     rows = {row["id"]: row for row in json.loads(out)}
     assert code == 0 and rows[old]["source_check"]["records_lost"] == 4 and not rows[old]["source_check"]["restorable"]
     assert rows[newer]["source_check"]["restorable"] and rows[newer]["source_positions"][0]["kind"] == "kafka"
-    code, out, _ = cli(capsys, "list", "--job", "orders", *common)
+    code, out, _ = cli(capsys, "list", "orders", *common)
     assert "GONE: 4 records" in out
-    code, out, _ = cli(capsys, "prune", "--job", "orders", "--dry-run", *common, "--json")
+    code, out, _ = cli(capsys, "prune", "orders", "--dry-run", *common, "--json")
     marked = json.loads(out)["plan"]["unrestorable"]
     assert [(m["snapshot"], m["records_lost"]) for m in marked] == [(old, 4)]
 
-    code, out, err = cli(capsys, "restore", "--job", "orders", old, "--to", str(target), *common, "--accept-source-gap")
+    code, out, err = cli(capsys, "restore", "orders", old, "--to", str(target), *common, "--accept-source-gap")
     assert code == 0 and (target / "commits/0").exists() and "source gap accepted" in err
-    code, out, _ = cli(capsys, "show", "--job", "orders", old, *common, "--json")
+    code, out, _ = cli(capsys, "show", "orders", old, *common, "--json")
     [event] = json.loads(out)["history"]
     assert event["event"] == "restored-with-source-gap" and event["records_lost"] == 4
     assert event["target"] == str(target)
@@ -178,11 +187,13 @@ def test_deploy_refuses_an_expired_savepoint_and_records_an_accepted_gap_in_the_
     kafka.produce(topic, [f"r{i}" for i in range(8)])
     _, (snapshot,) = _kafka_snapshots(tmp_path, topic, [{0: 3}])
     kafka.delete_records(topic, {0: 5})
-    # stands in for the job: keeps the arguments it was given, then fails. In a file, not printed: spark-submit
-    # copies a Python driver's output in a thread it does not wait for, so the last lines can miss its log
+    # stands in for the job: keeps the arguments and the broker it was given, then fails. In a file, not printed:
+    # spark-submit copies a Python driver's output in a thread it does not wait for, so the last lines can miss its log
     app, seen = tmp_path / "job.py", tmp_path / "job-args.txt"
     app.write_text(
-        f"import sys, pathlib\npathlib.Path({str(seen)!r}).write_text(' '.join(sys.argv[1:]))\nsys.exit(3)\n"
+        "import os, sys, pathlib\n"
+        f"given = ' '.join(sys.argv[1:]) + '\\n' + os.environ.get({KAFKA_ENV!r}, '')\n"
+        f"pathlib.Path({str(seen)!r}).write_text(given)\nsys.exit(3)\n"
     )
     table = f'kafka = {{ bootstrap_servers = "{kafka.bootstrap}" }}'
     jobs = str(write_jobs(tmp_path, application=str(app), extra=table))
@@ -193,7 +204,10 @@ def test_deploy_refuses_an_expired_savepoint_and_records_an_accepted_gap_in_the_
 
     code, _, err = cli(capsys, "deploy", "orders", "--jobs", jobs, "--restore", snapshot, "--accept-source-gap")
     assert code == 9 and "spark-submit exited with code 3" in err  # restored, launched, failed
-    assert f"--kafka-bootstrap-servers {kafka.bootstrap}" in seen.read_text()
+    args, given = seen.read_text().split("\n")
+    assert given == kafka.bootstrap and "--kafka-bootstrap-servers" not in args, "the broker, not an argument"
+    [deployment] = Deployments(open_storage(str(tmp_path / "store"))).list("orders")
+    assert f"{KAFKA_CONF}={kafka.bootstrap}" in deployment.launcher["command"]  # a cluster's driver gets the conf
     [row] = json.loads(cli(capsys, "status", "orders", "--jobs", jobs, "--json")[1])
     assert row["restored_from"] == snapshot and row["source_gap"] == f"2 records gone from Kafka ({topic}-0)"
     [event] = SnapshotStore(open_storage(str(tmp_path / "store"))).get("orders", snapshot).history

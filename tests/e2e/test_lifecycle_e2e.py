@@ -128,10 +128,10 @@ def test_upgrade_crash_and_restore_count_every_event_exactly_once(
     output = tmp_path / "output"
     records, before = Deployments(store.storage), tree(tmp_path / "output")
     deployed = len(records.list(job.name))
-    assert main(["deploy", "windowed", "--version", "v2", "--jobs", jobs]) == 4
+    assert main(["deploy", "windowed", "--version", "v2", "--restore", "none", "--jobs", jobs]) == 4
     assert "has committed batches up to" in capsys.readouterr().err
     assert len(records.list(job.name)) == deployed and tree(output) == before
-    assert main(["deploy", "windowed", "--version", "regrouped", "--jobs", jobs]) == 4
+    assert main(["deploy", "windowed", "--version", "regrouped", "--restore", "none", "--jobs", jobs]) == 4
     assert "refused by its sink guard" in capsys.readouterr().err and tree(output) == before
     refused = records.list(job.name)[-1]
     assert records.status(job.name, refused.id).error_class == SINK_AHEAD
@@ -140,7 +140,7 @@ def test_upgrade_crash_and_restore_count_every_event_exactly_once(
     # with --rewind-sink the output moves aside whole and the fresh deployment writes every event once again;
     # v3's round, after the flush marker, now counts too: its file follows the marker's in the very next batch,
     # where Spark still takes it (the watermark for late rows is the previous batch's)
-    assert main(["deploy", "windowed", "--version", "v2", "--rewind-sink", "--jobs", jobs]) == 0
+    assert main(["deploy", "windowed", "--version", "v2", "--restore", "none", "--rewind-sink", "--jobs", jobs]) == 0
     again = records.list(job.name)[-1]
     wait_output_complete(output, feed.events)
     summary = summarize(read_output(output))

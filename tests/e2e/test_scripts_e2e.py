@@ -2,7 +2,12 @@
 query, calls start() and awaitTermination(), knowing nothing of this project), declared in a jobs file as they
 are (`script = ...`) and run through a deploy, a savepoint, an upgrade to a second version of the script (its
 pre-flight included) and a stop-with-savepoint, events produced all along. Real processes: the session's Kafka
-broker, spark-submit drivers, the scripts' Delta tables on local disk. Each word and each event is counted once."""
+broker, spark-submit drivers, the scripts' Delta tables on local disk. Each word and each event is counted once.
+
+Issue 43: the jobs declare `kafka`, and the word count reads its arguments with a strict argparse (the engine
+appended `--kafka-bootstrap-servers`, which it refused); the sessionization's second version appends by a
+foreachBatch that writes by batch id, declared `foreach_batch = "idempotent"`, run exactly-once: its driver dies
+right after a batch it wrote, and deployed again from its latest state it runs that batch again, written once."""
 
 from __future__ import annotations
 
@@ -45,17 +50,18 @@ USERS = ("ann", "bob", "cy")
 FLUSH_USER = "flush"  # its one event, far ahead, closes every other session (and its own never closes)
 
 
-def _job(directory: Path, kafka: EmbeddedKafka, job: str, outputs: list[str]) -> tuple[JobContext, str]:
-    """Job `job` running tests/scripts/JOB.py as v1 and JOB_v2.py as v2 on a topic of its own, which the scripts
-    get as their first arguments, then `outputs`; the job and the topic."""
+def _job(directory: Path, kafka: EmbeddedKafka, job: str, outputs: list[str], v2: str = "") -> tuple[JobContext, str]:
+    """Job `job` running tests/scripts/JOB.py as v1 and JOB_v2.py as v2 (with `v2`'s keys) on a topic of its own,
+    which the scripts get as their first arguments, then `outputs`; the job and the topic."""
     topic = f"{job}-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, 2)
-    jobs = _jobs_file(directory, kafka, job, [kafka.bootstrap, topic, *outputs])
+    jobs = _jobs_file(directory, kafka, job, [kafka.bootstrap, topic, *outputs], v2)
     return Settings(jobs_file=str(jobs)).resolve().job(job), topic
 
 
-def _jobs_file(directory: Path, kafka: EmbeddedKafka, job: str, args: list[str]) -> Path:
-    """The jobs file of `_job`: the scripts' own arguments, the connector jars."""
+def _jobs_file(directory: Path, kafka: EmbeddedKafka, job: str, args: list[str], v2: str = "") -> Path:
+    """The jobs file of `_job`: the scripts' own arguments (nothing else reaches them: the job's `kafka` goes to
+    the driver's environment and conf), the connector jars."""
     conf = {
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",
@@ -75,7 +81,7 @@ kafka = {{ bootstrap_servers = "{kafka.bootstrap}" }}
 args = {json.dumps(args)}
 conf = {{ {", ".join(f'"{key}" = "{value}"' for key, value in conf.items())} }}
 versions.v1 = {{ script = "{SCRIPTS / job}.py" }}
-versions.v2 = {{ script = "{SCRIPTS / job}_v2.py" }}
+versions.v2 = {{ script = "{SCRIPTS / job}_v2.py"{v2} }}
 """
     )
     return path
@@ -138,10 +144,14 @@ def _live(ctx: JobContext) -> Deployment:
 
 
 def _through_the_lifecycle(
-    ctx: JobContext, feeder: _Producer, complete: Callable[[], bool], last: Callable[[], None] | None = None
+    ctx: JobContext,
+    feeder: _Producer,
+    complete: Callable[[], bool],
+    last: Callable[[], None] | None = None,
+    upgraded: Callable[[], None] | None = None,
 ) -> None:
-    """Deploy v1, savepoint it, upgrade it to v2, then (all produced and read, the output `complete`) stop it with
-    a savepoint."""
+    """Deploy v1, savepoint it, upgrade it to v2 (then `upgraded`, events still produced), then (all produced and
+    read, the output `complete`) stop it with a savepoint."""
     records = ctx.deployments
     try:
         with BackgroundFeeder(feeder, interval=1.0):
@@ -155,6 +165,8 @@ def _through_the_lifecycle(
             upgrade = run_upgrade(ctx, begin(ctx, "v2", settings=UpgradeSettings(min_batches=2)))
             outcome(upgrade)
             assert upgrade.phase is Phase.DONE and upgrade.mode == "stop_restore", upgrade
+            if upgraded is not None:
+                upgraded()
         if last is not None:
             last()
         second = _live(ctx)
@@ -192,17 +204,33 @@ def test_a_word_count_script_counts_every_word_once_through_savepoints_and_an_up
 
 
 @pytest.mark.timeout(900)
-def test_a_sessionization_script_counts_every_event_once_through_savepoints_and_an_upgrade(
+def test_a_sessionization_script_counts_every_event_once_through_savepoints_an_upgrade_and_a_replay(
     tmp_path: Path, kafka: EmbeddedKafka
 ) -> None:
-    table = tmp_path / "sessions"
-    ctx, topic = _job(tmp_path, kafka, "sessions", [str(table)])
+    table, crash = tmp_path / "sessions", tmp_path / "sessions.crash"
+    ctx, topic = _job(tmp_path, kafka, "sessions", [str(table)], v2=', foreach_batch = "idempotent"')
     feeder = SessionFeeder(kafka, topic)
 
     def rows() -> list[dict[str, Any]]:
         return read_table(open_storage(str(table))) if (table / "_delta_log").is_dir() else []
 
-    _through_the_lifecycle(ctx, feeder, lambda: len(rows()) >= feeder.rounds * len(USERS), feeder.flush)
+    def crashed_and_restarted() -> None:
+        """v2 dies right after its foreachBatch wrote a batch of sessions, before Spark recorded the batch done;
+        deployed again (from its latest state, the default) it runs that batch again, and Delta takes it once."""
+        v2 = _live(ctx)
+        crash.touch()
+        wait_for(lambda: crash.read_text() != "" and ctx.state_of(v2) is not State.RUNNING, "v2 to die", 180)
+        batch = int(crash.read_text())
+        assert not (Path(v2.checkpoint) / "commits" / str(batch)).exists(), "written, never recorded done"
+        restarted = deploy(ctx, DeployRequest("v2"))
+        assert restarted.restored_batch_id == batch - 1 and restarted.fresh_start is None, restarted
+        wait_for(lambda: (Path(restarted.checkpoint) / "commits" / str(batch)).exists(), "the batch run again", 120)
+
+    def complete() -> bool:
+        return len(rows()) >= feeder.rounds * len(USERS)
+
+    _through_the_lifecycle(ctx, feeder, complete, feeder.flush, crashed_and_restarted)
+    assert crash.read_text(), "the replay happened"
 
     found = rows()
     sessions = Counter((row["user"], row["session_start"]) for row in found)

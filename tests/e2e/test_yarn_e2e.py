@@ -100,7 +100,7 @@ def test_cluster_mode_on_yarn_with_checkpoints_on_hdfs(
     assert live.status is SnapshotStatus.COMPLETED and live.deployment == v1.id and live.source == v1.checkpoint
     wait_for(lambda: processed(v1.checkpoint, feed.rounds), "v1 to process 3 more rounds")
     assert batches(v1.checkpoint, "commits")[-1] > live.batch_id, "the query committed on past the savepoint"
-    assert main(["checkpoint", "--job", "windowed", "--jobs", str(jobs)]) == 0  # a retained checkpoint of it too
+    assert main(["retain", "windowed", "--jobs", str(jobs)]) == 0  # a retained checkpoint of it too
     capsys.readouterr()
     [retained] = [m for m in job.store.list("windowed") if m.kind is Kind.CHECKPOINT]
     assert retained.status is SnapshotStatus.COMPLETED and retained.source == v1.checkpoint

@@ -1,7 +1,8 @@
-"""A script run as it is under the runtime (spark_jobs/runtime/script.py): the refusals without Spark, then on
-the tests' session a query taken over (checkpoint, name and trigger replaced, stopped with a drain on request, the
-script's awaitTermination returning), one started by toTable writing its table, and a second query refused with
-nothing left running; and a refusal through the CLI's deploy and a real driver (exit 9)."""
+"""A script run as it is under the runtime (spark_jobs/runtime/script.py): the refusals without Spark, the job's
+broker in its environment, a foreachBatch declared idempotent; then on the tests' session a query taken over
+(checkpoint, name and trigger replaced, stopped with a drain on request, the script's awaitTermination returning),
+one started by toTable writing its table, and a second query refused with nothing left running; a foreachBatch
+refused by exactly-once unless declared; and a refusal through the CLI's deploy and a real driver (exit 9)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from airflow_plugin.cli import main
 from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
 from devtools.windowed import wait_for
-from spark_jobs.runtime import SourceKind, parse_args
+from spark_jobs.runtime import EXIT_REFUSED, Delivery, DeliveryRefused, SinkKind, SourceKind, StreamingJob, parse_args
+from spark_jobs.runtime.broker import KAFKA_CONF, KAFKA_ENV
+from spark_jobs.runtime.delivery import check
 from spark_jobs.runtime.script import (
     EXIT_SCRIPT_REFUSED,
     FAILED_BEFORE_START,
@@ -28,6 +31,8 @@ from spark_jobs.runtime.script import (
     START_TIMEOUT,
     UNSUPPORTED,
     ScriptRunner,
+    declaration_unused,
+    declared_sink,
     source_kind,
 )
 from tests.support.jobs import write_jobs
@@ -41,16 +46,17 @@ class _FakeSession:
 
     sparkContext = SimpleNamespace(applicationId="local-fake", uiWebUrl=None)
     streams = SimpleNamespace(addListener=lambda listener: None, removeListener=lambda listener: None)
+    conf = SimpleNamespace(get=lambda key, default=None: default)  # the session's conf, as spark-submit set it
 
 
-def _runner(tmp_path: Path, script: str, timeout: float = 30.0) -> ScriptRunner:
+def _runner(tmp_path: Path, script: str, timeout: float = 30.0, foreach_batch: str | None = None) -> ScriptRunner:
     path = tmp_path / "script.py"
     tmp_path.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
     common = ["--store", str(tmp_path / "store"), "--job", "j", "--deployment", "d"]
     argv = [*common, "--checkpoint", str(tmp_path / "checkpoint"), "--trigger-interval", "1 second"]
     args, job_args = parse_args([*argv, "--delivery", "exactly-once", "--poll-interval", "0.2", "an-argument"])
-    return ScriptRunner(str(path), args, job_args, timeout)
+    return ScriptRunner(str(path), args, job_args, timeout, foreach_batch)
 
 
 def _status(runner: ScriptRunner) -> DeploymentStatus:
@@ -75,6 +81,37 @@ def test_scripts_that_fail_end_or_wait_before_starting_a_query_are_refused(tmp_p
         status = _status(runner)
         assert (status.state, status.error_class, code) == (State.FAILED, error_class, EXIT_SCRIPT_REFUSED)
         assert "script.py" in str(status.error_message)
+
+
+def test_a_script_gets_the_jobs_broker_in_its_environment_and_only_its_own_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43: the engine hands the broker over in the driver's conf (and, local and client mode, environment):
+    the script's argv is the jobs file's arguments alone, and the conf's broker is in its environment (a driver in
+    a cluster's container gets the conf, not the environment of spark-submit)."""
+    monkeypatch.setenv(KAFKA_ENV, "stale:1")  # the conf wins; and the test's environment is restored after
+    seen = tmp_path / "seen"
+    script = (
+        f"import os, sys\nopen({str(seen)!r}, 'w').write(os.environ[{KAFKA_ENV!r}] + '|' + ' '.join(sys.argv[1:]))\n"
+    )
+    session = _FakeSession()
+    session.conf = SimpleNamespace(get=lambda key, default=None: "conf:9092" if key == KAFKA_CONF else default)
+    runner = _runner(tmp_path / "script", script)
+    assert runner.run(lambda: session) == EXIT_SCRIPT_REFUSED and _status(runner).error_class == NO_QUERY
+    assert seen.read_text() == "conf:9092|an-argument"
+
+
+def test_a_foreach_batch_the_version_declares_idempotent_is_an_idempotent_sink() -> None:
+    kafka = SourceKind.KAFKA
+    assert declared_sink(SinkKind.FOREACH_BATCH, "idempotent") is SinkKind.IDEMPOTENT_FOREACH_BATCH
+    assert declared_sink(SinkKind.FOREACH_BATCH, None) is SinkKind.FOREACH_BATCH
+    assert declared_sink(SinkKind.KAFKA, "idempotent") is SinkKind.KAFKA  # a declaration names a foreachBatch only
+    with pytest.raises(DeliveryRefused, match='foreach_batch = "idempotent" on a script\'s version in the jobs file'):
+        check(Delivery.EXACTLY_ONCE, StreamingJob(None, sink=SinkKind.FOREACH_BATCH, source=kafka))  # type: ignore[arg-type]
+    declared = StreamingJob(None, sink=declared_sink(SinkKind.FOREACH_BATCH, "idempotent"), source=kafka)  # type: ignore[arg-type]
+    assert check(Delivery.EXACTLY_ONCE, declared) == [] and declaration_unused(declared, "idempotent") is None
+    unused = declaration_unused(StreamingJob(None, sink=SinkKind.DELTA, source=kafka), "idempotent")  # type: ignore[arg-type]
+    assert unused is not None and "writes a delta sink, not a foreachBatch: the declaration does not apply" in unused
 
 
 def test_sources_are_judged_by_the_weakest() -> None:
@@ -164,6 +201,49 @@ def test_a_query_is_taken_over_until_stopped_and_a_second_query_is_refused(
     status = _status(refused)
     assert (status.state, status.error_class, code) == (State.FAILED, SECOND_QUERY, EXIT_SCRIPT_REFUSED)
     wait_for(lambda: not spark.streams.active, "nothing left running (Spark lists a stopped query a moment)", 30)
+
+
+FOREACH_BATCH = """
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.getOrCreate()
+
+
+def write(batch, batch_id):  # by batch id: a replayed batch overwrites what its first run wrote
+    batch.write.mode("overwrite").parquet(f"OUTPUT/batch={batch_id}")
+
+
+rows = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+rows.writeStream.foreachBatch(write).start().awaitTermination()
+"""
+
+
+@pytest.mark.spark
+def test_a_foreach_batch_runs_exactly_once_only_when_its_version_declares_it_idempotent(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    script = FOREACH_BATCH.replace("OUTPUT", str(tmp_path / "output"))
+    refused = _runner(tmp_path / "undeclared", script)
+    assert refused.run(lambda: spark) == EXIT_REFUSED
+    status = _status(refused)
+    assert (status.state, status.error_class) == (State.FAILED, "DELIVERY_GUARANTEE_NOT_MET")
+    assert 'foreach_batch = "idempotent"' in str(status.error_message) and "a foreach-batch sink" in str(
+        status.error_message
+    )
+    wait_for(lambda: not spark.streams.active, "nothing left running", 30)
+
+    declared = _runner(tmp_path / "declared", script, foreach_batch="idempotent")
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(declared.run(lambda: spark)))
+    thread.start()
+    try:
+        wait_for(lambda: _last_batch(declared) >= 1, "the declared foreachBatch's second batch", 120)
+    finally:
+        Deployments(open_storage(str(tmp_path / "declared" / "store"))).request("j", "d", ControlRequest("rq", "stop"))
+        thread.join(60)
+    status = _status(declared)
+    assert (codes, status.state, status.error_class) == ([0], State.STOPPED, None), status
+    assert (tmp_path / "output" / "batch=1").is_dir() and status.warnings == []
 
 
 def _last_batch(runner: ScriptRunner) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ...core.context import Context
 from ...core.jobs.catalogs import CatalogReport, check_catalogs, rebuild_catalogs
+from ..options import add_job
 from ..render import Output, say
 
 
@@ -22,7 +23,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="rebuild: from every manifest and deployment record (reads them all); check: compare with a listing "
         "of them and settle what differs",
     )
-    catalog.add_argument("--job", help="only this job (default: every job of the store)")
+    add_job(catalog, "only this job (default: every job of the store)", optional=True, was_option=True)
     catalog.set_defaults(run=run_catalog)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from ...core.context import Context
 from ...core.durations import duration_argument
 from ...core.errors import InvalidInput
-from ...core.jobs.deploy import RESTORE_MODES, DeployRequest, deploy
+from ...core.jobs.deploy import DEFAULT_RESTORE, RESTORE_HELP, RESTORE_MODES, DeployRequest, deploy
 from ...core.jobs.deployments import describe
 from ...core.jobs.preflight import preflight
 from ...core.jobs.savepoint import take_savepoint
@@ -16,21 +16,22 @@ from ...core.jobs.stop import job_status, kill, stop
 from ...core.lease import LeaseRecord, break_lease, held_leases, read_lease
 from ...core.parallel import map_parallel
 from ...core.snapshots.manifest import parse_labels
+from ..options import add_concurrency_option, add_job, add_kafka_option
 from ..render import Output, out, say, status_table
-from .snapshots import ACCEPT_GAP_HELP, REWIND_SINK_HELP
+from .snapshots import ACCEPT_GAP_HELP, LABEL_HELP, REWIND_SINK_HELP
 
 RECENT_RETIRED = 3  # retired deployments `savepoints status` shows per job (the newest), besides the others
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     deploy_cmd = commands.add_parser("deploy", parents=[common], help="launch a job version as a new deployment")
-    deploy_cmd.add_argument("job")
+    add_job(deploy_cmd, "the job, as the jobs file declares it")
     deploy_cmd.add_argument("--version", help="a version declared in the jobs file (default: its default_version)")
     deploy_cmd.add_argument(
         "--restore",
-        default="none",
+        default=DEFAULT_RESTORE,
         metavar="|".join([*RESTORE_MODES, "ID"]),
-        help="where the state comes from (default none)",
+        help=f"where the state comes from: {RESTORE_HELP}",
     )
     deploy_cmd.add_argument(
         "--partitions", type=int, help="state partitions; differing from the snapshot's rescales its state first"
@@ -47,22 +48,25 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     deploy_cmd.add_argument(
         "--spark-conn", metavar="CONN_ID", help="build spark-submit from this Airflow connection (the [airflow] extra)"
     )
+    add_kafka_option(deploy_cmd)
+    add_concurrency_option(deploy_cmd)
     deploy_cmd.set_defaults(run=run_deploy)
 
     preflight_cmd = commands.add_parser(
         "preflight", parents=[common], help="would this version run on that snapshot's state? (touches nothing live)"
     )
-    preflight_cmd.add_argument("job")
+    add_job(preflight_cmd, "the job, as the jobs file declares it")
     preflight_cmd.add_argument("--version", required=True, help="the new version, declared in the jobs file")
     preflight_cmd.add_argument("--snapshot", default="latest", help="snapshot id (default: latest)")
     preflight_cmd.add_argument(
         "--allow-renames", action="store_true", help="accept state field renames (Spark does not check names)"
     )
     preflight_cmd.add_argument("--accept-source-gap", action="store_true", help=ACCEPT_GAP_HELP)
+    add_kafka_option(preflight_cmd)
     preflight_cmd.set_defaults(run=run_preflight)
 
     status_cmd = commands.add_parser("status", parents=[common], help="deployments with state and heartbeat")
-    status_cmd.add_argument("job", nargs="?")
+    add_job(status_cmd, "only this job (default: every job of the jobs file)", optional=True)
     status_cmd.add_argument(
         "--all",
         action="store_true",
@@ -71,7 +75,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     status_cmd.set_defaults(run=run_status)
 
     stop_cmd = commands.add_parser("stop", parents=[common], help="stop the running deployment at a batch boundary")
-    stop_cmd.add_argument("job")
+    add_job(stop_cmd, "the job, as the jobs file declares it")
     stop_cmd.add_argument("--savepoint", action="store_true", help="then snapshot the quiescent checkpoint")
     stop_cmd.add_argument("--drain", action="store_true", help="process what is available first")
     stop_cmd.add_argument(
@@ -80,23 +84,29 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         type=duration_argument("--timeout", bare_unit="s", positive=True),
         help="seconds or a duration such as 5m (default: trigger interval + 60 seconds)",
     )
+    add_concurrency_option(stop_cmd)
     stop_cmd.set_defaults(run=run_stop)
 
     savepoint_cmd = commands.add_parser(
         "savepoint", parents=[common], help="a savepoint of the running deployment now (it keeps running)"
     )
-    savepoint_cmd.add_argument("job")
-    savepoint_cmd.add_argument("--label", action="append", default=[], metavar="K=V")
+    add_job(savepoint_cmd, "the job, as the jobs file declares it")
+    savepoint_cmd.add_argument("--label", action="append", default=[], metavar="K=V", help=LABEL_HELP)
     savepoint_cmd.add_argument("--pin", action="store_true", help="never delete by retention")
+    add_concurrency_option(savepoint_cmd)
     savepoint_cmd.set_defaults(run=run_savepoint)
 
     kill_cmd = commands.add_parser("kill", parents=[common], help="force-kill a deployment that will not stop")
-    kill_cmd.add_argument("job")
+    add_job(kill_cmd, "the job, as the jobs file declares it")
     kill_cmd.set_defaults(run=run_kill)
 
     lease_cmd = commands.add_parser("lease", parents=[common], help="the job leases: one operation per job at once")
     lease_cmd.add_argument("action", choices=["list", "break"], help="list held leases, or break one")
-    lease_cmd.add_argument("job", nargs="?", help="the job whose lease to break (only if its holder is surely dead)")
+    add_job(
+        lease_cmd,
+        "list: only this job's lease; break: the job whose lease to break (only if its holder is surely dead)",
+        optional=True,
+    )
     lease_cmd.set_defaults(run=run_lease)
 
 

@@ -13,6 +13,7 @@ from ...core import metrics
 from ...core.context import Context
 from ...core.errors import SparkToolFailed
 from ...core.snapshots.inspect import diff_snapshots, inspect_snapshot
+from ..options import add_concurrency_option, add_job
 from ..render import Output, human_bytes, say
 
 
@@ -22,8 +23,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="every job's figures as OpenMetrics text for Prometheus (what the plugin serves at /savepoints/metrics)",
     )
-    metrics_cmd.add_argument(
-        "--job", action="append", help="only this job (repeatable; default: the jobs file's jobs, else the store's)"
+    add_job(
+        metrics_cmd,
+        "only these jobs (default: the jobs file's jobs, else the store's)",
+        many=True,
+        was_option=True,
     )
     metrics_cmd.set_defaults(run=run_metrics)
 
@@ -32,26 +36,28 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="what a snapshot's state holds, read by Spark from a scratch restore (never the live checkpoint)",
     )
-    inspect.add_argument("--job", required=True)
-    inspect.add_argument("id", help="snapshot id, or 'latest'")
+    add_job(inspect, was_option=True)
+    inspect.add_argument("id", metavar="ID", help="snapshot id, or 'latest'")
     inspect.add_argument(
         "--key", metavar="VALUE", help="the rows of this key (a value of any key field, or FIELD=VALUE)"
     )
     inspect.add_argument("--sample", type=int, default=5, help="rows shown per operator and store (default 5)")
+    add_concurrency_option(inspect)
     inspect.set_defaults(run=run_inspect)
 
     diff = commands.add_parser(
         "diff", parents=[common], help="what changed in the state from snapshot A to snapshot B, per operator"
     )
-    diff.add_argument("--job", required=True)
-    diff.add_argument("a", help="the earlier snapshot id")
-    diff.add_argument("b", help="the later snapshot id, or 'latest'")
+    add_job(diff, was_option=True)
+    diff.add_argument("a", metavar="A", help="the earlier snapshot id")
+    diff.add_argument("b", metavar="B", help="the later snapshot id, or 'latest'")
     diff.add_argument("--top", type=int, default=10, help="keys that grew most, shown per store (default 10)")
+    add_concurrency_option(diff)
     diff.set_defaults(run=run_diff)
 
 
 def run_metrics(args: argparse.Namespace, ctx: Context) -> Output:
-    figures = metrics.observe(ctx, args.job)
+    figures = metrics.observe(ctx, args.job or None)
     text = metrics.render(figures).decode()
     data = {"jobs": [asdict(j) for j in figures.jobs], "stores": [asdict(s) for s in figures.stores]}
     return Output(data, lambda: sys.stdout.write(text))

@@ -1,5 +1,5 @@
 """Retention: prune (the jobs file's policies, flags over them, then garbage collection) and retained
-checkpoints of running deployments."""
+checkpoints of running deployments (`retain`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from typing import Any
 from ...core.context import Context
 from ...core.retention.policy import RetentionPolicy, parse_policy
 from ...core.retention.prune import prune, retain_checkpoints
+from ..options import add_concurrency_option, add_job, add_kafka_option
 from ..render import Output, out, plan_table, say
+
+RETAIN = "retain"
 
 _POLICY_KEYS = ("failed_grace", "abandoned_after", "on_cancellation", "retired_retention", "blob_grace", "max_unused")
 
@@ -19,7 +22,12 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     prune_cmd = commands.add_parser(
         "prune", parents=[common], help="apply retention: delete old snapshots and leftovers"
     )
-    prune_cmd.add_argument("--job", help="only this job's snapshots and deployments (blobs are store-wide)")
+    add_job(
+        prune_cmd,
+        "only this job's snapshots and deployments (default: every job's; stored contents are store-wide)",
+        optional=True,
+        was_option=True,
+    )
     prune_cmd.add_argument("--dry-run", action="store_true", help="print the plan, delete nothing")
     for kind in ("checkpoint", "savepoint"):
         prune_cmd.add_argument(f"--{kind}-keep-last", type=int, metavar="N", help=f"keep the newest N {kind}s")
@@ -34,13 +42,23 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     prune_cmd.add_argument(
         "--max-unused", metavar="SHARE", help="repack packs with more unreferenced bytes than this (default 50%%)"
     )
+    add_kafka_option(prune_cmd)
     prune_cmd.set_defaults(run=run_prune)
 
-    checkpoint_cmd = commands.add_parser(
-        "checkpoint", parents=[common], help="retained checkpoints: snapshot every running deployment of a job"
-    )
-    checkpoint_cmd.add_argument("--job", required=True)
-    checkpoint_cmd.set_defaults(run=run_checkpoint)
+    # `retain` takes retained checkpoints; "checkpoint" names Spark's checkpoint directory and that snapshot kind.
+    # `checkpoint`, its name before, still works (with a note), unlisted.
+    for name in (RETAIN, "checkpoint"):
+        retain_cmd = commands.add_parser(
+            name,
+            parents=[common],
+            description="Take a retained checkpoint (a snapshot of kind checkpoint, deleted by retention) of every "
+            "running deployment of JOB whose last committed batch no snapshot holds yet.",
+            **({"help": "a retained checkpoint of every running deployment of a job"} if name == RETAIN else {}),
+        )
+        add_job(retain_cmd, "the job, as the jobs file declares it", was_option=True)
+        add_concurrency_option(retain_cmd)
+        retain_cmd.set_defaults(run=run_retain)
+    retain_cmd.renamed_to = RETAIN
 
 
 def _policy_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -102,7 +120,7 @@ def run_prune(args: argparse.Namespace, ctx: Context) -> Output:
     return Output(data, human)
 
 
-def run_checkpoint(args: argparse.Namespace, ctx: Context) -> Output:
+def run_retain(args: argparse.Namespace, ctx: Context) -> Output:
     outcomes = retain_checkpoints(ctx.job(args.job))
 
     def human() -> None:

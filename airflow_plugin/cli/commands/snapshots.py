@@ -17,12 +17,14 @@ from ...core.snapshots.manifest import Kind, Trigger, parse_labels
 from ...core.snapshots.restore import execute_restore, plan_restore
 from ...core.snapshots.verify import verify_snapshot
 from .. import exit_codes
+from ..options import add_concurrency_option, add_job, add_kafka_option
 from ..render import Output, human_bytes, key_values, out, say, snapshot_table, warn
 
 ACCEPT_GAP_HELP = (
     "restore even if Kafka no longer holds every record after the snapshot (retention deleted them, a topic or "
     "partition is gone); the gap is recorded in the snapshot's history"
 )
+LABEL_HELP = "a label KEY=VALUE (repeatable), shown by `list` and kept in the manifest"
 REWIND_SINK_HELP = (
     "a recorded sink that committed batches after the snapshot is rewound to it instead of refusing (a file sink's "
     "later output is moved into its _savepoints_quarantine/, a Delta table is RESTOREd to the snapshot's version and "
@@ -30,19 +32,32 @@ REWIND_SINK_HELP = (
 )
 
 
-def register(commands: Any, common: argparse.ArgumentParser) -> None:
-    one = argparse.ArgumentParser(add_help=False, parents=[common])
-    one.add_argument("--job", required=True, help="job name")
-    one.add_argument("id", help="snapshot id, or 'latest' for the newest COMPLETED one")
+def _one_snapshot(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    add_job(parser, was_option=True)
+    parser.add_argument("id", metavar="ID", help="snapshot id, or 'latest' for the newest COMPLETED one")
+    return parser
 
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
     create = commands.add_parser("create", parents=[common], help="snapshot a checkpoint (live or stopped)")
-    create.add_argument("--job", required=True)
+    add_job(create, "the job the snapshot belongs to: any name (a job of the jobs file, or not)", was_option=True)
     create.add_argument(
         "--checkpoint", required=True, help="checkpoint location: path, file://, s3://, s3a:// or hdfs://"
     )
-    create.add_argument("--kind", choices=[k.value for k in Kind], default=Kind.SAVEPOINT.value)
-    create.add_argument("--trigger", choices=[t.value for t in Trigger], default=Trigger.MANUAL.value)
-    create.add_argument("--label", action="append", default=[], metavar="K=V")
+    create.add_argument(
+        "--kind",
+        choices=[k.value for k in Kind],
+        default=Kind.SAVEPOINT.value,
+        help="savepoint (default: the user's, kept until deleted) or checkpoint (a retained checkpoint, deleted "
+        "by retention)",
+    )
+    create.add_argument(
+        "--trigger",
+        choices=[t.value for t in Trigger],
+        default=Trigger.MANUAL.value,
+        help="what asked for it, recorded in the manifest (default manual)",
+    )
+    create.add_argument("--label", action="append", default=[], metavar="K=V", help=LABEL_HELP)
     create.add_argument("--pin", action="store_true", help="never delete by retention")
     create.add_argument(
         "--sink",
@@ -51,27 +66,40 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="LOCATION",
         help="output location of a file sink whose position to record (repeatable)",
     )
-    create.add_argument("--requested-by", default="")
+    create.add_argument(
+        "--requested-by", default="", metavar="WHO", help="who asked, recorded in the manifest (default $USER)"
+    )
+    add_concurrency_option(create)
     create.set_defaults(run=run_create)
 
     listing = commands.add_parser("list", parents=[common], help="list snapshots")
-    listing.add_argument("--job")
+    add_job(listing, "only this job's snapshots (default: every job's)", optional=True, was_option=True)
+    add_kafka_option(listing)
     listing.set_defaults(run=run_list)
 
-    commands.add_parser("show", parents=[one], help="show one snapshot's manifest").set_defaults(run=run_show)
-    verify = commands.add_parser("verify", parents=[one], help="check every stored file's checksum")
+    show = _one_snapshot(commands.add_parser("show", parents=[common], help="show one snapshot's manifest"))
+    add_kafka_option(show)
+    show.set_defaults(run=run_show)
+    verify = _one_snapshot(commands.add_parser("verify", parents=[common], help="check every stored file's checksum"))
     verify.add_argument("--deep", action="store_true", help="also restore to scratch and read all state with Spark")
+    add_concurrency_option(verify)
     verify.set_defaults(run=run_verify)
-    delete = commands.add_parser("delete", parents=[one], help="delete a snapshot")
+    delete = _one_snapshot(commands.add_parser("delete", parents=[common], help="delete a snapshot"))
     delete.add_argument("--force", action="store_true", help="delete even if pinned")
     delete.set_defaults(run=run_delete)
-    commands.add_parser("pin", parents=[one], help="protect from retention").set_defaults(run=run_pin)
-    commands.add_parser("unpin", parents=[one], help="remove the protection").set_defaults(run=run_pin)
-    restore = commands.add_parser("restore", parents=[one], help="restore into a new checkpoint location")
-    restore.add_argument("--to", required=True, help="an empty or absent location")
+    _one_snapshot(commands.add_parser("pin", parents=[common], help="protect from retention")).set_defaults(run=run_pin)
+    _one_snapshot(commands.add_parser("unpin", parents=[common], help="remove the protection")).set_defaults(
+        run=run_pin
+    )
+    restore = _one_snapshot(
+        commands.add_parser("restore", parents=[common], help="restore into a new checkpoint location")
+    )
+    restore.add_argument("--to", required=True, metavar="LOCATION", help="an empty or absent location")
     restore.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     restore.add_argument("--rewind-sink", action="store_true", help=REWIND_SINK_HELP)
     restore.add_argument("--accept-source-gap", action="store_true", help=ACCEPT_GAP_HELP)
+    add_kafka_option(restore)
+    add_concurrency_option(restore)
     restore.set_defaults(run=run_restore)
 
 

@@ -12,6 +12,7 @@ from ...core.errors import InvalidInput
 from ...core.upgrades.record import Mode, Upgrade, Upgrades
 from ...core.upgrades.run import AUTO, begin, cancel, current, outcome, run_upgrade
 from ...core.upgrades.steps import UpgradeSettings
+from ..options import add_concurrency_option, add_job, add_kafka_option
 from ..render import Output, key_values, out, say
 
 
@@ -25,7 +26,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "window boundary) or stop/restore (stop with a savepoint, start the new version from it), a health gate, "
         "and an abort or rollback on failure. Ends with exit 0 when the new version runs healthy.",
     )
-    upgrade_cmd.add_argument("job")
+    add_job(upgrade_cmd, "the job, as the jobs file declares it")
     action = upgrade_cmd.add_mutually_exclusive_group(required=True)
     action.add_argument("--version", help="the new version, declared in the jobs file")
     action.add_argument("--resume", action="store_true", help="continue the job's unfinished upgrade")
@@ -77,6 +78,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="replay by Kafka timestamps: how much earlier than its event time a record's timestamp may be, seconds "
         f"or a duration such as 5m (default {format_duration(defaults.replay_margin_seconds)})",
     )
+    add_kafka_option(upgrade_cmd)
+    add_concurrency_option(upgrade_cmd)
     upgrade_cmd.set_defaults(run=run_upgrade_command)
 
 

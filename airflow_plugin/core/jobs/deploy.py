@@ -1,12 +1,14 @@
 """Deploy a job version as a new deployment with its own checkpoint location, optionally from state:
 
-    none              a fresh start
+    latest-state      the default (DEFAULT_RESTORE, the CLI's, the operator's and the deploy DAG's): the newest
+                      of the previous deployment's live checkpoint and the job's snapshots (the live checkpoint
+                      is snapshotted first, so it is never claimed by the new one); a job that never ran (no
+                      deployment, no snapshot) has no state to lose: it starts fresh, and its deployment records
+                      why (`fresh_start`). A job with history and no usable state is refused (NoState): starting
+                      it fresh would silently drop what it had
+    none              a fresh start, asked for by name: of a job with state it logs and records (`fresh_start`)
+                      what is not carried over, the state latest-state would have continued from and its batch
     latest-savepoint  the newest COMPLETED savepoint of the job
-    latest-state      the newest of: the previous deployment's live checkpoint and the job's snapshots
-                      (the live checkpoint is snapshotted first, so it is never claimed by the new one); a job
-                      that never ran (no deployment, no snapshot) has no state to lose: it starts fresh, and
-                      its deployment records why (`fresh_start`). A job with history and no usable state is
-                      refused (NoState): starting it fresh would silently drop what it had
     <snapshot id>     that snapshot
 
 Observe (deployments, heartbeats, snapshots) -> decide (refusals, restore source) -> act (restore,
@@ -48,13 +50,22 @@ from .startup import launch_deployment, wait_for_state, wait_until_started
 
 log = logging.getLogger(__name__)
 
-RESTORE_MODES = ("none", "latest-state", "latest-savepoint")
+RESTORE_MODES = ("latest-state", "latest-savepoint", "none")  # the default first
+# Where a deploy's state comes from unless it says: a job with history continues from its latest state, one that
+# never ran starts fresh; a fresh start of a job with state is asked for by name (`none`). The one default of
+# `savepoints deploy`, DeployJobOperator and the deploy DAG.
+DEFAULT_RESTORE = "latest-state"
+RESTORE_HELP = (  # what the CLI's --restore and the deploy DAG's form field say
+    f"{DEFAULT_RESTORE} (the default: a job with history continues from its latest state, one that never ran starts "
+    "fresh), latest-savepoint, a snapshot id (sp-... / ck-...), or none: start empty (of a job with state it says "
+    "which state, at which batch, is not carried over)"
+)
 
 
 @dataclass(frozen=True)
 class DeployRequest:
     version: str | None = None
-    restore: str = "none"
+    restore: str = DEFAULT_RESTORE
     partitions: int | None = None  # state partitions; differs from the snapshot's: rescale (repartition)
     wait_seconds: float = 180.0  # until the job reports RUNNING (Spark start-up on a busy machine); 0: do not wait
     rewind_sink: bool = False  # a sink ahead of the snapshot is rewound to it instead of refusing
@@ -87,45 +98,86 @@ def _restore_source(
         return ctx.store.latest(ctx.name, kind=Kind.SAVEPOINT)
     if mode != "latest-state":
         return ctx.store.get(ctx.name, mode)
+    latest = latest_state(ctx, listed, exclude)
+    if latest.live is not None:
+        last, batch = latest.live
+        log.info("latest state is the live checkpoint of %s at batch %d: snapshotting it", last.id, batch)
+        return snapshot_deployment(
+            ctx,
+            last,
+            kind=Kind.CHECKPOINT,
+            trigger=Trigger.UPGRADE,
+            labels={"reason": "latest-state"},
+            requested_by="deploy --restore latest-state",
+        )
+    if latest.snapshot is None:
+        previous = [d for d in listed if d.id != exclude]
+        what = f"{len(previous)} earlier deployment(s)" if previous else "snapshots"
+        raise NoState(
+            f"job {ctx.name} has {what} but no state to take over: no COMPLETED snapshot (`savepoints list "
+            f"{ctx.name}`), and no committed batch in the last deployment's checkpoint"
+        )
+    return latest.snapshot
+
+
+class LatestState(NamedTuple):
+    """What latest-state continues from: the newest COMPLETED snapshot (of the last deployment's query, when its
+    checkpoint has a committed batch), or that deployment's live checkpoint where it is newer (`live`: the
+    deployment and the batch it committed last). Neither: the job has no state."""
+
+    snapshot: Manifest | None
+    live: tuple[Deployment, int] | None = None
+
+    def describe(self) -> str | None:
+        if self.live is not None:
+            deployment, batch = self.live
+            return f"the live checkpoint of deployment {deployment.id} ({deployment.version}) at batch {batch}"
+        if self.snapshot is not None:
+            return f"{self.snapshot.kind} {self.snapshot.id} at batch {self.snapshot.batch_id}"
+        return None
+
+
+def latest_state(ctx: JobContext, listed: list[Deployment], exclude: str | None = None) -> LatestState:
+    """The job's latest state, read and not touched (`listed`, `exclude`: as `_restore_source` takes them)."""
     try:
         newest = ctx.store.latest(ctx.name)
     except NotFound:
         newest = None
     previous = [d for d in listed if d.id != exclude]
-    if previous:
-        last = previous[-1]
-        location = ctx.open(last.checkpoint)
-        try:
-            live = read_restart_point(location)
-        except (NotFound, CheckpointError):
-            live = None
-        if live is not None:
-            # a snapshot is the latest state only if it is of the same query and no older: after a rollback the
-            # newest snapshot may be of the version that was rolled back, its batch ids higher, its output undone
-            newest = _newest_of_query(ctx, live.query_id)
-        if live is not None and (newest is None or (newest.batch_id or -1) < live.batch_id):
-            live_batch = live.batch_id
-            log.info("latest state is the live checkpoint of %s at batch %d: snapshotting it", last.id, live_batch)
-            return snapshot_deployment(
-                ctx,
-                last,
-                kind=Kind.CHECKPOINT,
-                trigger=Trigger.UPGRADE,
-                labels={"reason": "latest-state"},
-                requested_by="deploy --restore latest-state",
-            )
-    if newest is None:
-        what = f"{len(previous)} earlier deployment(s)" if previous else "snapshots"
-        raise NoState(
-            f"job {ctx.name} has {what} but no state to take over: no COMPLETED snapshot (`savepoints list --job "
-            f"{ctx.name}`), and no committed batch in the last deployment's checkpoint"
-        )
-    return newest
+    if not previous:
+        return LatestState(newest)
+    last = previous[-1]
+    try:
+        live = read_restart_point(ctx.open(last.checkpoint))
+    except (NotFound, CheckpointError):
+        return LatestState(newest)
+    # a snapshot is the latest state only if it is of the same query and no older: after a rollback the newest
+    # snapshot may be of the version that was rolled back, its batch ids higher, its output undone
+    newest = _newest_of_query(ctx, live.query_id)
+    if newest is None or (newest.batch_id or -1) < live.batch_id:
+        return LatestState(newest, (last, live.batch_id))
+    return LatestState(newest)
+
+
+def why_fresh(ctx: JobContext, restore: str, listed: list[Deployment], exclude: str | None = None) -> str | None:
+    """Why a deployment starts with no state, recorded with it (`fresh_start`): latest-state of a job that never
+    ran, or a fresh start asked for by name (`none`) of a job with state, saying which state is not carried over."""
+    if restore == "latest-state":
+        return FIRST_DEPLOYMENT
+    discarded = latest_state(ctx, listed, exclude).describe()
+    return f"restore none: the job's latest state, {discarded}, is not carried over" if discarded else None
+
+
+def _log_fresh(ctx: JobContext, deployment: Deployment) -> None:
+    """A fresh start that leaves state behind is a warning (the CLI shows it, the task log has it)."""
+    if deployment.fresh_start:
+        level = logging.INFO if deployment.fresh_start == FIRST_DEPLOYMENT else logging.WARNING
+        log.log(level, "deployment %s of job %s starts fresh: %s", deployment.id, ctx.name, deployment.fresh_start)
 
 
 def first_deployment(ctx: JobContext, mode: str, listed: list[Deployment], exclude: str | None = None) -> bool:
     """latest-state for a job without any history (no deployment in `listed` but `exclude`, no snapshot of any
-    status): there is no state to lose, so the deployment starts fresh (the deploy DAG's default, for a first
+    status): there is no state to lose, so the deployment starts fresh (the default, DEFAULT_RESTORE, of a first
     deploy)."""
     if mode != "latest-state":
         return False
@@ -224,10 +276,9 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, liste
         request_id=ctx.settings.request_id,
         source_gap=plan.source_gap if plan else None,
         build=build,
-        fresh_start=FIRST_DEPLOYMENT if source is None and request.restore == "latest-state" else None,
+        fresh_start=why_fresh(ctx, request.restore, listed) if source is None else None,
     )
-    if deployment.fresh_start:
-        log.info("deployment %s of job %s starts fresh: %s", deployment_id, ctx.name, deployment.fresh_start)
+    _log_fresh(ctx, deployment)
     if request.partitions:
         deployment.spark_conf[PARTITIONS_CONF] = str(request.partitions)
     ctx.deployments.put(deployment)  # claims the location before anything is written there
@@ -457,7 +508,8 @@ def _activate(
     if source is None:
         for storage, rewind in fresh_start(ctx, deployment.build, deployment.id, rewind_sink):
             execute_rewind(storage, rewind)
-        deployment.fresh_start = FIRST_DEPLOYMENT if restore == "latest-state" else None
+        deployment.fresh_start = why_fresh(ctx, restore, listed, exclude=deployment_id)
+        _log_fresh(ctx, deployment)
     if plan is not None and source is not None:
         execute_restore(ctx.store, plan, progress=ctx.progress)
         deployment.restored_from, deployment.restored_batch_id = source.id, source.batch_id
@@ -479,15 +531,21 @@ def submit_spec(
     checkpoint: str,
     conf: dict[str, str],
     runtime_args: tuple[str, ...] = (),
+    *,
+    lasting: bool = True,
 ) -> SubmitSpec:
     """The spark-submit of a job version under the runtime (spark_jobs/runtime/args.py); a script version's
-    driver is the runtime's script runner, told which script to run."""
+    driver is the runtime's script runner, told which script to run (and what the version declares of it). The
+    job's own arguments are the jobs file's, nothing added: the engine's settings (the broker of a job that declares
+    `kafka`) reach the driver in its conf and environment (JobContext.child_conf, child_env). `lasting`: a
+    deployment's driver (the default), which runs for weeks; False for a run that ends within the command."""
     job = ctx.spec
     return SubmitSpec(
         application=str(tool_path("run_script")) if version.script else version.application,
         app_args=[
             *(("--script", version.script) if version.script else ()),
             *(("--script-start-timeout", version.start_timeout) if version.start_timeout else ()),
+            *(("--script-foreach-batch", version.foreach_batch) if version.foreach_batch else ()),
             "--store",
             ctx.store.uri,
             "--job",
@@ -503,11 +561,10 @@ def submit_spec(
             *runtime_args,
             *job.args,
             *version.args,
-            *ctx.child_args(),
         ],
         master=job.spark_master,
         deploy_mode=job.deploy_mode,
         name=f"{job.name}-{version.name}-{deployment_id}",
-        conf={**ctx.spark_conf(), **conf},
-        env=ctx.child_env(),
+        conf={**ctx.spark_conf(), **ctx.child_conf(), **conf},
+        env=ctx.child_env(lasting=lasting),
     )

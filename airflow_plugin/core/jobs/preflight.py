@@ -254,7 +254,7 @@ def run_throwaway(
     preflight_timeout); its status is removed afterwards."""
     job = ctx.spec
     timeout = job.preflight_timeout if timeout is None else timeout
-    spec = submit_spec(ctx, version, run_id, checkpoint, conf, runtime_args)
+    spec = submit_spec(ctx, version, run_id, checkpoint, conf, runtime_args, lasting=False)
     spec = replace(spec, name=f"{job.name}-{version.name}-{what}")
     log_path = Path(job.log_dir) / job.name / f"{run_id}.log"
     handle = launch(spec, log_path, ctx.command_builder)

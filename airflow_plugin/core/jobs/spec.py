@@ -17,6 +17,7 @@ docs/jobs-file.md describes every key.
     args = ["--input", ".runs/input", "--output", ".runs/output"]
     conf = { "spark.sql.shuffle.partitions" = "3" }
     versions.v1 = { application = "spark_jobs/jobs/windowed/v1.py" }
+    versions.v2 = { script = "jobs/my_script.py", foreach_batch = "idempotent" }  # a script, as it is
     retention.savepoint = { keep_last = 10 }
 """
 
@@ -41,6 +42,9 @@ DEFAULT_JOBS_FILE = "jobs.toml"
 DELIVERY = ("at-most-once", "at-least-once", "exactly-once")
 _PATH_ARGS = ("--input", "--output")  # job arguments whose values are paths
 _PATH_CONFS = ("spark.jars",)  # Spark confs whose values are comma-separated paths (spark-submit expands globs)
+# what a script version may declare of its foreachBatch: it writes by batch id, so a replayed batch overwrites (or
+# is skipped by) what its first run wrote; the delivery check then counts it an idempotent sink
+IDEMPOTENT = "idempotent"
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,9 @@ class VersionSpec:
     # a script version's time from its start to its query's start, "5 minutes" by default (a script that reads a
     # large input first needs more): past it, the deployment is refused (SCRIPT_START_TIMEOUT)
     start_timeout: str | None = None
+    # a script version's declaration that its foreachBatch writes by batch id ("idempotent"): exactly-once then
+    # takes it as SinkKind.IDEMPOTENT_FOREACH_BATCH (an application declares its sink in its build instead)
+    foreach_batch: str | None = None
 
     @property
     def code(self) -> str:
@@ -177,6 +184,24 @@ def _start_timeout(value: Any, where: str) -> str | None:
     return None if value is None else f"{_timeout(value, where):g}"
 
 
+def _foreach_batch(spec: dict[str, Any], where: str) -> str | None:
+    """`foreach_batch = "idempotent"`: only a script's, only that value."""
+    value = spec.get("foreach_batch")
+    if value is None:
+        return None
+    if "script" not in spec:
+        raise InvalidInput(
+            f"{where}: foreach_batch declares a script's foreachBatch idempotent; an application declares its sink in "
+            "its build (StreamingJob(writer, sink=SinkKind.IDEMPOTENT_FOREACH_BATCH)): drop foreach_batch"
+        )
+    if value != IDEMPOTENT:
+        raise InvalidInput(
+            f'{where}.foreach_batch = {value!r}: the one value is "{IDEMPOTENT}", for a script whose foreachBatch '
+            "writes by batch id (a replayed batch overwrites what it wrote); leave the key out otherwise"
+        )
+    return value
+
+
 def _timeout(value: Any, where: str) -> float:
     """A positive duration ("10 minutes", "1 hour") or a plain number of seconds (core/durations.py)."""
     return duration_seconds(value, where, bare_unit="s", positive=True)
@@ -272,6 +297,7 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
                 args=_args(spec.get("args", []), base, f"{where} versions.{version}.args"),
                 migrate=_migrate(spec.get("migrate"), f"{where} versions.{version}.migrate"),
                 start_timeout=_start_timeout(spec.get("start_timeout"), f"{where} versions.{version}.start_timeout"),
+                foreach_batch=_foreach_batch(spec, f"{where} versions.{version}"),
             )
         if not versions:
             raise InvalidInput(f'{where} declares no versions: add e.g. versions.v1 = {{ application = "job.py" }}')

@@ -28,7 +28,7 @@ def _completed(store: SnapshotStore, job: str, snapshot_id: str) -> Manifest:
     if manifest.status is not SnapshotStatus.COMPLETED:
         raise Refused(
             f"snapshot {manifest.id} of job {job} is {manifest.status}: only COMPLETED snapshots hold a state to "
-            f"read; see `savepoints list --job {job}`"
+            f"read; see `savepoints list {job}`"
         )
     return manifest
 

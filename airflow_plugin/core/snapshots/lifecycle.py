@@ -28,12 +28,12 @@ def delete_snapshot(store: SnapshotStore, job: str, snapshot_id: str, *, force: 
     if entry.pinned and not force:
         raise Refused(
             f"snapshot {entry.id} of job {job} is pinned: unpin it first with "
-            f"`savepoints unpin --job {job} {entry.id}`; nothing was deleted"
+            f"`savepoints unpin {job} {entry.id}`; nothing was deleted"
         )
     if store.remove([(job, entry.id, entry.version)]):
         raise Conflict(
             f"snapshot {entry.id} of job {job} changed while it was being deleted (pinned, say): nothing was deleted; "
-            f"see `savepoints show --job {job} {entry.id}`"
+            f"see `savepoints show {job} {entry.id}`"
         )
     remaining = store.validated().entries
     still_used = {key for other in remaining for key in other.objects}

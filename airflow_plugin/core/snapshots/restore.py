@@ -159,7 +159,7 @@ def _completed(store: SnapshotStore, job: str, snapshot: str | Manifest) -> Mani
         detail = f": {manifest.error}" if manifest.error else ""
         raise Refused(
             f"snapshot {manifest.id} of job {job} is {manifest.status}{detail}; nothing was restored. "
-            f"Pick a COMPLETED one with `savepoints list --job {job}`"
+            f"Pick a COMPLETED one with `savepoints list {job}`"
         )
     return manifest
 

@@ -92,7 +92,7 @@ class SnapshotStore:
         if not completed:
             if job not in self.jobs():
                 raise NotFound(f"job {job!r} has no snapshots in {self.uri}: check the job name with `savepoints list`")
-            raise NotFound(f"job {job} has no COMPLETED snapshot in {self.uri}: see `savepoints list --job {job}`")
+            raise NotFound(f"job {job} has no COMPLETED snapshot in {self.uri}: see `savepoints list {job}`")
         return completed[-1]
 
     # ------------------------------------------------------------ reading: the manifests
@@ -168,7 +168,7 @@ class SnapshotStore:
         if job not in self.jobs():
             return NotFound(f"job {job!r} has no snapshots in {self.uri}: check the job name with `savepoints list`")
         return NotFound(
-            f"snapshot {snapshot_id} of job {job} does not exist in {self.uri}: see `savepoints list --job {job}`"
+            f"snapshot {snapshot_id} of job {job} does not exist in {self.uri}: see `savepoints list {job}`"
         )
 
     # ------------------------------------------------------------ writing: manifest and catalog together

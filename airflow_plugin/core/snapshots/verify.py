@@ -59,7 +59,7 @@ def verify_snapshot(
     if manifest.status is not SnapshotStatus.COMPLETED:
         raise Refused(
             f"snapshot {manifest.id} of job {job} is {manifest.status}: only COMPLETED snapshots can be verified; "
-            f"see `savepoints list --job {job}`"
+            f"see `savepoints list {job}`"
         )
     progress = progress or NullProgress()
     started = time.monotonic()

@@ -33,6 +33,13 @@ from . import KAFKA, SourcePosition, positions
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 10.0
+# How a job's driver gets the broker its job declares (`kafka` in the jobs file), never on the job's command line
+# (a script's own strict argparse refuses an argument it did not ask for): in its environment, which a local or
+# client-mode driver gets, and in its Spark conf, which reaches a driver in a cluster's container too
+# (spark_jobs/runtime/broker.py reads both). The variable is the engine's own setting as well: it wins over the
+# jobs file's `kafka` table (core/context.py), so a driver's and the engine's broker are one.
+KAFKA_ENV = "SAVEPOINTS_KAFKA_BOOTSTRAP"
+KAFKA_CONF = "spark.savepoints.kafka.bootstrapServers"
 _SECRET = re.compile(r"password|secret|token|jaas|credential|key\.pem", re.IGNORECASE)
 
 Watermarks = Mapping[str, Mapping[int, tuple[int, int]] | None]  # topic -> partition -> (earliest, latest); None: gone

@@ -565,7 +565,7 @@ function renderSnapshots(page) {
       page.all
         ? "No snapshot matches these filters."
         : `No snapshots of ${state.job} yet. Take one with “Take savepoint” above, or with `,
-      page.all ? "" : el("code", {}, `savepoints create --job ${state.job} --checkpoint LOCATION`),
+      page.all ? "" : el("code", {}, `savepoints create ${state.job} --checkpoint LOCATION`),
       page.all ? "" : ".",
     );
   }

@@ -2,8 +2,9 @@
 
 Input: JSON events `{"user", "country", "event_time", "seq"}`, from one of two sources (job arguments):
   - files in a directory (`--input DIR`; spark_jobs.generate writes them), or
-  - the values of a Kafka topic (`--topic NAME`, `--kafka-bootstrap-servers HOST:PORT` which the engine
-    appends from the jobs file's `kafka` table; devtools/kafka_job.py produces them, key = user), read with
+  - the values of a Kafka topic (`--topic NAME`; its broker the one the engine hands the driver from the jobs
+    file's `kafka` table, spark_jobs/runtime/broker.py, or `--kafka-bootstrap-servers HOST:PORT`;
+    devtools/kafka_job.py produces them, key = user), read with
     `failOnDataLoss=true` (a restored query whose offsets Kafka no longer holds fails rather than skipping:
     the engine refuses such a restore before it starts, core/sources) and `maxOffsetsPerTrigger`. A producer
     that retries writes a record twice: duplicates are dropped by `seq` within the watermark, a first
@@ -30,7 +31,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from spark_jobs.runtime import InitialState, SinkKind, SourceKind, StreamingJob
+from spark_jobs.runtime import InitialState, SinkKind, SourceKind, StreamingJob, kafka_bootstrap_servers
 
 EVENT_SCHEMA = StructType(
     [
@@ -75,12 +76,13 @@ class JobArgs:
 
 
 def parse_job_args(argv: list[str]) -> JobArgs:
-    """`(--input DIR | --topic NAME --kafka-bootstrap-servers HOST:PORT) --output DIR` and the source's rate
-    limit (the jobs file passes them; the engine appends the bootstrap servers)."""
+    """`(--input DIR | --topic NAME [--kafka-bootstrap-servers HOST:PORT]) --output DIR` and the source's rate
+    limit (the jobs file passes them). A topic's broker is the one the engine hands the driver (the jobs file's
+    `kafka` table: spark_jobs/runtime/broker.py) unless the arguments name one."""
     parser = argparse.ArgumentParser(prog="windowed job", allow_abbrev=False)
     parser.add_argument("--input", help="directory of JSON event files")
     parser.add_argument("--topic", help="a Kafka topic of JSON events, instead of --input")
-    parser.add_argument("--kafka-bootstrap-servers", help="the topic's broker (the engine passes it)")
+    parser.add_argument("--kafka-bootstrap-servers", help="the topic's broker (default: the jobs file's kafka)")
     parser.add_argument("--output", required=True, help="file sink directory (JSON lines), or the Delta table")
     parser.add_argument("--sink", choices=[SinkKind.FILE, SinkKind.DELTA], default=SinkKind.FILE, help="default: file")
     parser.add_argument(
@@ -92,9 +94,10 @@ def parse_job_args(argv: list[str]) -> JobArgs:
         parser.error("give one source: --input DIR or --topic NAME")
     kafka = None
     if args.topic:
-        if not args.kafka_bootstrap_servers:
-            parser.error("--topic needs --kafka-bootstrap-servers (declare kafka in the jobs file)")
-        kafka = KafkaInput(args.kafka_bootstrap_servers, args.topic, args.max_offsets_per_trigger or None)
+        broker = args.kafka_bootstrap_servers or kafka_bootstrap_servers()
+        if not broker:
+            parser.error("--topic needs a broker: declare kafka in the jobs file, or pass --kafka-bootstrap-servers")
+        kafka = KafkaInput(broker, args.topic, args.max_offsets_per_trigger or None)
     return JobArgs(args.input, args.output, args.max_files_per_trigger or None, kafka, SinkKind(args.sink))
 
 

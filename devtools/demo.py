@@ -33,8 +33,8 @@ from rich.text import Text
 
 from airflow_plugin.cli.render import source_text
 from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.guards import source as source_guard
 from airflow_plugin.core.jobs.stop import kill
-from airflow_plugin.core.snapshots import source_guard
 from devtools import airflow_env
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.java import require_java

@@ -26,10 +26,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from .errors import ClusterUnavailable, InvalidInput, NotFound
-from .jobs import yarn
-from .jobs.deployments import Deployment, Deployments, DeploymentStatus, State, ended_by_cluster, observed_state
-from .jobs.launcher import CommandBuilder, default_command, yarn_application
+from .errors import InvalidInput, NotFound
+from .jobs.deployments import Deployment, Deployments
+from .jobs.launcher import CommandBuilder, default_command
 from .jobs.spec import JOBS_ENV, JobSpec, jobs_file, load_jobs
 from .lease import DEFAULT_TTL, Lease, acquire, default_holder
 from .parallel import DEFAULT_CONCURRENCY
@@ -193,29 +192,6 @@ class JobContext:
     @cached_property
     def deployments(self) -> Deployments:
         return Deployments(self.store.storage)
-
-    def observe(self, deployment: Deployment) -> tuple[DeploymentStatus | None, State]:
-        """Its heartbeat, and what the deployment really is now (LOST when the heartbeat is stale or its
-        process is gone). A driver in a YARN container that YARN has ended while its heartbeat says it runs is
-        recorded FAILED with YARN's diagnostics, once: nobody else will write its last status."""
-        status = self.deployments.status(self.name, deployment.id)
-        app_id = yarn_application(deployment.launcher)
-        if app_id is not None and (status is None or status.state.live):
-            try:
-                report = yarn.application_report(app_id)
-            except (ClusterUnavailable, InvalidInput) as exc:  # unreachable, or a Kerberized cluster: the heartbeat
-                # alone decides (LOST once it is stale)
-                log.warning("deployment %s: %s", deployment.id, exc)
-                report = None
-            if report is not None and report.ended:
-                status = self.deployments.status(self.name, deployment.id)  # the driver's last word, read after
-                if (ended := ended_by_cluster(status, report)) is not None:
-                    self.deployments.write_status(self.name, deployment.id, ended)
-                    status = ended
-        return status, observed_state(deployment, status, self.spec.heartbeat_timeout)
-
-    def state_of(self, deployment: Deployment) -> State:
-        return self.observe(deployment)[1]
 
     def open(self, uri: str) -> Storage:
         """A checkpoint or sink location of this job, with the same S3 access as the store."""

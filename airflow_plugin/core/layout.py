@@ -7,7 +7,7 @@ engine, the Airflow layer and the job runtime ask this module.
     jobs/<job>/deployments/<deployment_id>/control/<request>.json  requests to the running job (stop, start)
     jobs/<job>/lease.json                                        the job lease: one operation at a time
     jobs/<job>/catalog/snapshots.json.gz                         the job's snapshot catalog: what listing needs of
-                                                                 each manifest, kept beside them (core/index.py)
+                                                                 each manifest, kept beside them (core/catalog/index.py)
     jobs/<job>/catalog/deployments.json.gz                       the job's deployment index: every record, and the
                                                                  final heartbeat of each retired deployment
     jobs/<job>/upgrades/<upgrade_id>.json                        an upgrade: its mode, state and steps' results
@@ -92,7 +92,7 @@ def catalog_prefix(job: str) -> str:
 
 
 def snapshot_catalog_key(job: str) -> str:
-    """The job's snapshot catalog (snapshots/catalog.py): never the truth, the manifests are."""
+    """The job's snapshot catalog (catalog/snapshots.py): never the truth, the manifests are."""
     return catalog_prefix(job) + "snapshots.json.gz"
 
 

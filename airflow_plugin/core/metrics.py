@@ -22,14 +22,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from .catalog.snapshots import SnapshotEntry
 from .context import Context, JobContext
 from .errors import SavepointsError
 from .jobs.deployments import DeploymentStatus, State
+from .jobs.observe import observe_deployment
 from .lease import read_lease
 from .parallel import map_parallel
 from .retention.policy import parse_policy
 from .retention.usage import StoreUsage, read_usage
-from .snapshots.catalog import SnapshotEntry
 from .snapshots.manifest import Kind, SnapshotStatus
 from .snapshots.store import SnapshotStore
 
@@ -107,7 +108,7 @@ def job_figures(ctx: JobContext, now: float | None = None) -> JobFigures:
     for deployment in ctx.deployments.list(ctx.name):
         if deployment.retired_at:
             continue
-        status, state = ctx.observe(deployment)
+        status, state = observe_deployment(ctx, deployment)
         age = round(status.age(now), 3) if status else None
         figures.deployments.append(DeploymentFigures(deployment.id, deployment.version, str(state), status, age))
     entries = ctx.store.list(ctx.name)

@@ -13,10 +13,12 @@ from .. import stats
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..core.context import JobContext
 from ..core.errors import NoState
-from ..core.jobs.deploy import DEFAULT_RESTORE, FIRST_DEPLOYMENT, DeployRequest, activate, deploy, prestart
+from ..core.jobs.deploy import DEFAULT_RESTORE, FIRST_DEPLOYMENT, DeployRequest, deploy
 from ..core.jobs.deployments import Deployment, describe
+from ..core.jobs.observe import observe_deployment
 from ..core.jobs.stop import stop
 from ..core.snapshots.manifest import parse_labels
+from ..core.upgrades.launch import activate, prestart
 from ..dag_params import RESTORE_TITLE
 from ..links import SnapshotLink, SparkUILink
 from .base import SavepointsBaseOperator, flag, optional_int
@@ -24,7 +26,7 @@ from .base import SavepointsBaseOperator, flag, optional_int
 
 def deployment_xcom(ctx: JobContext, deployment: Deployment) -> dict[str, Any]:
     """A deployment as tasks return it: the engine's one shape (describe), as observed now."""
-    return describe(deployment, *ctx.observe(deployment))
+    return describe(deployment, *observe_deployment(ctx, deployment))
 
 
 class DeployJobOperator(SavepointsBaseOperator):

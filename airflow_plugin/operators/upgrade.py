@@ -15,9 +15,9 @@ from airflow.sdk import Context
 from .. import stats
 from ..compat import AirflowFailException
 from ..core.context import JobContext
-from ..core.jobs.preflight import preflight
-from ..core.jobs.upgrade import rollback
+from ..core.upgrades.preflight import preflight
 from ..core.upgrades.record import Phase, Upgrade, Upgrades
+from ..core.upgrades.rollback import rollback
 from ..core.upgrades.run import begin, outcome, run_upgrade
 from ..core.upgrades.steps import UpgradeSettings, advance, waiting
 from ..links import SnapshotLink, SparkUILink

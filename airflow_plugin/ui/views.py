@@ -11,15 +11,15 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
+from ..core.catalog.snapshots import SnapshotEntry
 from ..core.context import Context, JobContext
 from ..core.errors import InvalidInput, Refused, SavepointsError
+from ..core.guards import source as source_guard
 from ..core.jobs.overview import overview
 from ..core.jobs.savepoint import savepoint_target
 from ..core.jobs.spec import JobSpec
 from ..core.jobs.stop import job_status
 from ..core.parallel import map_parallel
-from ..core.snapshots import source_guard
-from ..core.snapshots.catalog import SnapshotEntry
 from ..core.snapshots.manifest import Manifest
 from ..core.sources.kafka import SourceCheck
 from ..core.storage import S3Settings

@@ -80,7 +80,7 @@ class RuntimeArgs:
     delivery: Delivery
     heartbeat_interval: float  # seconds between status writes when nothing else happens (<= 5)
     poll_interval: float  # seconds between looks at the control channel
-    # Pre-flight of an upgrade (core/jobs/preflight.py): re-plan the pending batch once on --checkpoint, then on
+    # Pre-flight of an upgrade (core/upgrades/preflight.py): re-plan the pending batch once on --checkpoint, then on
     # this copy whose stored state schemas were removed (Spark writes the new version's), into a noop sink.
     preflight_probe: str | None = None
     # A pre-started driver (core/jobs/deploy.py prestart): create the session, report STANDBY, and start the

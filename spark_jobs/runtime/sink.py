@@ -1,6 +1,6 @@
 """The sink guard at the start of a query: before the runtime starts a query, it reads which sink the query
 will write and refuses to start it when that sink already holds batches the query would run (the engine's
-rule: airflow_plugin/core/sinks/guard.py). This is the one check every start passes through (a fresh deploy,
+rule: airflow_plugin/core/guards/sink.py). This is the one check every start passes through (a fresh deploy,
 a restore, an upgrade's cutover and rollback), and it sees the sink the version's code really writes, not
 the one an earlier deployment reported.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from airflow_plugin.core.guards.sink import FRESH_START, SINK_AHEAD, ahead, rewind_of_fresh_start, start_bound
 from airflow_plugin.core.sinks import DELTA, FILE, SinkRef
-from airflow_plugin.core.sinks.guard import FRESH_START, SINK_AHEAD, ahead, rewind_of_fresh_start, start_bound
 from airflow_plugin.core.snapshots.checkpoint import read_position
 from airflow_plugin.core.storage import open_storage
 

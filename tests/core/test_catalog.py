@@ -1,4 +1,4 @@
-"""The catalogs (core/index.py over manifests and deployment records): property-based sequences of changes,
+"""The catalogs (core/catalog/index.py over manifests and deployment records): property-based sequences of changes,
 crashes between a change and its settle, writers that do not mark (an older savepoints), a damaged or
 deleted catalog; the invariant checked after every step on the stored object itself (each entry matches its
 record, or the record is marked) and on what readers see (exactly what the records hold). Then threads racing
@@ -17,14 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_plugin.core.catalog.index import DEAD_AFTER, Known, Mark
+from airflow_plugin.core.catalog.snapshots import SnapshotEntry
 from airflow_plugin.core.context import JobContext
 from airflow_plugin.core.errors import NotFound, StoreUnavailable
-from airflow_plugin.core.index import DEAD_AFTER, Known, Mark
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
 from airflow_plugin.core.jobs.spec import JobSpec
 from airflow_plugin.core.layout import manifest_key, snapshot_catalog_key
 from airflow_plugin.core.lease import default_holder
-from airflow_plugin.core.snapshots.catalog import SnapshotEntry
 from airflow_plugin.core.snapshots.lifecycle import set_pinned
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import LocalStorage

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from airflow_plugin.core.errors import Refused
-from airflow_plugin.core.sinks import DELTA, SinkRef, delta, from_description, guard
+from airflow_plugin.core.guards import sink as guard
+from airflow_plugin.core.sinks import DELTA, SinkRef, delta, from_description
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore

@@ -434,7 +434,7 @@ def test_a_throwaway_run_past_the_preflight_timeout_is_killed_and_the_error_name
     """The pre-flight's (and a migration check's) Spark application gets the job's preflight_timeout: past it,
     it is killed, and the refusal says which setting to raise. A real spark-submit, killed a second in."""
     from airflow_plugin.core.errors import Refused
-    from airflow_plugin.core.jobs.preflight import run_throwaway
+    from airflow_plugin.core.upgrades.preflight import run_throwaway
 
     (tmp_path / "slow.py").write_text("import time\n\ntime.sleep(120)\n")
     extra = '[jobs.counts]\npreflight_timeout = 1\nversions.v1 = { application = "slow.py" }\n'

@@ -15,9 +15,14 @@ import pytest
 
 from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.errors import Refused
-from airflow_plugin.core.jobs.deploy import DeployRequest, activate, deploy, prestart
+from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
-from airflow_plugin.core.jobs.preflight import (
+from airflow_plugin.core.jobs.savepoint import take_savepoint
+from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger
+from airflow_plugin.core.snapshots.store import SnapshotStore
+from airflow_plugin.core.upgrades.launch import activate, prestart
+from airflow_plugin.core.upgrades.preflight import (
     PreflightReport,
     UpgradeBlocked,
     compare_schemas,
@@ -25,11 +30,7 @@ from airflow_plugin.core.jobs.preflight import (
     preflight,
     schema_field_names,
 )
-from airflow_plugin.core.jobs.savepoint import take_savepoint
-from airflow_plugin.core.jobs.stop import stop
-from airflow_plugin.core.jobs.upgrade import rollback
-from airflow_plugin.core.snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger
-from airflow_plugin.core.snapshots.store import SnapshotStore
+from airflow_plugin.core.upgrades.rollback import rollback
 from devtools.windowed import REPO, Feeder, batches, processed, wait_for, write_jobs_file
 
 TOTALS_APPS = REPO / "spark_jobs/jobs/user_totals"

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_plugin.cli import main
+from airflow_plugin.core.catalog.snapshots import SnapshotEntry
 from airflow_plugin.core.context import JobContext
 from airflow_plugin.core.errors import InvalidInput
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
@@ -32,7 +33,6 @@ from airflow_plugin.core.parallel import run_parallel
 from airflow_plugin.core.retention.plan import Observed, ObservedDeployment, plan
 from airflow_plugin.core.retention.policy import KindPolicy, OnCancellation, RetentionPolicy, parse_policy
 from airflow_plugin.core.retention.prune import execute, observe, prune, retain_checkpoints
-from airflow_plugin.core.snapshots.catalog import SnapshotEntry
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.manifest import (
     FileEntry,

@@ -1,4 +1,4 @@
-"""The sink guard of every start (core/sinks/guard.py): a query starting after batch N onto a sink that holds
+"""The sink guard of every start (core/guards/sink.py): a query starting after batch N onto a sink that holds
 later batches is refused (the file sink would skip them: records lost; a Delta table under a fresh query's
 new id would take them twice), at the engine before anything is launched (core/jobs/fresh_start.py) and in
 the job runtime just before the query starts (spark_jobs/runtime/sink.py). Logs are laid out as Spark and
@@ -15,12 +15,12 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import Refused
+from airflow_plugin.core.guards.sink import FRESH, SINK_AHEAD, ahead, plan_fresh_rewind, start_bound
 from airflow_plugin.core.jobs.deploy import build_of
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
 from airflow_plugin.core.jobs.startup import wait_for_state
 from airflow_plugin.core.sinks import DELTA, FILE, SinkRef
 from airflow_plugin.core.sinks import file as file_sink
-from airflow_plugin.core.sinks.guard import FRESH, SINK_AHEAD, ahead, plan_fresh_rewind, start_bound
 from airflow_plugin.core.snapshots.checkpoint import read_position
 from airflow_plugin.core.storage import LocalStorage, open_storage
 from spark_jobs.runtime.sink import SinkAhead, check_start

@@ -29,6 +29,7 @@ import pytest
 from airflow_plugin.core.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
+from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.stop import running_deployment, stop
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
@@ -172,7 +173,7 @@ def test_every_way_out_of_a_blue_green_upgrade_leaves_one_writer_per_window(
             wait_for(lambda: gate_sent(blue), "the gate request at v1", 400)
             os.killpg(blue.launcher["pid"], signal.SIGSTOP)
             try:
-                wait_for(lambda: job.state_of(blue) is State.LOST, "v1 to be LOST", 120)
+                wait_for(lambda: state_of(job, blue) is State.LOST, "v1 to be LOST", 120)
                 wait_for(
                     lambda: (u := newest()) is not None and u.phase in (Phase.ABORTING, Phase.ROLLING_BACK),
                     "the upgrade's recovery",

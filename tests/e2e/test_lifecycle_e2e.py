@@ -20,13 +20,13 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import LaunchFailed
+from airflow_plugin.core.guards.sink import SINK_AHEAD
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
 from airflow_plugin.core.jobs.health import Verdict, check_health
 from airflow_plugin.core.jobs.launcher import alive
 from airflow_plugin.core.jobs.stop import stop
 from airflow_plugin.core.sinks.file import LOG_DIR, QUARANTINE
-from airflow_plugin.core.sinks.guard import SINK_AHEAD
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.upgrades.record import Phase, Upgrades
 from devtools.feeding import BackgroundFeeder

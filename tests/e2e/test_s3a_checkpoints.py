@@ -23,7 +23,6 @@ import pytest
 from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import Refused, SavepointsError
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.preflight import preflight
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill, stop
 from airflow_plugin.core.layout import BLOBS
@@ -33,6 +32,7 @@ from airflow_plugin.core.snapshots.blobs import PackSettings
 from airflow_plugin.core.snapshots.restore import plan_restore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.upgrades.preflight import preflight
 from devtools import jvm
 from devtools.windowed import SMALL_DELTA_TABLE, Feeder, batches, processed, wait_for, write_jobs_file
 from spark_jobs.jobs.windowed.output import read_table, summarize

@@ -27,6 +27,7 @@ from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, State
+from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill
 from airflow_plugin.core.sinks.delta import SESSION_CONF
@@ -139,7 +140,7 @@ _NONE = DeploymentStatus(State.STARTING, 0)
 
 
 def _live(ctx: JobContext) -> Deployment:
-    [deployment] = [d for d in ctx.deployments.list(ctx.name) if ctx.state_of(d) is State.RUNNING]
+    [deployment] = [d for d in ctx.deployments.list(ctx.name) if state_of(ctx, d) is State.RUNNING]
     return deployment
 
 
@@ -219,7 +220,7 @@ def test_a_sessionization_script_counts_every_event_once_through_savepoints_an_u
         deployed again (from its latest state, the default) it runs that batch again, and Delta takes it once."""
         v2 = _live(ctx)
         crash.touch()
-        wait_for(lambda: crash.read_text() != "" and ctx.state_of(v2) is not State.RUNNING, "v2 to die", 180)
+        wait_for(lambda: crash.read_text() != "" and state_of(ctx, v2) is not State.RUNNING, "v2 to die", 180)
         batch = int(crash.read_text())
         assert not (Path(v2.checkpoint) / "commits" / str(batch)).exists(), "written, never recorded done"
         restarted = deploy(ctx, DeployRequest("v2"))

@@ -24,6 +24,7 @@ from airflow_plugin.cli import main
 from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, State
+from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.stop import running_deployment, stop
 from airflow_plugin.core.sinks.delta import SESSION_CONF
 from airflow_plugin.core.storage import open_storage
@@ -140,7 +141,7 @@ def test_the_plan_decides_blue_green_and_where_a_replay_starts(
             assert "the running version holds a session window (a record one version drops as late" in said.err
             assert "the new version has no windowed state: its rows are written as they arrive" in said.err
             assert [d.id for d in job.deployments.list("sessions")] == [first.id], "nothing was started"
-            assert job.state_of(first) is State.RUNNING
+            assert state_of(job, first) is State.RUNNING
             assert main(["upgrade", "sessions", "--version", "sessions_b", "--min-batches", "1", *cli]) == 0
             upgrade = Upgrades(job.store.storage).newest("sessions")
             assert upgrade is not None and upgrade.phase is Phase.DONE and upgrade.mode == Mode.STOP_RESTORE

@@ -29,6 +29,7 @@ from airflow_plugin.cli import main
 from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import State
+from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.jobs.yarn import resource_manager
@@ -121,7 +122,7 @@ def test_cluster_mode_on_yarn_with_checkpoints_on_hdfs(
     for _ in range(2):
         feed.round()
     wait_for(lambda: processed(v1.checkpoint, feed.rounds), "the second attempt to process the rounds")
-    assert job.state_of(v1) is State.RUNNING
+    assert state_of(job, v1) is State.RUNNING
     assert job.deployments.status("windowed", v1.id).pid != driver
 
     # the upgrade to v2 through the upgrade DAG: stop/restore with its pre-flight, all on YARN and HDFS; once v2

@@ -7,8 +7,8 @@ import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 
+from airflow_plugin.core.catalog.snapshots import SnapshotEntry
 from airflow_plugin.core.layout import pack_key, snapshots_prefix
-from airflow_plugin.core.snapshots.catalog import SnapshotEntry
 from airflow_plugin.core.snapshots.manifest import (
     FileEntry,
     Kind,

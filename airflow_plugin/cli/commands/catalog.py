@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ...core.catalog.rebuild import CatalogReport, check_catalogs, rebuild_catalogs
 from ...core.context import Context
-from ...core.jobs.catalogs import CatalogReport, check_catalogs, rebuild_catalogs
 from ..options import add_job
 from ..render import Output, say
 

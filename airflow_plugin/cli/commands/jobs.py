@@ -10,12 +10,13 @@ from ...core.durations import duration_argument
 from ...core.errors import InvalidInput
 from ...core.jobs.deploy import DEFAULT_RESTORE, RESTORE_HELP, RESTORE_MODES, DeployRequest, deploy
 from ...core.jobs.deployments import describe
-from ...core.jobs.preflight import preflight
+from ...core.jobs.observe import observe_deployment
 from ...core.jobs.savepoint import take_savepoint
 from ...core.jobs.stop import job_status, kill, stop
 from ...core.lease import LeaseRecord, break_lease, held_leases, read_lease
 from ...core.parallel import map_parallel
 from ...core.snapshots.manifest import parse_labels
+from ...core.upgrades.preflight import preflight
 from ..options import add_concurrency_option, add_job, add_kafka_option
 from ..render import Output, out, say, status_table
 from .snapshots import ACCEPT_GAP_HELP, LABEL_HELP, REWIND_SINK_HELP
@@ -121,7 +122,7 @@ def run_deploy(args: argparse.Namespace, ctx: Context) -> Output:
         accept_source_gap=args.accept_source_gap,
     )
     deployment = deploy(job, request)
-    status, state = job.observe(deployment)
+    status, state = observe_deployment(job, deployment)
     return Output(describe(deployment, status, state), lambda: say(deployment.id))
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from ...core.context import Context, JobContext
 from ...core.errors import Refused
+from ...core.guards import source as source_guard
 from ...core.jobs.deploy import live_deployments
 from ...core.sinks import FILE, SinkRef
-from ...core.snapshots import source_guard
 from ...core.snapshots.create import SnapshotRequest, create_snapshot
 from ...core.snapshots.lifecycle import delete_snapshot, set_pinned
 from ...core.snapshots.manifest import Kind, Trigger, parse_labels

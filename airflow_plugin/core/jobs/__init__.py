@@ -1,2 +1,2 @@
-"""Managed jobs: the jobs file, deployments and their control channel, launching, deploy, stop, health,
-rescale, pre-flight and upgrade."""
+"""Managed jobs, one deployment's life: the jobs file, deployment records and their control channel, launching,
+deploy, start-up, observing, health, stop, kill, rescale, a snapshot of a live deployment."""

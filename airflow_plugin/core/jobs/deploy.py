@@ -14,39 +14,32 @@
 Observe (deployments, heartbeats, snapshots) -> decide (refusals, restore source) -> act (restore,
 launch, wait until the job runs or fails).
 
-A cutover can also pre-start the new driver (`prestart`): it is launched while the old version still
-runs, creates its Spark session (the slow part of a start) and waits in STANDBY, and a snapshot taken
-meanwhile (the upgrade's live savepoint) can already be restored into its location. Once the old version
-stopped, `activate` restores the state into its location (with a pre-restore: only the files that
-changed since, an incremental restore) and tells it to start: the downtime no longer includes the JVM and
-session start-up, nor moving the bulk of the state.
-
-Over 300 lines: deploy, pre-start and activate share every decision (refusals, restore source, location
-claims, launch and wait); they stay together."""
+The decisions every launch shares (refusals, restore source, location claims, the submit, launch and wait) are
+here, public: an upgrade's launches of a new version while the old one runs (core/upgrades/launch.py: beside it,
+or pre-started and activated) make the same ones."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ..context import JobContext
 from ..errors import CheckpointError, InvalidInput, NoState, NotFound, Refused
-from ..sinks.guard import execute_rewind
+from ..guards.sink import execute_rewind
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, utc_now
-from ..snapshots.restore import METADATA, RestorePlan, execute_restore, plan_restore
+from ..snapshots.restore import RestorePlan, execute_restore, plan_restore
 from ..spark_app import tool_path
-from .deployments import ControlRequest, Deployment, DeploymentStatus, State, new_deployment_id, new_request_id
+from .deployments import Deployment, DeploymentStatus, State, new_deployment_id
 from .fresh_start import build_of, fresh_start
 from .launcher import SubmitSpec, alive, on_this_host
+from .observe import state_of
 from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, repartition
 from .snapshot import snapshot_deployment
 from .spec import VersionSpec
-from .startup import launch_deployment, wait_for_state, wait_until_started
+from .startup import launch_deployment, wait_until_started
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +70,7 @@ def live_deployments(ctx: JobContext, listed: list[Deployment] | None = None) ->
     job's deployments as the caller read them (else read here)."""
     found = []
     for deployment in ctx.deployments.list(ctx.name) if listed is None else listed:
-        state = ctx.state_of(deployment)
+        state = state_of(ctx, deployment)
         if state.live or state is State.LOST:
             found.append((deployment, state))
     return found
@@ -86,9 +79,7 @@ def live_deployments(ctx: JobContext, listed: list[Deployment] | None = None) ->
 FIRST_DEPLOYMENT = "latest-state of a job that never ran: no earlier deployment, no snapshot"
 
 
-def _restore_source(
-    ctx: JobContext, mode: str, listed: list[Deployment], exclude: str | None = None
-) -> Manifest | None:
+def restore_source(ctx: JobContext, mode: str, listed: list[Deployment], exclude: str | None = None) -> Manifest | None:
     """The snapshot a deployment starts from; None for a fresh start (see `first_deployment`). `listed`: the
     job's deployments, as read under its lease. `exclude`: the deployment being activated (its empty location
     is no source)."""
@@ -138,7 +129,7 @@ class LatestState(NamedTuple):
 
 
 def latest_state(ctx: JobContext, listed: list[Deployment], exclude: str | None = None) -> LatestState:
-    """The job's latest state, read and not touched (`listed`, `exclude`: as `_restore_source` takes them)."""
+    """The job's latest state, read and not touched (`listed`, `exclude`: as `restore_source` takes them)."""
     try:
         newest = ctx.store.latest(ctx.name)
     except NotFound:
@@ -168,7 +159,7 @@ def why_fresh(ctx: JobContext, restore: str, listed: list[Deployment], exclude: 
     return f"restore none: the job's latest state, {discarded}, is not carried over" if discarded else None
 
 
-def _log_fresh(ctx: JobContext, deployment: Deployment) -> None:
+def log_fresh(ctx: JobContext, deployment: Deployment) -> None:
     """A fresh start that leaves state behind is a warning (the CLI shows it, the task log has it)."""
     if deployment.fresh_start:
         level = logging.INFO if deployment.fresh_start == FIRST_DEPLOYMENT else logging.WARNING
@@ -191,7 +182,7 @@ def _newest_of_query(ctx: JobContext, query_id: str) -> Manifest | None:
     return ctx.store.get(ctx.name, same[-1].id) if same else None
 
 
-def _plan(
+def plan_from(
     ctx: JobContext,
     source: Manifest | None,
     checkpoint: str,
@@ -221,10 +212,10 @@ def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
     if request.partitions is not None and request.partitions < 1:
         raise InvalidInput(f"cannot deploy with {request.partitions} state partitions: give a positive number")
     with ctx.operation("deploy") as found:
-        return _deploy(ctx, request, version, _listed(ctx, found))
+        return _deploy(ctx, request, version, deployments_listed(ctx, found))
 
 
-def _listed(ctx: JobContext, found: list[Deployment] | None) -> list[Deployment]:
+def deployments_listed(ctx: JobContext, found: list[Deployment] | None) -> list[Deployment]:
     """The job's deployments under its lease: as the operation found them on taking it, read in a nested one
     (see JobContext.operation). The steps of one deploy decide on this one read."""
     return ctx.deployments.list(ctx.name) if found is None else found
@@ -244,16 +235,16 @@ def plan_deploy(ctx: JobContext, request: DeployRequest, listed: list[Deployment
     """Under the job's lease, `listed` its deployments as read under it: refused while one may still run, the
     snapshot to start from (latest-state of a newer live checkpoint: that checkpoint snapshotted first), a
     location of its own, the restore's plan (bench/deploy_plan.py measures it)."""
-    _refuse_while_live(ctx, listed)
-    source = _restore_source(ctx, request.restore, listed)
+    refuse_while_live(ctx, listed)
+    source = restore_source(ctx, request.restore, listed)
     deployment_id = new_deployment_id()
-    checkpoint = _claimable_location(ctx, deployment_id, listed)
-    plan = _plan(ctx, source, checkpoint, request.rewind_sink, request.accept_source_gap)
+    checkpoint = claimable_location(ctx, deployment_id, listed)
+    plan = plan_from(ctx, source, checkpoint, request.rewind_sink, request.accept_source_gap)
     return DeployPlan(deployment_id, checkpoint, source, plan)
 
 
 def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, listed: list[Deployment]) -> Deployment:
-    earlier = _earlier_attempt(ctx, listed)
+    earlier = earlier_attempt(ctx, listed)
     if earlier is not None:  # this request's process died after launching: the driver it started goes on
         wait_until_started(ctx, earlier, request.wait_seconds)
         return earlier
@@ -278,7 +269,7 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, liste
         build=build,
         fresh_start=why_fresh(ctx, request.restore, listed) if source is None else None,
     )
-    _log_fresh(ctx, deployment)
+    log_fresh(ctx, deployment)
     if request.partitions:
         deployment.spark_conf[PARTITIONS_CONF] = str(request.partitions)
     ctx.deployments.put(deployment)  # claims the location before anything is written there
@@ -307,73 +298,7 @@ def gate_args(source: Manifest | None, staging: str | None = None) -> tuple[str,
     return (*args, *(("--gate-staging", staging) if staging else ()))
 
 
-def launch_beside(
-    ctx: JobContext,
-    version_name: str,
-    snapshot_id: str,
-    staging: str,
-    *,
-    fresh: bool = False,
-    seed: dict[str, Any] | None = None,
-    initial_state: str | None = None,
-    wait_seconds: float = 180.0,
-) -> Deployment:
-    """A deployment of a version beside the running one (an upgrade's green), writing into `staging` until it
-    publishes (its runtime checks its sink before its query starts), under a query id of its own (sinks tell the
-    two apart by it). Restored from the running one's live savepoint `snapshot_id`, its Kafka positions checked
-    like any restore's; or, `fresh`, on an empty checkpoint: started at `seed`'s positions (the runtime's
-    `--seed`: a replay's or a migration's start) with `initial_state` (a migration's), or from the start of its
-    sources. Under the job's lease: the upgrade holds it."""
-    version = ctx.spec.launchable(version_name)
-    with ctx.operation("deploy") as found:
-        listed = _listed(ctx, found)
-        earlier = _earlier_attempt(ctx, listed)
-        if earlier is not None:
-            wait_until_started(ctx, earlier, wait_seconds)
-            return earlier
-        source = ctx.store.get(ctx.name, snapshot_id)
-        deployment_id = new_deployment_id()
-        checkpoint = _claimable_location(ctx, deployment_id, listed)
-        plan, conf = None, {**ctx.spec.conf, **version.conf}
-        if not fresh:
-            plan = plan_restore(
-                ctx.store,
-                ctx.name,
-                source,
-                ctx.open(checkpoint),
-                check_sinks=False,  # it writes its staging table; the live table is the old version's until the cutover
-                open_location=ctx.open,
-                kafka=ctx.kafka,
-                new_query_id=True,
-            )
-            conf |= plan.spark_conf
-        deployment = Deployment(
-            id=deployment_id,
-            job=ctx.name,
-            version=version.name,
-            checkpoint=checkpoint,
-            restored_from=None if fresh else source.id,
-            restored_batch_id=(0 if seed else None) if fresh else source.batch_id,
-            spark_conf=conf,
-            request_id=ctx.settings.request_id,
-            source_gap=plan.source_gap if plan else None,
-            build=build_of(ctx, version),
-        )
-        ctx.deployments.put(deployment)
-        args = gate_args(source, staging)
-        if plan is not None:
-            execute_restore(ctx.store, plan, progress=ctx.progress)
-        else:  # its own query id from the start: the runtime's sink check and Delta's txn tell it apart
-            ctx.open(checkpoint).write(METADATA, json.dumps({"id": str(uuid.uuid4())}).encode())
-            args += ("--seed", json.dumps(seed, separators=(",", ":"))) if seed else ()
-            args += ("--initial-state", initial_state) if initial_state else ()
-        spec = submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, args)
-        launch_deployment(ctx, deployment, spec)
-        wait_until_started(ctx, deployment, wait_seconds)
-        return deployment
-
-
-def _earlier_attempt(ctx: JobContext, listed: list[Deployment]) -> Deployment | None:
+def earlier_attempt(ctx: JobContext, listed: list[Deployment]) -> Deployment | None:
     """The deployment an earlier attempt of this same request made (a retried Airflow task whose worker
     died), of `listed`: one it launched is taken over; one it recorded but never launched is marked FAILED
     so that it does not read as starting (retired in `listed` too), and the retry deploys anew."""
@@ -383,7 +308,7 @@ def _earlier_attempt(ctx: JobContext, listed: list[Deployment]) -> Deployment | 
     for deployment in reversed(listed):
         if deployment.request_id != request_id:
             continue
-        state = ctx.state_of(deployment)
+        state = state_of(ctx, deployment)
         if deployment.launcher and state.live:
             log.info("request %s: taking over deployment %s (%s)", request_id, deployment.id, state)
             return deployment
@@ -400,7 +325,7 @@ def _earlier_attempt(ctx: JobContext, listed: list[Deployment]) -> Deployment | 
     return None
 
 
-def _refuse_while_live(ctx: JobContext, listed: list[Deployment], besides: str | None = None) -> None:
+def refuse_while_live(ctx: JobContext, listed: list[Deployment], besides: str | None = None) -> None:
     for deployment, state in live_deployments(ctx, listed):
         if deployment.id == besides:
             continue
@@ -412,7 +337,7 @@ def _refuse_while_live(ctx: JobContext, listed: list[Deployment], besides: str |
             )
 
 
-def _claimable_location(ctx: JobContext, deployment_id: str, listed: list[Deployment]) -> str:
+def claimable_location(ctx: JobContext, deployment_id: str, listed: list[Deployment]) -> str:
     """The new deployment's location, if no deployment in `listed` owns it and it is empty."""
     checkpoint = ctx.checkpoint_location(deployment_id)
     owners = [d.id for d in listed if d.checkpoint.rstrip("/") == checkpoint]
@@ -420,108 +345,6 @@ def _claimable_location(ctx: JobContext, deployment_id: str, listed: list[Deploy
         owner = f"owned by deployment {', '.join(owners)}" if owners else "not empty"
         raise Refused(f"checkpoint location {checkpoint} is {owner}: every deployment needs its own; nothing done")
     return checkpoint
-
-
-def prestart(
-    ctx: JobContext, version_name: str | None, *, wait_seconds: float = 180.0, prerestore: str | None = None
-) -> Deployment:
-    """Launch a version's driver in STANDBY next to the running deployment; returns once it is ready.
-    `prerestore`: a snapshot restored into its location meanwhile (while its JVM starts), so that
-    `activate` moves only what changed since. No sink is checked or rewound here: the old version still
-    runs; `activate` guards the sink against the snapshot it starts from."""
-    version = ctx.spec.launchable(version_name)
-    with ctx.operation("deploy") as found:
-        return _prestart(ctx, version, wait_seconds, prerestore, _listed(ctx, found))
-
-
-def _prestart(
-    ctx: JobContext, version: VersionSpec, wait_seconds: float, prerestore: str | None, listed: list[Deployment]
-) -> Deployment:
-    for other, state in live_deployments(ctx, listed):
-        if state is State.STANDBY:
-            raise Refused(f"job {ctx.name} already has a pre-started deployment {other.id}: activate or stop it first")
-    deployment_id = new_deployment_id()
-    checkpoint = _claimable_location(ctx, deployment_id, listed)
-    deployment = Deployment(
-        id=deployment_id,
-        job=ctx.name,
-        version=version.name,
-        checkpoint=checkpoint,
-        spark_conf={**ctx.spec.conf, **version.conf},
-        build=build_of(ctx, version),
-    )
-    ctx.deployments.put(deployment)
-    launch_deployment(
-        ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, ("--standby",))
-    )
-    if prerestore:  # the driver does not touch its location before a start request
-        plan = plan_restore(
-            ctx.store, ctx.name, prerestore, ctx.open(checkpoint), check_sinks=False, check_sources=False
-        )
-        execute_restore(ctx.store, plan, progress=ctx.progress)
-        deployment.prerestored_from = plan.manifest.id
-        ctx.deployments.put(deployment)
-    wait_for_state(ctx, deployment, (State.STANDBY,), wait_seconds, "STANDBY")
-    return deployment
-
-
-def activate(
-    ctx: JobContext,
-    deployment_id: str,
-    restore: str,
-    *,
-    wait_seconds: float = 180.0,
-    rewind_sink: bool = False,
-    accept_source_gap: bool = False,
-) -> Deployment:
-    """Restore state into a pre-started deployment's location and start its query. Refused while any
-    other deployment of the job is live (stop the old version first) or if it is not in STANDBY."""
-    with ctx.operation("deploy") as found:
-        listed = _listed(ctx, found)
-        return _activate(ctx, deployment_id, restore, wait_seconds, rewind_sink, accept_source_gap, listed)
-
-
-def _activate(
-    ctx: JobContext,
-    deployment_id: str,
-    restore: str,
-    wait_seconds: float,
-    rewind_sink: bool,
-    accept_source_gap: bool,
-    listed: list[Deployment],
-) -> Deployment:
-    deployment = ctx.deployments.get(ctx.name, deployment_id)
-    state = ctx.state_of(deployment)
-    if state is not State.STANDBY:
-        raise Refused(
-            f"deployment {deployment_id} of job {ctx.name} is {state}, not a pre-started driver in STANDBY; "
-            f"deploy normally (`savepoints deploy {ctx.name} --restore {restore}`)"
-        )
-    _refuse_while_live(ctx, listed, besides=deployment_id)
-    source = _restore_source(ctx, restore, listed, exclude=deployment_id)
-    if source is None and deployment.prerestored_from:
-        raise Refused(
-            f"deployment {deployment_id} holds a restore of snapshot {deployment.prerestored_from}: it cannot "
-            "start with no state; activate it with a snapshot, or stop it and deploy anew"
-        )
-    plan = _plan(ctx, source, deployment.checkpoint, rewind_sink, accept_source_gap, deployment.prerestored_from)
-    if source is None:
-        for storage, rewind in fresh_start(ctx, deployment.build, deployment.id, rewind_sink):
-            execute_rewind(storage, rewind)
-        deployment.fresh_start = why_fresh(ctx, restore, listed, exclude=deployment_id)
-        _log_fresh(ctx, deployment)
-    if plan is not None and source is not None:
-        execute_restore(ctx.store, plan, progress=ctx.progress)
-        deployment.restored_from, deployment.restored_batch_id = source.id, source.batch_id
-        deployment.source_gap = plan.source_gap
-        deployment.spark_conf = {**deployment.spark_conf, **plan.spark_conf}
-    ctx.deployments.put(deployment)
-    conf = {k: v for k, v in (plan.spark_conf if plan else {}).items() if k.startswith("spark.sql.")}
-    gate = source.restored_gate if source else None  # what the restored deployment writes of a gated one's windows
-    start = ControlRequest(id=new_request_id(), action="start", conf=conf, gate=gate)
-    ctx.deployments.request(ctx.name, deployment_id, start)
-    wait_until_started(ctx, deployment, wait_seconds)
-    return deployment
 
 
 def submit_spec(

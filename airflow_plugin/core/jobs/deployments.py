@@ -3,7 +3,7 @@ and the control channel through which it is asked to stop. This is the whole con
 engine (Airflow, CLI) and a running job (spark_jobs/runtime): no network path to the driver is needed.
 Where each lives in the store: layout.py. What a deployment looks like to a person or a DAG (status rows,
 XComs, the CLI's JSON): `describe`, the one shape. A job's records are listed through its deployment index
-(`DeploymentRecords`, kept by core/index.py), which also keeps the final heartbeat of each retired deployment.
+(`DeploymentRecords`, kept by core/catalog/index.py), which also keeps the final heartbeat of each retired deployment.
 
 Over 300 lines: the record, its heartbeat and its index entry are one contract (the index holds the record
 and, once retired, its final heartbeat; reading one needs the others)."""
@@ -21,8 +21,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .. import layout
+from ..catalog.index import Known, RecordIndex
 from ..errors import Conflict, IntegrityError, NotFound
-from ..index import Known, RecordIndex
 from ..snapshots.manifest import utc_now
 from ..storage import ObjectInfo, Storage
 
@@ -73,7 +73,7 @@ class Deployment:
     spark_conf: dict[str, str] = field(default_factory=dict)
     launcher: dict[str, Any] = field(default_factory=dict)  # mode, pid, log, driver id, app id, command
     retired_at: str | None = None
-    source_gap: dict[str, Any] | None = None  # records its restore accepted to lose (snapshots/source_guard.py)
+    source_gap: dict[str, Any] | None = None  # records its restore accepted to lose (guards/source.py)
     # the application and the arguments it was built with: deployments of the same build write the same sink
     build: list[str] = field(default_factory=list)
     # why it started without state (deploy.py why_fresh): latest-state of a job that never ran, or a fresh start
@@ -201,7 +201,7 @@ class DeploymentEntry:
 
 
 class DeploymentRecords:
-    """A job's deployment records, as core/index.py sees them."""
+    """A job's deployment records, as core/catalog/index.py sees them."""
 
     what = "deployment"
 

@@ -1,7 +1,7 @@
 """A start with no state (a fresh deploy, or a pre-started driver activated without a snapshot) onto the sink an
 earlier deployment wrote. A fresh query starts at batch 0: the file sink would skip every batch it already
 holds (their records lost), a Delta table would take the same records again under the new query's id
-(duplicates): sinks/guard.py. So such a start is refused before anything is launched, or, asked to
+(duplicates): guards/sink.py. So such a start is refused before anything is launched, or, asked to
 (`--rewind-sink`), the sink is moved back first: the file sink's output aside into its quarantine, a Delta
 table RESTOREd to before its first streaming write.
 
@@ -15,8 +15,8 @@ import logging
 
 from ..context import JobContext
 from ..errors import Refused
+from ..guards.sink import FRESH, FRESH_START, Rewind, ahead, plan_fresh_rewind, rewind_of_fresh_start
 from ..sinks import GUARDED, SinkRef, from_description
-from ..sinks.guard import FRESH, FRESH_START, Rewind, ahead, plan_fresh_rewind, rewind_of_fresh_start
 from ..storage import Storage
 from .spec import VersionSpec
 
@@ -43,7 +43,7 @@ def _sink_of_build(ctx: JobContext, build: list[str]) -> SinkRef | None:
 
 def fresh_start(ctx: JobContext, build: list[str], deployment_id: str, rewind: bool) -> list[tuple[Storage, Rewind]]:
     """A fresh start onto the sink an earlier deployment of the same build wrote: refused before anything is
-    launched when that sink holds batches (sinks/guard.py), or rewound with `rewind`. A sink no deployment of
+    launched when that sink holds batches (guards/sink.py), or rewound with `rewind`. A sink no deployment of
     this build reported yet is checked by the runtime, just before its query starts."""
     sink = _sink_of_build(ctx, build)
     if sink is None:

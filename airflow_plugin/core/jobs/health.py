@@ -14,6 +14,7 @@ from typing import Any
 
 from ..context import JobContext
 from .deployments import Deployment, DeploymentStatus, State, observed_state
+from .observe import observe_deployment
 
 
 class Verdict(StrEnum):
@@ -96,7 +97,7 @@ def assess(
 def check_health(ctx: JobContext, deployment_id: str, *, min_batches: int, lag_must_fall: bool = False) -> Health:
     """Observe one deployment and assess it."""
     deployment = ctx.deployments.get(ctx.name, deployment_id)
-    status, _ = ctx.observe(deployment)  # with what the cluster says of a driver it ended
+    status, _ = observe_deployment(ctx, deployment)  # with what the cluster says of a driver it ended
     return assess(
         deployment,
         status,

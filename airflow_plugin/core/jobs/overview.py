@@ -13,6 +13,7 @@ from typing import Any
 from ..context import JobContext
 from ..snapshots.manifest import Kind, SnapshotStatus
 from .deployments import Deployment, DeploymentStatus, State
+from .observe import observe_deployment
 
 
 def overview(ctx: JobContext, now: float | None = None) -> dict[str, Any]:
@@ -43,14 +44,14 @@ def _shown(ctx: JobContext) -> tuple[Deployment | None, DeploymentStatus | None,
     """The deployment a glance is about: the running one (not a pre-started driver beside it), else one that
     may still run (LOST), else the newest."""
     deployments = ctx.deployments.list(ctx.name)
-    current = [(d, *ctx.observe(d)) for d in deployments if not d.retired_at]
+    current = [(d, *observe_deployment(ctx, d)) for d in deployments if not d.retired_at]
     maybe_running = [c for c in current if c[2].live or c[2] is State.LOST]
     chosen = [c for c in maybe_running if c[2] is not State.STANDBY] or maybe_running
     if chosen:
         return chosen[-1]
     if not deployments:
         return None, None, None
-    return (deployments[-1], *ctx.observe(deployments[-1]))
+    return (deployments[-1], *observe_deployment(ctx, deployments[-1]))
 
 
 def _unhealthy(

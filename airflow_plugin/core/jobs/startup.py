@@ -13,9 +13,10 @@ from pathlib import Path
 
 from ..context import JobContext
 from ..errors import LaunchFailed, Refused
-from ..sinks.guard import SINK_AHEAD
+from ..guards.sink import SINK_AHEAD
 from .deployments import Deployment, DeploymentStatus, State
 from .launcher import SubmitSpec, exit_code, launch, log_tail, submitted
+from .observe import observe_deployment
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,11 @@ def wait_for_state(
     try:
         while time.monotonic() < deadline:
             # the store, and in cluster mode what the cluster says of a driver it ended (asked every few seconds)
-            status = ctx.observe(deployment)[0] if in_cluster else deployments.status(deployment.job, deployment.id)
+            status = (
+                observe_deployment(ctx, deployment)[0]
+                if in_cluster
+                else deployments.status(deployment.job, deployment.id)
+            )
             if status is not None and status.state in states:
                 return
             if status is not None and status.state is State.FAILED:

@@ -15,6 +15,7 @@ from ..snapshots.manifest import Kind, Manifest, Trigger, utc_now
 from .deploy import live_deployments
 from .deployments import ControlRequest, Deployment, DeploymentStatus, State, describe, new_request_id
 from .launcher import force_kill
+from .observe import observe_deployment, state_of
 from .snapshot import snapshot_deployment
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def running_deployment(ctx: JobContext, consequence: str = "nothing to stop") ->
     live = [(d, s) for d, s in live if s is not State.STANDBY] or live
     if not live:
         latest = ctx.deployments.list(ctx.name)[-1:]
-        detail = f" (its latest deployment {latest[0].id} is {ctx.state_of(latest[0])})" if latest else ""
+        detail = f" (its latest deployment {latest[0].id} is {state_of(ctx, latest[0])})" if latest else ""
         raise Refused(f"job {ctx.name} has no running deployment{detail}: {consequence}")
     return live[-1][0]
 
@@ -141,7 +142,7 @@ def _earlier_attempt(ctx: JobContext, control_id: str, deployment_id: str | None
 def _wait_stopped(ctx: JobContext, deployment: Deployment, timeout: float) -> State | None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = ctx.state_of(deployment)
+        state = state_of(ctx, deployment)
         if state in (State.STOPPED, State.FAILED):
             return state
         if state is State.LOST:
@@ -186,5 +187,5 @@ def job_status(ctx: JobContext, *, retired: int | None = None) -> tuple[list[dic
     deployments = ctx.deployments.list(ctx.name)
     old = [d.id for d in deployments if d.retired_at]
     hidden = set(old[: max(0, len(old) - retired)] if retired is not None else ())
-    rows = [describe(d, *ctx.observe(d)) for d in deployments if d.id not in hidden]
+    rows = [describe(d, *observe_deployment(ctx, d)) for d in deployments if d.id not in hidden]
     return rows, len(hidden)

@@ -19,7 +19,7 @@ Safety rules the planner never breaks, whatever the policy says:
   nothing: the emptied pack goes by the rule above, in a later run.
 
 The plan also marks the snapshots that can no longer be restored without losing records because Kafka no
-longer holds what they would read next (`Observed.source_checks`, from the broker: snapshots/source_guard.py).
+longer holds what they would read next (`Observed.source_checks`, from the broker: guards/source.py).
 
 Over 300 lines: every deletion rule lives in this one pure module, where the property tests see them all.
 """
@@ -33,11 +33,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from ..catalog.snapshots import SnapshotEntry
 from ..durations import format_duration
 from ..errors import InvalidInput
 from ..jobs.deployments import State
 from ..layout import is_stored_content, manifest_key, pack_of_retired, retired_key
-from ..snapshots.catalog import SnapshotEntry
 from ..snapshots.manifest import Kind, SnapshotStatus, in_flight
 from ..sources.kafka import SourceCheck
 from ..storage import ObjectInfo

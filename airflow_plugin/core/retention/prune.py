@@ -24,14 +24,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..catalog.snapshots import SnapshotEntry
 from ..context import JobContext
 from ..errors import CheckpointError
+from ..guards import source as source_guard
 from ..jobs.deployments import DEFAULT_HEARTBEAT_TIMEOUT, Deployments, State, observed_state
+from ..jobs.observe import state_of
 from ..jobs.snapshot import snapshot_deployment
 from ..layout import BLOBS, PACKS, check_name
 from ..parallel import chunked, run_parallel
-from ..snapshots import source_guard
-from ..snapshots.catalog import SnapshotEntry
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.manifest import Kind, SnapshotStatus, Trigger, in_flight
 from ..snapshots.store import SnapshotStore
@@ -238,7 +239,7 @@ def retain_checkpoints(ctx: JobContext) -> list[CheckpointOutcome]:
     manifests = ctx.store.list(ctx.name)
     outcomes = []
     for d in ctx.deployments.list(ctx.name):
-        if ctx.state_of(d) is not State.RUNNING:
+        if state_of(ctx, d) is not State.RUNNING:
             continue
         try:
             batch_id = read_restart_point(ctx.open(d.checkpoint)).batch_id

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import logging
 
+from ..catalog.snapshots import SnapshotEntry
 from ..errors import NotFound
 from ..layout import retired_key
 from ..snapshots.blobs import checksum_problem
-from ..snapshots.catalog import SnapshotEntry
 from ..snapshots.manifest import FileEntry, Manifest
 from ..snapshots.store import SnapshotStore
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..compactible_log import log_id
 from ..errors import CheckpointError, NotFound
-from ..sinks.guard import start_bound
+from ..guards.sink import start_bound
 from ..sources import offsets_by_source
 from ..sources.files import log_offset
 from ..storage import ObjectInfo, Storage

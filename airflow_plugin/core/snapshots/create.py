@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
 
+from ..catalog.snapshots import SnapshotEntry
 from ..errors import CheckpointChanged, CheckpointError, SavepointsError
 from ..layout import blob_key, check_name
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
@@ -33,7 +34,6 @@ from ..sinks import delta as delta_sink
 from ..sinks import file as file_sink
 from ..storage import ObjectInfo, S3Storage, Storage, copy_and_hash, open_storage
 from .blobs import BlobWriter
-from .catalog import SnapshotEntry
 from .checkpoint import RestartPoint, read_restart_point
 from .manifest import (
     FileEntry,

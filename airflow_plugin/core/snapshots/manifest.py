@@ -13,8 +13,8 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from ..errors import CheckpointError, IntegrityError, InvalidInput
+from ..guards.sink import start_bound
 from ..layout import blob_key, check_name, is_stored_content
-from ..sinks.guard import start_bound
 from ..sources import SourcePosition, positions
 from ..storage import check_key
 
@@ -272,7 +272,7 @@ class Manifest:
 
 
 class Listed(Protocol):
-    """What a snapshot's row needs: a manifest has it, and so has its catalog entry (catalog.py)."""
+    """What a snapshot's row needs: a manifest has it, and so has its catalog entry (catalog/snapshots.py)."""
 
     id: str
     job: str

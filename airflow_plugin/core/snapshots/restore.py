@@ -29,17 +29,17 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..errors import IntegrityError, Refused, SavepointsError, StoreUnavailable
+from ..guards import sink as sink_guard
+from ..guards import source as source_guard
 from ..layout import blob_key
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
 from ..sinks import DELTA, FILE, GUARDED, SinkRef
 from ..sinks import delta as delta_sink
 from ..sinks import file as file_sink
-from ..sinks import guard as sink_guard
 from ..sources.kafka import KafkaSettings
 from ..spark_app import SparkAccess
 from ..storage import LocalStorage, S3Storage, Storage, open_storage, sha256_file, spark_uri
-from . import source_guard
 from .blobs import IN_MEMORY, checksum_problem
 from .manifest import SINK_LOGS, FileEntry, Manifest, SnapshotStatus, sink_log_prefix
 from .store import SnapshotStore
@@ -117,7 +117,7 @@ def plan_restore(
     sink back to the snapshot's batch. `check_sinks=False` for throwaway copies that write no sink (deep
     verify, the pre-flight's noop sink, an upgrade's early restore). `onto`: the id of the snapshot whose
     restore the target holds (an incremental restore, see the module doc). Kafka positions whose records
-    the broker (`kafka`) no longer holds are refused (source_guard.py) unless `accept_source_gap`;
+    the broker (`kafka`) no longer holds are refused (guards/source.py) unless `accept_source_gap`;
     `check_sources=False` for copies that never read a source (deep verify) or are checked again before
     they start (an upgrade's early restore). `spark`: the job's Spark conf and environment, for a rewind that
     runs Spark (a Delta table's RESTORE). `new_query_id`: the restored query gets an id of its own (a blue/green

@@ -1,5 +1,5 @@
 """The snapshots of a store: each job's manifests (their keys: layout.py), listed through the job's catalog
-(catalog.py), read, added, changed and removed so that the catalog stays true to them; the contents they
+(catalog/snapshots.py), read, added, changed and removed so that the catalog stays true to them; the contents they
 reference are behind `SnapshotStore.blobs` (blobs.py).
 
 Manifests are written only conditionally: a new one is created (never over another), a change replaces the
@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .. import layout
+from ..catalog.index import Known, RecordIndex
+from ..catalog.snapshots import SnapshotEntry, snapshot_catalog
 from ..errors import Conflict, NotFound
-from ..index import Known, RecordIndex
 from ..layout import check_name, manifest_key
 from ..parallel import run_parallel
 from ..storage import Storage
 from .blobs import Blobs
-from .catalog import SnapshotEntry, snapshot_catalog
 from .manifest import Manifest, SnapshotStatus
 
 log = logging.getLogger(__name__)

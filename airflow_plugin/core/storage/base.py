@@ -82,7 +82,7 @@ class Storage(ABC):
     def write(self, key: str, data: bytes) -> None:
         """Replace `key` atomically: a reader sees the old or the new content, never a mix."""
 
-    # Conditional writes: the building blocks of a lease and of the catalogs (core/index.py). A token is
+    # Conditional writes: the building blocks of a lease and of the catalogs (core/catalog/index.py). A token is
     # opaque and stands for one write of `key` (S3: its ETag; local: the inode, mtime and size of the file a
     # write renamed into place); `stat` and `list` show it as `ObjectInfo.version`. Writers whose identity
     # matters write content unique to them (a nonce): S3 recognizes its own write by it when a retried

@@ -20,10 +20,10 @@ from typing import Any
 
 from ..context import JobContext
 from ..jobs.deployments import State
-from ..jobs.preflight import run_throwaway
 from ..snapshots.manifest import Manifest
 from ..snapshots.restore import execute_restore, plan_restore
 from ..sources import offsets_by_source
+from .preflight import run_throwaway
 
 log = logging.getLogger(__name__)
 

@@ -23,23 +23,24 @@ from typing import Any
 
 from ..context import JobContext
 from ..errors import BrokerUnavailable, Refused, SavepointsError, StoreUnavailable
-from ..jobs.deploy import activate, launch_beside, prestart
 from ..jobs.deployments import BLUE, GREEN, STAGING, ControlRequest, Deployment, DeploymentStatus, State
 from ..jobs.health import Health, Verdict, assess
 from ..jobs.launcher import driver_ended
-from ..jobs.preflight import preflight
+from ..jobs.observe import observe_deployment, state_of
 from ..jobs.snapshot import snapshot_deployment
 from ..jobs.stop import KILLED, kill, running_deployment, stop, stop_request_id
-from ..jobs.upgrade import rollback
 from ..lease import LeaseHeld, LeaseLost
 from ..sinks import DELTA
 from ..sinks import delta as delta_sink
 from ..snapshots.manifest import Kind, Trigger, utc_now
 from ..sources import KAFKA, positions
+from .launch import activate, launch_beside, prestart
 from .migration import run_migration
 from .mode import Observed, available_memory, decide
+from .preflight import preflight
 from .record import Mode, Phase, Upgrade, Upgrades
 from .replay import DEFAULT_MARGIN_SECONDS, ReplayStart, check_first_batch, observe_replay
+from .rollback import rollback
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ def catching_up(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
 def _look_catching_up(ctx: JobContext, upgrade: Upgrade) -> Look:
     settings = UpgradeSettings.of(upgrade.settings)
     old = _deployment(ctx, upgrade.old_deployment)
-    if (state := ctx.state_of(old)) is not State.RUNNING:
+    if (state := state_of(ctx, old)) is not State.RUNNING:
         return Phase.ABORTING, f"the old deployment {old.id} is {state}"
     health = new_health(ctx, upgrade, settings)
     new = _deployment(ctx, upgrade.new_deployment)
@@ -289,7 +290,7 @@ def _look_retiring(ctx: JobContext, upgrade: Upgrade) -> Look:
     old = _deployment(ctx, upgrade.old_deployment)
     if upgrade.stop_savepoint is not None:
         return Phase.CONFIRMING, "stopped"
-    state, status = ctx.state_of(old), ctx.deployments.status(ctx.name, old.id)
+    state, status = state_of(ctx, old), ctx.deployments.status(ctx.name, old.id)
     stopping = state in (State.STOPPING, State.STOPPED) and _asked_to_stop(ctx, old)  # by an earlier try
     if state is not State.RUNNING and not stopping:
         return (
@@ -414,7 +415,7 @@ def _withdraw_gate(ctx: JobContext, upgrade: Upgrade, old: Deployment, settings:
         return None
     if answer is not None:
         return answer
-    status, state = ctx.observe(old)
+    status, state = observe_deployment(ctx, old)
     gate = (status.gate if status else None) or {}
     ours = gate.get("role") == BLUE and gate.get("upgrade") == upgrade.id
     if not state.live and state is not State.LOST:
@@ -562,7 +563,7 @@ def _ask(ctx: JobContext, upgrade: Upgrade, deployment: Deployment, action: str,
     running. No answer in time raises (the upgrade then aborts: the abort withdraws the request)."""
     limit = UpgradeSettings.of(upgrade.settings).answer_seconds
     answer = _ask_within(ctx, upgrade, deployment, action, values, limit)
-    if answer is None and ctx.state_of(deployment).live:
+    if answer is None and state_of(ctx, deployment).live:
         raise SavepointsError(
             f"deployment {deployment.id} did not answer the {action} request {_request_id(upgrade, action)} within "
             f"{limit:.0f} s (a running driver answers between two batches: is it paused, or a batch that long?)"
@@ -592,7 +593,7 @@ def _ask_within(
         )
         ctx.deployments.request(ctx.name, deployment.id, request)
     deadline = time.monotonic() + limit
-    while time.monotonic() < deadline and ctx.state_of(deployment).live:
+    while time.monotonic() < deadline and state_of(ctx, deployment).live:
         status = ctx.deployments.status(ctx.name, deployment.id)
         if status is not None and request_id in status.answers:
             return status.answers[request_id]
@@ -656,7 +657,7 @@ def writers(ctx: JobContext, upgrade: Upgrade) -> str:
         if not deployment_id:
             continue
         deployment = _deployment(ctx, deployment_id)
-        status, state = ctx.observe(deployment)
+        status, state = observe_deployment(ctx, deployment)
         said.append(
             f"the {what} deployment {deployment.id} ({deployment.version}) is {state}: {_writes(state, status)}"
         )
@@ -683,7 +684,7 @@ def clear_leftovers(ctx: JobContext, upgrade: Upgrade) -> str:
             if not deployment_id:
                 continue
             deployment = _deployment(step, deployment_id)
-            status, state = step.observe(deployment)
+            status, state = observe_deployment(step, deployment)
             gate = (status.gate if status else None) or {}
             ours = gate.get("upgrade") == upgrade.id or gate.get("role") == STAGING
             if not state.live or not ours:
@@ -754,7 +755,7 @@ def _recover(upgrade: Upgrade, exc: Exception) -> Upgrade:
 def _retire(ctx: JobContext, deployment: Deployment, *, stop_first: bool = True) -> None:
     """Stop a deployment that is live (kill it if it will not stop, or at once without `stop_first`); nothing for
     one that ended."""
-    state = ctx.state_of(deployment)
+    state = state_of(ctx, deployment)
     if state.live and stop_first:
         try:
             stop(ctx, deployment_id=deployment.id)

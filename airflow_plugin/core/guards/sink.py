@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import Refused
+from ..sinks import DELTA, FILE, SinkRef
+from ..sinks import delta as delta_sink
+from ..sinks import file as file_sink
 from ..spark_app import SparkAccess
 from ..storage import Storage
-from . import DELTA, FILE, SinkRef
-from . import delta as delta_sink
-from . import file as file_sink
 
 SINK_AHEAD = "SINK_AHEAD"  # the error class of a start the job runtime refused: the engine's exit 4
 FRESH = -1  # the batch a fresh start resumes after

@@ -16,9 +16,9 @@ from typing import Any
 
 from ..context import JobContext
 from ..errors import Refused, SavepointsError
-from .deploy import DeployRequest, deploy, live_deployments
-from .deployments import Deployment, State
-from .stop import kill, stop
+from ..jobs.deploy import DeployRequest, deploy, live_deployments
+from ..jobs.deployments import Deployment, State
+from ..jobs.stop import kill, stop
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import BrokerUnavailable, SourceGap
+from ..snapshots.manifest import Manifest, SnapshotStatus, utc_now
+from ..snapshots.store import SnapshotStore
 from ..sources import SourcePosition
 from ..sources.kafka import Broker, KafkaSettings, SourceCheck, compare, kafka_positions, topics_of, unchecked
-from .manifest import Manifest, SnapshotStatus, utc_now
-from .store import SnapshotStore
 
 log = logging.getLogger(__name__)
 

@@ -27,16 +27,16 @@ from typing import Any
 
 from ..context import JobContext
 from ..errors import BrokerUnavailable, Refused, SourceGap
-from ..snapshots import source_guard
+from ..guards import source as source_guard
+from ..jobs.deploy import submit_spec
+from ..jobs.deployments import DeploymentStatus, State
+from ..jobs.launcher import exit_code, force_kill, launch, log_tail
+from ..jobs.spec import VersionSpec
 from ..snapshots.manifest import Manifest
 from ..snapshots.restore import execute_restore, plan_restore
 from ..sources.kafka import Broker
 from ..sources.subscription import topic_changes
 from ..storage import Storage
-from .deploy import submit_spec
-from .deployments import DeploymentStatus, State
-from .launcher import exit_code, force_kill, launch, log_tail
-from .spec import VersionSpec
 
 log = logging.getLogger(__name__)
 

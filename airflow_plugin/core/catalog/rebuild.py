@@ -1,4 +1,4 @@
-"""The catalogs of a store's jobs, as a whole: each job's snapshot catalog (snapshots/catalog.py) and
+"""The catalogs of a store's jobs, as a whole: each job's snapshot catalog (catalog/snapshots.py) and
 deployment index (deployments.py), rebuilt from the manifests and records (`savepoints catalog rebuild`:
 what migrates a store written before catalogs in one go, instead of on first use) or checked against a
 listing of them, every difference settled (`savepoints catalog check`)."""
@@ -9,9 +9,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..jobs.deployments import Deployments
 from ..parallel import map_parallel
 from ..snapshots.store import SnapshotStore
-from .deployments import Deployments
 
 
 @dataclass(frozen=True)

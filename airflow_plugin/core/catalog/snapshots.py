@@ -1,5 +1,5 @@
 """A job's snapshot catalog: what listing needs of each manifest, in one object beside the manifests
-(layout.py `snapshot_catalog_key`), kept true to them by core/index.py. An entry holds the manifest's id,
+(layout.py `snapshot_catalog_key`), kept true to them by core/catalog/index.py. An entry holds the manifest's id,
 kind, trigger, status, batch, sizes, labels, pin, times, source positions, sinks, deployment and version,
 history, verification verdict and error, the state's size, rows and skew per operator, the store objects its
 files live in (with their bytes there), and the manifest version it was made from. No file list: `show`,
@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..errors import IntegrityError
-from ..index import RecordIndex
 from ..layout import manifest_key, snapshot_catalog_key, snapshot_id_of, snapshots_prefix
+from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, summary_of
 from ..sources import SourcePosition, positions
 from ..storage import ObjectInfo, Storage
-from .manifest import Kind, Manifest, SnapshotStatus, Trigger, summary_of
+from .index import RecordIndex
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ _DERIVED = ("file_count", "verified", "objects", "version")
 
 
 class ManifestRecords:
-    """The manifests of one job, as core/index.py sees them."""
+    """The manifests of one job, as core/catalog/index.py sees them."""
 
     what = "snapshot"
 

@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from .errors import Conflict, StoreUnavailable
-from .lease import default_holder, holder_gone
-from .parallel import map_parallel
-from .storage import ObjectInfo, Storage
+from ..errors import Conflict, StoreUnavailable
+from ..lease import default_holder, holder_gone
+from ..parallel import map_parallel
+from ..storage import ObjectInfo, Storage
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,210 @@
+"""An upgrade's launches of a new version while the old one still runs, with the decisions every deploy makes
+(core/jobs/deploy.py):
+
+    launch_beside   blue/green, replay, migration: the new version (green) beside the old one, restored from its
+                    live savepoint or started fresh at a seed, writing into a staging table until it publishes
+    prestart        stop-and-restore: the new driver launched in STANDBY while the old version runs: it creates
+                    its Spark session (the slow part of a start), and the upgrade's live savepoint can already be
+                    restored into its location
+    activate        once the old version stopped: the state restored into the pre-started location (only what
+                    changed since the pre-restore) and its query started; the downtime no longer includes the JVM
+                    and session start-up, nor moving the bulk of the state
+
+Each runs under the job's lease (`ctx.operation`): the upgrade holds it, so these nest in it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from ..context import JobContext
+from ..errors import Refused
+from ..guards.sink import execute_rewind
+from ..jobs.deploy import (
+    claimable_location,
+    deployments_listed,
+    earlier_attempt,
+    gate_args,
+    live_deployments,
+    log_fresh,
+    plan_from,
+    refuse_while_live,
+    restore_source,
+    submit_spec,
+    why_fresh,
+)
+from ..jobs.deployments import ControlRequest, Deployment, State, new_deployment_id, new_request_id
+from ..jobs.fresh_start import build_of, fresh_start
+from ..jobs.observe import state_of
+from ..jobs.spec import VersionSpec
+from ..jobs.startup import launch_deployment, wait_for_state, wait_until_started
+from ..snapshots.restore import METADATA, execute_restore, plan_restore
+
+
+def launch_beside(
+    ctx: JobContext,
+    version_name: str,
+    snapshot_id: str,
+    staging: str,
+    *,
+    fresh: bool = False,
+    seed: dict[str, Any] | None = None,
+    initial_state: str | None = None,
+    wait_seconds: float = 180.0,
+) -> Deployment:
+    """A deployment of a version beside the running one (an upgrade's green), writing into `staging` until it
+    publishes (its runtime checks its sink before its query starts), under a query id of its own (sinks tell the
+    two apart by it). Restored from the running one's live savepoint `snapshot_id`, its Kafka positions checked
+    like any restore's; or, `fresh`, on an empty checkpoint: started at `seed`'s positions (the runtime's
+    `--seed`: a replay's or a migration's start) with `initial_state` (a migration's), or from the start of its
+    sources. Under the job's lease: the upgrade holds it."""
+    version = ctx.spec.launchable(version_name)
+    with ctx.operation("deploy") as found:
+        listed = deployments_listed(ctx, found)
+        earlier = earlier_attempt(ctx, listed)
+        if earlier is not None:
+            wait_until_started(ctx, earlier, wait_seconds)
+            return earlier
+        source = ctx.store.get(ctx.name, snapshot_id)
+        deployment_id = new_deployment_id()
+        checkpoint = claimable_location(ctx, deployment_id, listed)
+        plan, conf = None, {**ctx.spec.conf, **version.conf}
+        if not fresh:
+            plan = plan_restore(
+                ctx.store,
+                ctx.name,
+                source,
+                ctx.open(checkpoint),
+                check_sinks=False,  # it writes its staging table; the live table is the old version's until the cutover
+                open_location=ctx.open,
+                kafka=ctx.kafka,
+                new_query_id=True,
+            )
+            conf |= plan.spark_conf
+        deployment = Deployment(
+            id=deployment_id,
+            job=ctx.name,
+            version=version.name,
+            checkpoint=checkpoint,
+            restored_from=None if fresh else source.id,
+            restored_batch_id=(0 if seed else None) if fresh else source.batch_id,
+            spark_conf=conf,
+            request_id=ctx.settings.request_id,
+            source_gap=plan.source_gap if plan else None,
+            build=build_of(ctx, version),
+        )
+        ctx.deployments.put(deployment)
+        args = gate_args(source, staging)
+        if plan is not None:
+            execute_restore(ctx.store, plan, progress=ctx.progress)
+        else:  # its own query id from the start: the runtime's sink check and Delta's txn tell it apart
+            ctx.open(checkpoint).write(METADATA, json.dumps({"id": str(uuid.uuid4())}).encode())
+            args += ("--seed", json.dumps(seed, separators=(",", ":"))) if seed else ()
+            args += ("--initial-state", initial_state) if initial_state else ()
+        spec = submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, args)
+        launch_deployment(ctx, deployment, spec)
+        wait_until_started(ctx, deployment, wait_seconds)
+        return deployment
+
+
+def prestart(
+    ctx: JobContext, version_name: str | None, *, wait_seconds: float = 180.0, prerestore: str | None = None
+) -> Deployment:
+    """Launch a version's driver in STANDBY next to the running deployment; returns once it is ready.
+    `prerestore`: a snapshot restored into its location meanwhile (while its JVM starts), so that
+    `activate` moves only what changed since. No sink is checked or rewound here: the old version still
+    runs; `activate` guards the sink against the snapshot it starts from."""
+    version = ctx.spec.launchable(version_name)
+    with ctx.operation("deploy") as found:
+        return _prestart(ctx, version, wait_seconds, prerestore, deployments_listed(ctx, found))
+
+
+def _prestart(
+    ctx: JobContext, version: VersionSpec, wait_seconds: float, prerestore: str | None, listed: list[Deployment]
+) -> Deployment:
+    for other, state in live_deployments(ctx, listed):
+        if state is State.STANDBY:
+            raise Refused(f"job {ctx.name} already has a pre-started deployment {other.id}: activate or stop it first")
+    deployment_id = new_deployment_id()
+    checkpoint = claimable_location(ctx, deployment_id, listed)
+    deployment = Deployment(
+        id=deployment_id,
+        job=ctx.name,
+        version=version.name,
+        checkpoint=checkpoint,
+        spark_conf={**ctx.spec.conf, **version.conf},
+        build=build_of(ctx, version),
+    )
+    ctx.deployments.put(deployment)
+    launch_deployment(
+        ctx, deployment, submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, ("--standby",))
+    )
+    if prerestore:  # the driver does not touch its location before a start request
+        plan = plan_restore(
+            ctx.store, ctx.name, prerestore, ctx.open(checkpoint), check_sinks=False, check_sources=False
+        )
+        execute_restore(ctx.store, plan, progress=ctx.progress)
+        deployment.prerestored_from = plan.manifest.id
+        ctx.deployments.put(deployment)
+    wait_for_state(ctx, deployment, (State.STANDBY,), wait_seconds, "STANDBY")
+    return deployment
+
+
+def activate(
+    ctx: JobContext,
+    deployment_id: str,
+    restore: str,
+    *,
+    wait_seconds: float = 180.0,
+    rewind_sink: bool = False,
+    accept_source_gap: bool = False,
+) -> Deployment:
+    """Restore state into a pre-started deployment's location and start its query. Refused while any
+    other deployment of the job is live (stop the old version first) or if it is not in STANDBY."""
+    with ctx.operation("deploy") as found:
+        listed = deployments_listed(ctx, found)
+        return _activate(ctx, deployment_id, restore, wait_seconds, rewind_sink, accept_source_gap, listed)
+
+
+def _activate(
+    ctx: JobContext,
+    deployment_id: str,
+    restore: str,
+    wait_seconds: float,
+    rewind_sink: bool,
+    accept_source_gap: bool,
+    listed: list[Deployment],
+) -> Deployment:
+    deployment = ctx.deployments.get(ctx.name, deployment_id)
+    state = state_of(ctx, deployment)
+    if state is not State.STANDBY:
+        raise Refused(
+            f"deployment {deployment_id} of job {ctx.name} is {state}, not a pre-started driver in STANDBY; "
+            f"deploy normally (`savepoints deploy {ctx.name} --restore {restore}`)"
+        )
+    refuse_while_live(ctx, listed, besides=deployment_id)
+    source = restore_source(ctx, restore, listed, exclude=deployment_id)
+    if source is None and deployment.prerestored_from:
+        raise Refused(
+            f"deployment {deployment_id} holds a restore of snapshot {deployment.prerestored_from}: it cannot "
+            "start with no state; activate it with a snapshot, or stop it and deploy anew"
+        )
+    plan = plan_from(ctx, source, deployment.checkpoint, rewind_sink, accept_source_gap, deployment.prerestored_from)
+    if source is None:
+        for storage, rewind in fresh_start(ctx, deployment.build, deployment.id, rewind_sink):
+            execute_rewind(storage, rewind)
+        deployment.fresh_start = why_fresh(ctx, restore, listed, exclude=deployment_id)
+        log_fresh(ctx, deployment)
+    if plan is not None and source is not None:
+        execute_restore(ctx.store, plan, progress=ctx.progress)
+        deployment.restored_from, deployment.restored_batch_id = source.id, source.batch_id
+        deployment.source_gap = plan.source_gap
+        deployment.spark_conf = {**deployment.spark_conf, **plan.spark_conf}
+    ctx.deployments.put(deployment)
+    conf = {k: v for k, v in (plan.spark_conf if plan else {}).items() if k.startswith("spark.sql.")}
+    gate = source.restored_gate if source else None  # what the restored deployment writes of a gated one's windows
+    start = ControlRequest(id=new_request_id(), action="start", conf=conf, gate=gate)
+    ctx.deployments.request(ctx.name, deployment_id, start)
+    wait_until_started(ctx, deployment, wait_seconds)
+    return deployment

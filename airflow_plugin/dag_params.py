@@ -13,8 +13,16 @@ from pathlib import Path
 from airflow.sdk import Param
 
 from .core.errors import NotFound
-from .core.jobs.deploy import DEFAULT_RESTORE, RESTORE_HELP, RESTORE_MODES
-from .core.jobs.spec import DEFAULT_JOBS_FILE, JOBS_ENV, JobSpec, load_jobs, version_order
+from .core.jobs.deploy import RESTORE_HELP
+from .core.jobs.spec import (
+    DEFAULT_JOBS_FILE,
+    DEFAULT_RESTORE,
+    JOBS_ENV,
+    RESTORE_MODES,
+    JobSpec,
+    load_jobs,
+    version_order,
+)
 
 
 def dag_jobs_file(dag_file: str | None = None) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from . import exit_codes
-from .commands import catalog, dags, jobs, observe, retention, snapshots, upgrades
+from .commands import catalog, dags, jobs, observe, reconcile, retention, snapshots, upgrades
 from .options import CommandParser, add_global_options, apply_global_defaults, global_options
 
 DESCRIPTION = "Consistent, incremental, verified savepoints of Spark Structured Streaming checkpoints."
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one of these (`savepoints COMMAND --help` lists its arguments)",
     )
     common = global_options()
-    for module in (snapshots, jobs, retention, upgrades, dags, catalog, observe):
+    for module in (snapshots, jobs, retention, upgrades, reconcile, dags, catalog, observe):
         module.register(commands, common)
     return parser
 

@@ -44,7 +44,7 @@ from .storage import Storage
 
 log = logging.getLogger(__name__)
 
-OPERATIONS = ("deploy", "stop", "kill", "upgrade", "rollback", "rescale", "restore", "prune", "gc")
+OPERATIONS = ("deploy", "stop", "kill", "upgrade", "rollback", "rescale", "restore", "prune", "gc", "apply")
 DEFAULT_TTL = 60.0  # seconds
 RELEASED = "released"  # the token of a released record: never one of an acquisition (those are hex)
 _EPOCH = "1970-01-01T00:00:00.000Z"

@@ -8,6 +8,7 @@ Sensors (waits) are in `airflow_plugin.sensors`, triggers in `airflow_plugin.tri
 from .base import SavepointsBaseOperator
 from .deployments import DeployJobOperator, PrestartJobOperator, StopJobOperator
 from .leases import ReleaseLeaseOperator
+from .reconcile import ApplyJobOperator
 from .retention import RetentionOperator
 from .snapshots import SavepointOperator, VerifySnapshotOperator
 from .upgrade import (
@@ -21,6 +22,7 @@ from .upgrade import (
 )
 
 __all__ = [
+    "ApplyJobOperator",
     "BeginUpgradeOperator",
     "DeployJobOperator",
     "PreflightCheckOperator",

@@ -13,7 +13,13 @@ from airflow_plugin.cli import main
 from airflow_plugin.dag_params import dag_jobs_file, declared_jobs
 from devtools.airflow_env import DAGS_FOLDER
 
-DAG_IDS = {"savepoints_deploy", "savepoints_savepoint", "savepoints_retention", "savepoints_upgrade"}
+DAG_IDS = {
+    "savepoints_deploy",
+    "savepoints_savepoint",
+    "savepoints_retention",
+    "savepoints_upgrade",
+    "savepoints_reconcile",
+}
 
 
 @pytest.fixture(scope="module")
@@ -275,3 +281,33 @@ def test_install_dags_refuses_a_local_store_under_an_executor_whose_tasks_run_el
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
     monkeypatch.delenv("SAVEPOINTS_JOBS")
     assert main(["install-dags", str(tmp_path / "local")]) == 0, "a local executor: the example as it is"
+
+
+@pytest.mark.slow
+def test_the_reconcile_dag_deploys_a_declared_job_then_keeps_it(
+    airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46: the reconcile DAG maps `savepoints apply` over the jobs that declare `desired`; its first run
+    deploys the declared version (a stand-in driver through a real spark-submit), the next finds it as declared."""
+    from airflow_plugin.core.context import Settings
+    from airflow_plugin.core.jobs.deployments import State
+    from airflow_plugin.core.jobs.observe import state_of
+    from airflow_plugin.core.jobs.spec import JOBS_ENV
+    from devtools.dag_runs import run_dag
+    from tests.support.jobs import POLITE_JOB, kill_every_deployment, write_jobs
+
+    app = tmp_path / "polite.py"
+    app.write_text(POLITE_JOB)
+    jobs = write_jobs(tmp_path, application=str(app), extra='desired = { version = "v2" }')
+    monkeypatch.setenv(JOBS_ENV, str(jobs))
+    job = Settings(jobs_file=str(jobs)).resolve().job("orders")
+    try:
+        first = run_dag("savepoints_reconcile", {})
+        assert first.succeeded and first.returned["apply"]["action"] == "DEPLOY", (first.tasks, first.returned)
+        [deployment] = job.deployments.list("orders")
+        assert deployment.version == "v2" and state_of(job, deployment) is State.RUNNING
+        again = run_dag("savepoints_reconcile", {})
+        assert again.succeeded and again.returned["apply"]["action"] == "NOTHING", again.returned
+        assert [d.id for d in job.deployments.list("orders")] == [deployment.id]
+    finally:
+        kill_every_deployment(job)

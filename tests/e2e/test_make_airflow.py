@@ -41,7 +41,13 @@ from tests.support.ui_support import HTTP_WAIT_S, free_port
 
 pytestmark = [pytest.mark.slow]
 
-DAG_IDS = {"savepoints_deploy", "savepoints_savepoint", "savepoints_retention", "savepoints_upgrade"}
+DAG_IDS = {
+    "savepoints_deploy",
+    "savepoints_savepoint",
+    "savepoints_retention",
+    "savepoints_upgrade",
+    "savepoints_reconcile",
+}
 
 
 class Standalone:

@@ -7,13 +7,18 @@ broker, spark-submit drivers, the scripts' Delta tables on local disk. Each word
 Issue 43: the jobs declare `kafka`, and the word count reads its arguments with a strict argparse (the engine
 appended `--kafka-bootstrap-servers`, which it refused); the sessionization's second version appends by a
 foreachBatch that writes by batch id, declared `foreach_batch = "idempotent"`, run exactly-once: its driver dies
-right after a batch it wrote, and deployed again from its latest state it runs that batch again, written once."""
+right after a batch it wrote, and deployed again from its latest state it runs that batch again, written once.
+
+Issue 46: the word count is a declared job (`desired`): `savepoints apply` deploys it, upgrades it when the jobs
+file names v2, and restarts v2 from its latest state after its driver is SIGKILLed, words produced all along."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
+import signal
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -30,10 +35,12 @@ from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, S
 from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill
+from airflow_plugin.core.reconcile.apply import apply
+from airflow_plugin.core.reconcile.plan import Action
 from airflow_plugin.core.sinks.delta import SESSION_CONF
 from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.storage import open_storage
-from airflow_plugin.core.upgrades.record import Phase
+from airflow_plugin.core.upgrades.record import Phase, Upgrades
 from airflow_plugin.core.upgrades.run import begin, outcome, run_upgrade
 from airflow_plugin.core.upgrades.steps import UpgradeSettings
 from devtools import jvm
@@ -51,16 +58,21 @@ USERS = ("ann", "bob", "cy")
 FLUSH_USER = "flush"  # its one event, far ahead, closes every other session (and its own never closes)
 
 
-def _job(directory: Path, kafka: EmbeddedKafka, job: str, outputs: list[str], v2: str = "") -> tuple[JobContext, str]:
+def _job(
+    directory: Path, kafka: EmbeddedKafka, job: str, outputs: list[str], v2: str = "", declared: str = ""
+) -> tuple[JobContext, str]:
     """Job `job` running tests/scripts/JOB.py as v1 and JOB_v2.py as v2 (with `v2`'s keys) on a topic of its own,
-    which the scripts get as their first arguments, then `outputs`; the job and the topic."""
+    which the scripts get as their first arguments, then `outputs`; the job and the topic. `declared`: more keys of
+    the job (its `desired` state)."""
     topic = f"{job}-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, 2)
-    jobs = _jobs_file(directory, kafka, job, [kafka.bootstrap, topic, *outputs], v2)
+    jobs = _jobs_file(directory, kafka, job, [kafka.bootstrap, topic, *outputs], v2, declared)
     return Settings(jobs_file=str(jobs)).resolve().job(job), topic
 
 
-def _jobs_file(directory: Path, kafka: EmbeddedKafka, job: str, args: list[str], v2: str = "") -> Path:
+def _jobs_file(
+    directory: Path, kafka: EmbeddedKafka, job: str, args: list[str], v2: str = "", declared: str = ""
+) -> Path:
     """The jobs file of `_job`: the scripts' own arguments (nothing else reaches them: the job's `kafka` goes to
     the driver's environment and conf), the connector jars."""
     conf = {
@@ -83,6 +95,7 @@ args = {json.dumps(args)}
 conf = {{ {", ".join(f'"{key}" = "{value}"' for key, value in conf.items())} }}
 versions.v1 = {{ script = "{SCRIPTS / job}.py" }}
 versions.v2 = {{ script = "{SCRIPTS / job}_v2.py"{v2} }}
+{declared}
 """
     )
     return path
@@ -139,6 +152,13 @@ class SessionFeeder(_Producer):
 _NONE = DeploymentStatus(State.STARTING, 0)
 
 
+def _applied(ctx: JobContext, action: Action) -> Deployment:
+    """`savepoints apply` for the job: it takes `action`, and the job then runs (its newest deployment)."""
+    [done] = apply(Settings(jobs_file=ctx.settings.jobs_file).resolve(), [ctx.name])
+    assert done.step.action is action and done.ok, done
+    return _live(ctx)
+
+
 def _live(ctx: JobContext) -> Deployment:
     [deployment] = [d for d in ctx.deployments.list(ctx.name) if state_of(ctx, d) is State.RUNNING]
     return deployment
@@ -150,21 +170,37 @@ def _through_the_lifecycle(
     complete: Callable[[], bool],
     last: Callable[[], None] | None = None,
     upgraded: Callable[[], None] | None = None,
+    declared: bool = False,
 ) -> None:
     """Deploy v1, savepoint it, upgrade it to v2 (then `upgraded`, events still produced), then (all produced and
-    read, the output `complete`) stop it with a savepoint."""
+    read, the output `complete`) stop it with a savepoint. `declared`: the job declares its desired version, and
+    `savepoints apply` deploys it, upgrades it once the jobs file says v2, and restarts v2 after its driver is
+    SIGKILLed."""
     records = ctx.deployments
     try:
         with BackgroundFeeder(feeder, interval=1.0):
-            first = deploy(ctx, DeployRequest("v1"))
+            first = _applied(ctx, Action.DEPLOY) if declared else deploy(ctx, DeployRequest("v1"))
             # RUNNING is the first trigger done; a savepoint needs a committed batch (a first trigger may find none)
             wait_for(lambda: (records.status(ctx.name, first.id) or _NONE).last_batch_id is not None, "a batch", 240)
             status = records.status(ctx.name, first.id)
             assert status is not None and status.error_class is None, status
             savepoint = take_savepoint(ctx)
             assert savepoint.status is SnapshotStatus.COMPLETED and savepoint.query_id == status.query_id
-            upgrade = run_upgrade(ctx, begin(ctx, "v2", settings=UpgradeSettings(min_batches=2)))
-            outcome(upgrade)
+            if declared:
+                jobs = Path(str(ctx.settings.jobs_file))
+                jobs.write_text(jobs.read_text().replace('version = "v1"', 'version = "v2"'))
+                ctx = Settings(jobs_file=str(jobs)).resolve().job(ctx.name)
+                _applied(ctx, Action.UPGRADE)
+                upgrade = Upgrades(ctx.store.storage).newest(ctx.name)
+                assert upgrade is not None
+                killed = _live(ctx)
+                os.killpg(killed.launcher["pid"], signal.SIGKILL)  # the driver dies: the loop restarts it
+                wait_for(lambda: state_of(ctx, killed) is State.LOST, "the killed driver to read LOST")
+                restarted = _applied(ctx, Action.RESTART)
+                assert restarted.version == "v2" and restarted.restored_batch_id is not None, restarted
+            else:
+                upgrade = run_upgrade(ctx, begin(ctx, "v2", settings=UpgradeSettings(min_batches=2)))
+                outcome(upgrade)
             assert upgrade.phase is Phase.DONE and upgrade.mode == "stop_restore", upgrade
             if upgraded is not None:
                 upgraded()
@@ -189,13 +225,14 @@ def test_a_word_count_script_counts_every_word_once_through_savepoints_and_an_up
     tmp_path: Path, kafka: EmbeddedKafka
 ) -> None:
     table, own_checkpoint = tmp_path / "counts", tmp_path / "the-scripts-own-checkpoint"
-    ctx, topic = _job(tmp_path, kafka, "word_count", [str(table), str(own_checkpoint)])
+    declared = 'desired = { version = "v1" }\nrestart = { delay = "0s" }'  # deployed, upgraded, restarted by apply
+    ctx, topic = _job(tmp_path, kafka, "word_count", [str(table), str(own_checkpoint)], declared=declared)
     feeder = WordFeeder(kafka, topic)
 
     def counts() -> dict[str, int]:
         return {row["word"]: row["count"] for row in read_table(open_storage(str(table)))}
 
-    _through_the_lifecycle(ctx, feeder, lambda: counts() == feeder.counts)
+    _through_the_lifecycle(ctx, feeder, lambda: counts() == feeder.counts, declared=True)
 
     first = ctx.deployments.list(ctx.name)[0]
     status = ctx.deployments.status(ctx.name, first.id)

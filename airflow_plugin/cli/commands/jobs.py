@@ -8,10 +8,11 @@ from typing import Any
 from ...core.context import Context
 from ...core.durations import duration_argument
 from ...core.errors import InvalidInput
-from ...core.jobs.deploy import DEFAULT_RESTORE, RESTORE_HELP, RESTORE_MODES, DeployRequest, deploy
+from ...core.jobs.deploy import RESTORE_HELP, DeployRequest, deploy
 from ...core.jobs.deployments import describe
 from ...core.jobs.observe import observe_deployment
 from ...core.jobs.savepoint import take_savepoint
+from ...core.jobs.spec import DEFAULT_RESTORE, RESTORE_MODES
 from ...core.jobs.stop import job_status, kill, stop
 from ...core.lease import LeaseRecord, break_lease, held_leases, read_lease
 from ...core.parallel import map_parallel

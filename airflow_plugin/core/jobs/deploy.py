@@ -38,16 +38,11 @@ from .launcher import SubmitSpec, alive, on_this_host
 from .observe import state_of
 from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, repartition
 from .snapshot import snapshot_deployment
-from .spec import VersionSpec
+from .spec import DEFAULT_RESTORE, VersionSpec
 from .startup import launch_deployment, wait_until_started
 
 log = logging.getLogger(__name__)
 
-RESTORE_MODES = ("latest-state", "latest-savepoint", "none")  # the default first
-# Where a deploy's state comes from unless it says: a job with history continues from its latest state, one that
-# never ran starts fresh; a fresh start of a job with state is asked for by name (`none`). The one default of
-# `savepoints deploy`, DeployJobOperator and the deploy DAG.
-DEFAULT_RESTORE = "latest-state"
 RESTORE_HELP = (  # what the CLI's --restore and the deploy DAG's form field say
     f"{DEFAULT_RESTORE} (the default: a job with history continues from its latest state, one that never ran starts "
     "fresh), latest-savepoint, a snapshot id (sp-... / ck-...), or none: start empty (of a job with state it says "

@@ -19,10 +19,14 @@ docs/jobs-file.md describes every key.
     versions.v1 = { application = "spark_jobs/jobs/windowed/v1.py" }
     versions.v2 = { script = "jobs/my_script.py", foreach_batch = "idempotent" }  # a script, as it is
     retention.savepoint = { keep_last = 10 }
+    desired = { state = "running", version = "v1" }   # what `savepoints apply` keeps running (core/reconcile/)
+    restart = { attempts = 5, window = "1 hour" }     # its restarts after a failure
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import sys
@@ -45,6 +49,34 @@ _PATH_CONFS = ("spark.jars",)  # Spark confs whose values are comma-separated pa
 # what a script version may declare of its foreachBatch: it writes by batch id, so a replayed batch overwrites (or
 # is skipped by) what its first run wrote; the delivery check then counts it an idempotent sink
 IDEMPOTENT = "idempotent"
+# where a deploy's state comes from unless told (`savepoints deploy`, DeployJobOperator, the deploy DAG, a declared
+# job's first start): a job with history continues from its latest state, one that never ran starts fresh
+DEFAULT_RESTORE = "latest-state"
+RESTORE_MODES = ("latest-state", "latest-savepoint", "none")  # the default first; or a snapshot id
+RUNNING, STOPPED = "running", "stopped"  # what a declared job's `desired.state` may say
+UPGRADE_MODES = ("auto", "blue_green", "stop_restore", "replay", "migrate")  # auto: the pre-flight's choice
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What should run, as the jobs file declares it (`desired = {...}`): `savepoints apply` makes it so."""
+
+    state: str = RUNNING
+    version: str = ""  # the job's default_version when the table names none
+    upgrade_mode: str = "auto"
+    restore: str = DEFAULT_RESTORE  # a first start's state
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How `savepoints apply` restarts a deployment that failed or was lost (`restart = {...}`): after `delay`,
+    doubled each time up to `max_delay` (with jitter), at most `attempts` times in `window` (Flink's
+    exponential-delay strategy, with a failure-rate budget)."""
+
+    attempts: int = 5
+    window: float = 3600.0
+    delay: float = 10.0
+    max_delay: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +125,11 @@ class JobSpec:
     retention: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     kafka: KafkaSettings | None = None  # the broker a Kafka job reads; the engine checks offsets against it
+    desired: Desired | None = None  # what should run (None: `savepoints apply` leaves the job to people)
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    # the job's declaration as written (its table over [defaults]), hashed: a version that failed under one is not
+    # tried again by `savepoints apply` until the declaration changes
+    fingerprint: str = ""
 
     @classmethod
     def undeclared(cls, name: str) -> JobSpec:
@@ -154,7 +191,8 @@ def _resolve(base: Path, value: str) -> str:
     return str((base / value).resolve())
 
 
-JOB_KEYS = frozenset(f.name for f in fields(JobSpec)) - {"name"}  # a key of [defaults] or of a [jobs.NAME] table
+# a key of [defaults] or of a [jobs.NAME] table
+JOB_KEYS = frozenset(f.name for f in fields(JobSpec)) - {"name", "fingerprint"}
 VERSION_KEYS = frozenset(f.name for f in fields(VersionSpec)) - {"name"}
 
 
@@ -252,6 +290,50 @@ def _kafka(value: Any, where: str) -> KafkaSettings | None:
     return KafkaSettings(str(value["bootstrap_servers"]), config, timeout)
 
 
+def _desired(value: Any, versions: dict[str, VersionSpec], default_version: str, where: str) -> Desired | None:
+    """`desired = { state = "running", version = "v2", upgrade_mode = "auto", restore = "latest-state" }`."""
+    if value is None:
+        return None
+    _known(value, {f.name for f in fields(Desired)}, f"{where} desired")
+    state = str(value.get("state", RUNNING))
+    if state not in (RUNNING, STOPPED):
+        raise InvalidInput(f'{where} desired.state = {state!r}: use "{RUNNING}" or "{STOPPED}"')
+    version = str(value.get("version", default_version))
+    if version not in versions:
+        declared = ", ".join(version_order(versions))
+        raise InvalidInput(f"{where} desired.version = {version!r} is not a declared version: declared are {declared}")
+    mode = str(value.get("upgrade_mode", "auto"))
+    if mode not in UPGRADE_MODES:
+        raise InvalidInput(f"{where} desired.upgrade_mode = {mode!r}: use one of {', '.join(UPGRADE_MODES)}")
+    restore = str(value.get("restore", DEFAULT_RESTORE))
+    if not restore:
+        raise InvalidInput(f"{where} desired.restore is empty: use {', '.join(RESTORE_MODES)} or a snapshot id")
+    return Desired(state, version, mode, restore)
+
+
+def _restart(value: Any, where: str) -> RestartPolicy:
+    """`restart = { attempts = 5, window = "1 hour", delay = "10 seconds", max_delay = "5 minutes" }`."""
+    if value is None:
+        return RestartPolicy()
+    _known(value, {f.name for f in fields(RestartPolicy)}, f"{where} restart")
+    attempts = value.get("attempts", RestartPolicy.attempts)
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+        raise InvalidInput(f"{where} restart.attempts = {attempts!r}: give a whole number, 0 for no restart")
+    policy = RestartPolicy(
+        attempts=attempts,
+        window=_timeout(value.get("window", RestartPolicy.window), f"{where} restart.window"),
+        delay=duration_seconds(value.get("delay", RestartPolicy.delay), f"{where} restart.delay", bare_unit="s"),
+        max_delay=_timeout(value.get("max_delay", RestartPolicy.max_delay), f"{where} restart.max_delay"),
+    )
+    if policy.max_delay < policy.delay:
+        raise InvalidInput(f"{where} restart.max_delay is shorter than restart.delay: make it at least as long")
+    return policy
+
+
+def _fingerprint(merged: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(merged, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
     """Parse and validate the jobs file; every error names the file and the key."""
     file = jobs_file(path)
@@ -327,6 +409,9 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
             retention=dict(merged.get("retention", {})),
             description=str(merged.get("description", "")),
             kafka=_kafka(merged.get("kafka"), where),
+            desired=_desired(merged.get("desired"), versions, default_version, where),
+            restart=_restart(merged.get("restart"), where),
+            fingerprint=_fingerprint(merged),
         )
         spec.version(default_version)
         jobs[name] = spec

@@ -1,0 +1,62 @@
+"""`savepoints apply`: the jobs file's declared state made so (core/reconcile/), once; the reconcile DAG runs it on
+a schedule."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ...core.context import Context
+from ...core.errors import InvalidInput
+from ...core.reconcile.apply import Applied, apply, retry, set_pause
+from ..options import add_job
+from ..render import Output, say
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "apply",
+        parents=[common],
+        help="make each job with `desired` in the jobs file run as declared: deploy, restart after a failure, "
+        "upgrade to the declared version, stop",
+        description="Observe every job the jobs file declares a `desired` state for (or the JOBs named), plan one "
+        "step each (nothing, deploy, restart from the latest state after a failure, upgrade, stop with a "
+        "savepoint, or hold for a person) and carry it out under the job's lease. --dry-run prints the plan only.",
+    )
+    add_job(parser, "only these jobs (default: every declared job)", many=True)
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--dry-run", action="store_true", help="print each job's step, change nothing")
+    what.add_argument("--pause", action="store_true", help="a person takes the JOBs over: apply leaves them alone")
+    what.add_argument("--resume", action="store_true", help="give paused JOBs back to apply")
+    what.add_argument(
+        "--retry",
+        action="store_true",
+        help="try again what apply holds for the JOBs: a version that failed, a spent restart budget",
+    )
+    parser.set_defaults(run=run_apply)
+
+
+def run_apply(args: argparse.Namespace, ctx: Context) -> Output:
+    if args.pause or args.resume or args.retry:
+        if not args.job:
+            raise InvalidInput("--pause, --resume and --retry act on the JOBs named: name at least one")
+        changed = [
+            retry(ctx.job(name)) if args.retry else set_pause(ctx.job(name), paused=args.pause) for name in args.job
+        ]
+        verb = "retried" if args.retry else "paused" if args.pause else "resumed"
+
+        def human() -> None:
+            for record in changed:
+                say(f"{record.job}: {verb}")
+
+        return Output({"jobs": [r.to_dict() for r in changed]}, human)
+    applied = apply(ctx, args.job or None, dry_run=args.dry_run, on_job=None if args.json else _say)
+    failed = next((a.error for a in applied if a.error is not None), None)
+    return Output({"jobs": [a.to_dict() for a in applied]}, lambda: None, error=failed)
+
+
+def _say(applied: Applied) -> None:
+    step = applied.step
+    say(f"{step.job}: {step.action} - {step.reason}")
+    if step.action.acts or not applied.ok:
+        say(f"  {'done' if applied.ok else 'FAILED'}: {applied.outcome}")

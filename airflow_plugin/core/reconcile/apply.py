@@ -1,0 +1,233 @@
+"""The reconcile loop's acting half: observe a declared job, plan its step (plan.py), carry it out through the
+ordinary operations. A step that acts decides again under the job's lease (what it saw may have changed while it
+waited for it), so a person's command and the loop never act on one job at once: whichever takes the lease first
+acts, the other is refused. An upgrade takes the lease its own way (upgrades/run.py `begin`), after this one's
+is released. What the loop did is recorded per job (record.py): restarts, the last stable version, a version
+that failed, a person's pause."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..context import Context, JobContext
+from ..errors import NotFound, SavepointsError, UpgradeFailed
+from ..jobs.deploy import DeployRequest, deploy
+from ..jobs.deployments import Deployment
+from ..jobs.launcher import alive, on_this_host
+from ..jobs.observe import observe_deployment
+from ..jobs.savepoint import take_savepoint
+from ..jobs.stop import kill
+from ..lease import default_holder
+from ..snapshots.manifest import utc_now
+from ..upgrades.record import Phase, Upgrade, Upgrades
+from ..upgrades.run import begin, run_upgrade
+from . import record as records
+from .plan import APPLY, Action, Observed, Seen, Step, UpgradeSeen, plan
+from .record import Reconciled, Restart
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Applied:
+    step: Step
+    outcome: str  # what was done, or why not
+    error: SavepointsError | None = None  # why the step could not be carried out
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.step.job,
+            "action": str(self.step.action),
+            "reason": self.step.reason,
+            "outcome": self.outcome,
+            "ok": self.ok,
+            **({"version": self.step.version} if self.step.version else {}),
+            **({"not_before": self.step.not_before} if self.step.not_before else {}),
+        }
+
+
+def loop_context(ctx: JobContext) -> JobContext:
+    """The job's context as the loop acts in it: its operations requested by `savepoints apply` (an upgrade it
+    began is its own to resume), and a lease not kept past each operation."""
+    who = ctx.settings.requested_by or default_holder()
+    by = who if who.startswith(APPLY) else f"{APPLY} ({who})"
+    return replace(ctx, settings=replace(ctx.settings, requested_by=by, keep_lease=False))
+
+
+def observe(ctx: JobContext, now: float | None = None, listed: list[Deployment] | None = None) -> Observed:
+    """What the plan needs of one job, read from the store (and the observer: heartbeats, processes, YARN)."""
+    deployments = ctx.deployments.list(ctx.name) if listed is None else listed
+    seen = [_seen(ctx, d) for d in deployments]
+    live = [s for s in seen if s.state.live]
+    upgrade = Upgrades(ctx.store.storage).in_progress(ctx.name)
+    return Observed(
+        job=ctx.name,
+        desired=ctx.spec.desired,
+        restart=ctx.spec.restart,
+        fingerprint=ctx.spec.fingerprint,
+        now=time.time() if now is None else now,
+        deployment=(live or seen or [None])[-1],
+        upgrade=_upgrade_seen(upgrade) if upgrade is not None else None,
+        record=records.read(ctx.store.storage, ctx.name),
+    )
+
+
+def _seen(ctx: JobContext, deployment: Deployment) -> Seen:
+    status, state = observe_deployment(ctx, deployment)
+    return Seen(
+        id=deployment.id,
+        version=deployment.version,
+        state=state,
+        error_class=status.error_class if status else None,
+        error=status.error_message if status else None,
+        updated_at=status.updated_at if status else None,
+        last_batch_id=status.last_batch_id if status else None,
+        gone=on_this_host(deployment.launcher) and not alive(deployment.launcher),
+    )
+
+
+def _upgrade_seen(upgrade: Upgrade) -> UpgradeSeen:
+    return UpgradeSeen(upgrade.id, str(upgrade.phase), upgrade.to_version, upgrade.requested_by.startswith(APPLY))
+
+
+def apply_job(ctx: JobContext, *, dry_run: bool = False) -> Applied:
+    """One job's step, planned and (unless `dry_run`) carried out."""
+    ctx = loop_context(ctx)
+    step = plan(observe(ctx))
+    if dry_run or not step.action.acts:
+        if not dry_run:
+            _note(ctx, step)
+        return Applied(step, "planned only (dry run)" if dry_run else "nothing to do")
+    try:
+        if step.action in (Action.UPGRADE, Action.RESUME_UPGRADE):
+            return _upgrade(ctx, step)
+        with ctx.operation("apply") as found:
+            step = plan(observe(ctx, listed=found))  # decided again, under the lease
+            if not step.action.acts or step.action in (Action.UPGRADE, Action.RESUME_UPGRADE):
+                return Applied(step, "changed while the lease was taken: look again at the next apply")
+            return _act(ctx, step)
+    except SavepointsError as exc:
+        log.warning("%s: %s failed: %s", ctx.name, step.action, exc)
+        return Applied(step, f"{type(exc).__name__}: {exc}", exc)
+
+
+def _act(ctx: JobContext, step: Step) -> Applied:
+    record = records.read(ctx.store.storage, ctx.name)
+    if step.action is Action.STOP:
+        snapshot = take_savepoint(ctx, stop_after=True)
+        return _done(ctx, record, step, f"stopped with savepoint {snapshot.id}")
+    if step.action is Action.DEPLOY:
+        deployment = deploy(ctx, DeployRequest(step.version, restore=step.restore or ""))
+        return _done(ctx, record, step, f"deployed {step.version} as {deployment.id}")
+    assert step.action is Action.RESTART and step.failed is not None
+    failed = step.failed
+    restart = next((r for r in record.restarts if r.failed == failed.id and r.deployment is None), None)
+    if restart is None:  # recorded before anything is done: a kill below is the loop's own, and counts once
+        restart = Restart(time.time(), failed.id, step.reason, failed.last_batch_id)
+        record.restarts.append(restart)
+        records.write(ctx.store.storage, record)
+    if step.kill_first:
+        kill(ctx, failed.id)
+    deployment = deploy(ctx, DeployRequest(step.version, restore=step.restore or ""))
+    restart.deployment = deployment.id
+    return _done(ctx, record, step, f"restarted {failed.id} as {deployment.id} from its latest state")
+
+
+def _upgrade(ctx: JobContext, step: Step) -> Applied:
+    """Begin (or resume) the loop's upgrade and drive it to its end, outside this module's lease: the upgrade holds
+    the job's lease its own way. A version that does not go through (rolled back, aborted, blocked) is recorded
+    failed under this declaration."""
+    upgrades = Upgrades(ctx.store.storage)
+    if step.action is Action.RESUME_UPGRADE:
+        upgrade = upgrades.in_progress(ctx.name)
+        if upgrade is None:
+            return Applied(step, "the upgrade ended meanwhile")
+    else:
+        assert step.version is not None
+        upgrade = begin(ctx, step.version, mode=step.mode)
+    ended = run_upgrade(ctx, upgrade)
+    with ctx.operation("apply"):
+        record = records.read(ctx.store.storage, ctx.name)
+        if ended.phase is Phase.DONE:
+            record.last_stable_version = ended.to_version
+            record.failed_versions.pop(ended.to_version, None)
+            return _done(ctx, record, step, f"upgraded to {ended.to_version} ({ended.mode}, upgrade {ended.id})")
+        record.failed_versions[ended.to_version] = ctx.spec.fingerprint
+        said = _done(ctx, record, step, f"upgrade {ended.id} to {ended.to_version} ended {ended.phase}: {ended.error}")
+        held = f"{ended.to_version} is held until the jobs file changes or `savepoints apply {ctx.name} --retry`"
+        return replace(said, error=UpgradeFailed(f"{ctx.name}: {said.outcome}; {held}"))
+
+
+def _done(ctx: JobContext, record: Reconciled, step: Step, outcome: str) -> Applied:
+    record.last_step = f"{utc_now()} {step.action}: {outcome}"
+    records.write(ctx.store.storage, record)
+    log.info("%s: %s", ctx.name, outcome)
+    return Applied(step, outcome)
+
+
+def _note(ctx: JobContext, step: Step) -> None:
+    """A step that acts on nothing: the running desired version is the last stable one; written only when it
+    changes, and only under the job's lease (a person's operation holding it: next time)."""
+    if step.action is not Action.NOTHING or ctx.spec.desired is None:
+        return
+    record = records.read(ctx.store.storage, ctx.name)
+    running = step.version  # the desired version, running
+    if running is None or record.last_stable_version == running:
+        return
+    try:
+        with ctx.operation("apply"):
+            record.last_stable_version = running
+            records.write(ctx.store.storage, record)
+    except SavepointsError as exc:
+        log.info("%s: the last stable version is written next time (%s)", ctx.name, exc)
+
+
+def apply(
+    context: Context,
+    names: list[str] | None = None,
+    *,
+    dry_run: bool = False,
+    on_job: Callable[[Applied], None] | None = None,
+) -> list[Applied]:
+    """Every declared job's step (or `names`'), one job after the other; a job whose step fails does not stop the
+    others."""
+    declared = context.declared_jobs()
+    unknown = sorted(set(names or ()) - set(declared))
+    if unknown:
+        raise NotFound(f"job(s) {', '.join(unknown)} not declared in {context.jobs_path}: declare them there")
+    done = []
+    for name in names or sorted(declared):
+        applied = apply_job(context.job(name), dry_run=dry_run)
+        if on_job is not None:
+            on_job(applied)
+        done.append(applied)
+    return done
+
+
+def set_pause(ctx: JobContext, paused: bool) -> Reconciled:
+    """A person takes the job over (`apply --pause`: the loop leaves it alone) or gives it back (`--resume`)."""
+    with ctx.operation("apply"):
+        record = records.read(ctx.store.storage, ctx.name)
+        who = ctx.requested_by or default_holder()
+        record.paused_by, record.paused_at = (who, utc_now()) if paused else (None, None)
+        records.write(ctx.store.storage, record)
+        return record
+
+
+def retry(ctx: JobContext) -> Reconciled:
+    """A person asks the loop to try again what it holds: the versions that failed, and a spent restart budget (the
+    restarts stay recorded; the budget counts from now)."""
+    with ctx.operation("apply"):
+        record = records.read(ctx.store.storage, ctx.name)
+        record.failed_versions.clear()
+        record.budget_from = time.time()
+        records.write(ctx.store.storage, record)
+        return record

@@ -1,0 +1,205 @@
+"""The reconcile loop's decision, pure: what one declared job needs now, from what was observed (`Observed`: its
+desired state, its newest deployment, an upgrade in progress, what the loop recorded) to one `Step`, as data
+(`savepoints apply --dry-run` prints it; apply.py carries it out). No I/O here: the same facts give the same step.
+
+The rules, in order:
+
+    paused by a person                          PAUSED: the loop leaves the job alone
+    an upgrade in progress                      the loop's own: RESUME_UPGRADE; a person's: WAIT for it
+    desired stopped                             a live deployment: STOP (with a savepoint); else NOTHING
+    a deployment starting or stopping           WAIT: look again at the next apply
+    the newest deployment FAILED or LOST        a failure no restart mends (a guard's refusal, an incompatible
+                                                state, a script the runtime refused, a person's kill): HOLD;
+                                                the budget spent (`restart.attempts` in `restart.window`):
+                                                BUDGET_SPENT; before its delay: WAIT; else RESTART from its
+                                                latest state (a LOST driver not surely gone is killed first)
+    nothing ran, or the last one was stopped    DEPLOY the desired version (`desired.restore` for a first start)
+    running another version than desired       that version failed under this declaration: HOLD; else UPGRADE
+    running the desired version                NOTHING (it is the last stable version)"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ..jobs.deployments import State
+from ..jobs.spec import DEFAULT_RESTORE, STOPPED, Desired, RestartPolicy
+from .record import Reconciled
+
+APPLY = "savepoints apply"  # who the loop's operations are requested by (an upgrade it began is its own to resume)
+# error classes a restart cannot mend: the same start would be refused again, or a person decided
+NOT_RETRYABLE = frozenset(
+    {
+        "SINK_AHEAD",  # the sink holds batches after the state's: a restart would skip them (guards/sink.py)
+        "DELIVERY_GUARANTEE_NOT_MET",  # the job's source or sink cannot give the declared guarantee
+        "JOB_ARGUMENTS_REJECTED",  # the jobs file's arguments
+        "SEED_REFUSED",
+        "MIGRATION_FAILED",
+        "KILLED",  # a person's `savepoints kill`
+    }
+)
+NOT_RETRYABLE_PREFIXES = ("SCRIPT_", "STATE_STORE_", "STATE_SCHEMA", "INCOMPATIBLE_")  # a script refused; a state
+# the version cannot read
+JITTER = 0.2  # each delay is drawn in +-20% around its exponential value, the same for one failure every time
+
+
+class Action(StrEnum):
+    NOTHING = "NOTHING"
+    PAUSED = "PAUSED"
+    WAIT = "WAIT"
+    DEPLOY = "DEPLOY"
+    RESTART = "RESTART"
+    UPGRADE = "UPGRADE"
+    RESUME_UPGRADE = "RESUME_UPGRADE"
+    STOP = "STOP"
+    HOLD = "HOLD"  # a failure no restart mends, or a version that failed: a person looks
+    BUDGET_SPENT = "BUDGET_SPENT"  # restarted `attempts` times in the window: left FAILED, alerting
+
+    @property
+    def acts(self) -> bool:
+        return self in (Action.DEPLOY, Action.RESTART, Action.UPGRADE, Action.RESUME_UPGRADE, Action.STOP)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A deployment as the observer saw it."""
+
+    id: str
+    version: str
+    state: State
+    error_class: str | None = None
+    error: str | None = None
+    updated_at: float | None = None  # its last heartbeat (when it failed, for a FAILED one)
+    last_batch_id: int | None = None
+    gone: bool = False  # its driver surely ended (a local process that is gone): nothing to kill
+
+
+@dataclass(frozen=True)
+class UpgradeSeen:
+    id: str
+    phase: str
+    to_version: str
+    by_loop: bool
+
+
+@dataclass(frozen=True)
+class Observed:
+    job: str
+    desired: Desired | None
+    restart: RestartPolicy
+    fingerprint: str
+    now: float
+    deployment: Seen | None = None  # the newest live deployment, else the newest one
+    upgrade: UpgradeSeen | None = None  # one that has not ended
+    record: Reconciled = field(default_factory=lambda: Reconciled(""))
+
+
+@dataclass(frozen=True)
+class Step:
+    job: str
+    action: Action
+    reason: str
+    version: str | None = None  # what DEPLOY, RESTART or UPGRADE starts; NOTHING's: the desired one, running
+    restore: str | None = None
+    mode: str | None = None  # an UPGRADE's
+    failed: Seen | None = None  # what a RESTART replaces
+    kill_first: bool = False  # a LOST driver not surely gone: killed before the restart (one writer)
+    not_before: float | None = None  # a WAIT for a restart's delay: when it is due
+
+    def describe(self) -> str:
+        return f"{self.job}: {self.action} - {self.reason}"
+
+
+def retryable(error_class: str | None) -> bool:
+    if error_class is None:
+        return True
+    return error_class not in NOT_RETRYABLE and not error_class.startswith(NOT_RETRYABLE_PREFIXES)
+
+
+def restart_delay(policy: RestartPolicy, attempt: int, seed: str) -> float:
+    """The wait before restart number `attempt` (0-based within the window): `delay` doubled each time, capped at
+    `max_delay`, with jitter drawn from the failed deployment's id (the same for one failure at every look)."""
+    base = min(policy.max_delay, policy.delay * 2**attempt)
+    jittered = base * random.Random(seed).uniform(1 - JITTER, 1 + JITTER)
+    return min(policy.max_delay, jittered)
+
+
+def plan(seen: Observed) -> Step:
+    job, desired, deployment, record = seen.job, seen.desired, seen.deployment, seen.record
+    if desired is None:
+        return Step(job, Action.NOTHING, "no `desired` in the jobs file: the job is left to people")
+    if record.paused_by:
+        return Step(job, Action.PAUSED, f"paused by {record.paused_by} at {record.paused_at} (`apply --resume`)")
+    if seen.upgrade is not None:
+        upgrade = seen.upgrade
+        if upgrade.by_loop:
+            return Step(
+                job, Action.RESUME_UPGRADE, f"its upgrade {upgrade.id} to {upgrade.to_version} is at {upgrade.phase}"
+            )
+        return Step(job, Action.WAIT, f"a person's upgrade {upgrade.id} to {upgrade.to_version} is at {upgrade.phase}")
+    if desired.state == STOPPED:
+        if deployment is not None and deployment.state is State.RUNNING:
+            return Step(job, Action.STOP, f"desired stopped; {deployment.id} ({deployment.version}) runs")
+        if deployment is not None and deployment.state.live:
+            return Step(job, Action.WAIT, f"desired stopped; {deployment.id} is {deployment.state}")
+        return Step(job, Action.NOTHING, "desired stopped, and nothing runs")
+    if deployment is not None and deployment.state.live and deployment.state is not State.RUNNING:
+        return Step(job, Action.WAIT, f"{deployment.id} is {deployment.state}")
+    if deployment is not None and deployment.state in (State.FAILED, State.LOST):
+        return _after_failure(seen, deployment)
+    if deployment is None or deployment.state is State.STOPPED:
+        what = "nothing ran yet" if deployment is None else f"{deployment.id} was stopped"
+        return Step(job, Action.DEPLOY, what, version=desired.version, restore=desired.restore)
+    # RUNNING
+    if deployment.version != desired.version:
+        failed_under = record.failed_versions.get(desired.version)
+        if failed_under == seen.fingerprint:
+            return Step(
+                job,
+                Action.HOLD,
+                f"{desired.version} failed under this declaration and {deployment.version} was kept: not tried again "
+                f"until the jobs file changes, or `savepoints apply {job} --retry`",
+            )
+        return Step(
+            job,
+            Action.UPGRADE,
+            f"{deployment.id} runs {deployment.version}, desired {desired.version}",
+            version=desired.version,
+            mode=desired.upgrade_mode,
+        )
+    return Step(
+        job, Action.NOTHING, f"{deployment.id} runs {deployment.version}, as desired", version=deployment.version
+    )
+
+
+def _after_failure(seen: Observed, failed: Seen) -> Step:
+    job, policy, record = seen.job, seen.restart, seen.record
+    why = f"{failed.id} ({failed.version}) is {failed.state}" + (
+        f": {failed.error_class}" if failed.error_class else ""
+    )
+    ours = any(r.failed == failed.id for r in record.restarts)  # the loop began restarting it (a kill of its own)
+    if not ours and not retryable(failed.error_class):
+        return Step(
+            job, Action.HOLD, f"{why}, which a restart does not mend: a person looks (`savepoints status {job}`)"
+        )
+    recent = record.restarts_since(max(seen.now - policy.window, record.budget_from or 0))
+    if not ours and len(recent) >= policy.attempts:
+        return Step(
+            job,
+            Action.BUDGET_SPENT,
+            f"{why}; restarted {len(recent)} times in the last {policy.window:g} s (restart.attempts "
+            f"{policy.attempts}): left {failed.state} for a person",
+        )
+    due = (failed.updated_at or seen.now) + restart_delay(policy, len(recent), failed.id)
+    if not ours and seen.now < due:
+        return Step(job, Action.WAIT, f"{why}; restart {len(recent) + 1} due in {due - seen.now:.0f} s", not_before=due)
+    return Step(
+        job,
+        Action.RESTART,
+        f"{why}; restart {len(recent) + (0 if ours else 1)} of {policy.attempts} in the window",
+        version=failed.version,
+        restore=DEFAULT_RESTORE,
+        failed=failed,
+        kill_first=failed.state is State.LOST and not failed.gone,
+    )

@@ -1,0 +1,70 @@
+"""What the reconcile loop keeps of a job, in the store (`jobs/<job>/reconcile.json`): its restarts (when, why,
+from which batch), the last version that ran healthy, the versions that failed for a given jobs file (not tried
+again until the file changes or a person asks), and a person's pause (the loop leaves the job alone). Written whole;
+the job's lease makes one writer at a time (apply.py writes it only while it holds the lease)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .. import layout
+from ..errors import IntegrityError
+from ..storage import Storage
+
+
+@dataclass
+class Restart:
+    at: float  # epoch seconds
+    failed: str  # the deployment that failed or was lost
+    why: str  # its state and error
+    from_batch: int | None  # the batch its latest state resumes after
+    deployment: str | None = None  # the one started in its place
+
+
+@dataclass
+class Reconciled:
+    job: str
+    restarts: list[Restart] = field(default_factory=list)
+    last_stable_version: str | None = None
+    # version -> the jobs file's fingerprint it failed under: not tried again while the file is the same
+    failed_versions: dict[str, str] = field(default_factory=dict)
+    paused_by: str | None = None  # a person took over: the loop leaves the job alone
+    budget_from: float | None = None  # `apply --retry`: the restart budget counts the restarts after this
+    paused_at: str | None = None
+    last_step: str | None = None  # what the last `apply` did, for status and the page
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), indent=1).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> Reconciled:
+        try:
+            data = json.loads(raw)
+            known = {f.name for f in fields(cls)}
+            record = cls(**{k: v for k, v in data.items() if k in known})
+            record.restarts = [Restart(**r) for r in data.get("restarts", [])]
+        except (ValueError, TypeError) as exc:
+            raise IntegrityError(
+                f"{where} is corrupt ({exc}): delete it; the loop starts over with no restart"
+            ) from None
+        return record
+
+    def restarts_since(self, since: float) -> list[Restart]:
+        return [r for r in self.restarts if r.at >= since]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read(storage: Storage, job: str) -> Reconciled:
+    key = layout.reconcile_key(job)
+    try:
+        return Reconciled.from_json(storage.read(key), f"{storage.uri}/{key}")
+    except FileNotFoundError:
+        return Reconciled(job)
+
+
+def write(storage: Storage, record: Reconciled) -> None:
+    storage.write(layout.reconcile_key(record.job), record.to_json())

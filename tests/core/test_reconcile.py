@@ -1,0 +1,260 @@
+"""Declared jobs (issue 46): the jobs file's `desired` and `restart`, the pure plan of each job's step, and
+`savepoints apply` carrying it out through real spark-submit processes (a stand-in driver that keeps a heartbeat,
+writes a checkpoint and obeys a stop: no Spark session), killed with SIGKILL as a failing driver dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from airflow_plugin.cli.main import main
+from airflow_plugin.core.context import Settings
+from airflow_plugin.core.errors import InvalidInput
+from airflow_plugin.core.jobs.deployments import Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.launcher import alive
+from airflow_plugin.core.jobs.observe import state_of
+from airflow_plugin.core.jobs.spec import Desired, RestartPolicy, load_jobs
+from airflow_plugin.core.lease import acquire
+from airflow_plugin.core.reconcile import record as records
+from airflow_plugin.core.reconcile.plan import (
+    Action,
+    Observed,
+    Seen,
+    UpgradeSeen,
+    plan,
+    restart_delay,
+)
+from airflow_plugin.core.reconcile.record import Reconciled, Restart
+from airflow_plugin.core.snapshots.manifest import Kind
+from airflow_plugin.core.snapshots.store import SnapshotStore
+from devtools.windowed import wait_for
+from tests.support.jobs import POLITE_JOB, kill_every_deployment, write_jobs
+
+NOW = 1_800_000_000.0
+POLICY = RestartPolicy(attempts=3, window=3600, delay=10, max_delay=300)
+
+
+def _seen(
+    state: State, *, error: str | None = None, version: str = "v1", at: float = NOW - 1000, **more: object
+) -> Seen:
+    return Seen(id="dp-1", version=version, state=state, error_class=error, updated_at=at, last_batch_id=7, **more)  # type: ignore[arg-type]
+
+
+def _observed(
+    deployment: Seen | None,
+    *,
+    desired: Desired | None = None,
+    record: Reconciled | None = None,
+    upgrade: UpgradeSeen | None = None,
+    fingerprint: str = "f1",
+) -> Observed:
+    return Observed(
+        job="orders",
+        desired=desired if desired is not None else Desired(version="v1"),
+        restart=POLICY,
+        fingerprint=fingerprint,
+        now=NOW,
+        deployment=deployment,
+        upgrade=upgrade,
+        record=record or Reconciled("orders"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- the plan
+
+
+def test_a_declared_job_is_deployed_kept_and_upgraded_to_its_desired_version() -> None:
+    first = plan(_observed(None, desired=Desired(version="v1", restore="latest-savepoint")))
+    assert (first.action, first.version, first.restore) == (Action.DEPLOY, "v1", "latest-savepoint")
+    assert plan(_observed(_seen(State.STOPPED))).action is Action.DEPLOY, "desired running: a stopped job starts"
+    kept = plan(_observed(_seen(State.RUNNING)))
+    assert (kept.action, kept.version) == (Action.NOTHING, "v1")
+    upgrade = plan(_observed(_seen(State.RUNNING), desired=Desired(version="v2", upgrade_mode="blue_green")))
+    assert (upgrade.action, upgrade.version, upgrade.mode) == (Action.UPGRADE, "v2", "blue_green")
+    assert plan(_observed(_seen(State.STARTING))).action is Action.WAIT
+    assert plan(_observed(_seen(State.RUNNING), desired=None)).action is Action.NOTHING
+
+
+def test_a_version_that_failed_is_held_until_the_declaration_changes() -> None:
+    record = Reconciled("orders", failed_versions={"v3": "f1"}, last_stable_version="v2")
+    held = plan(_observed(_seen(State.RUNNING, version="v2"), desired=Desired(version="v3"), record=record))
+    assert held.action is Action.HOLD and "--retry" in held.reason
+    changed = plan(
+        _observed(_seen(State.RUNNING, version="v2"), desired=Desired(version="v3"), record=record, fingerprint="f2")
+    )
+    assert changed.action is Action.UPGRADE
+
+
+@pytest.mark.parametrize(
+    "error", ["SINK_AHEAD", "DELIVERY_GUARANTEE_NOT_MET", "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "SCRIPT_NO_QUERY",
+              "KILLED", "JOB_ARGUMENTS_REJECTED"],
+)  # fmt: skip
+def test_a_failure_no_restart_mends_is_held_for_a_person(error: str) -> None:
+    step = plan(_observed(_seen(State.FAILED, error=error)))
+    assert step.action is Action.HOLD and error in step.reason
+
+
+def test_a_failed_or_lost_driver_is_restarted_after_its_delay_within_the_budget() -> None:
+    waiting = plan(_observed(_seen(State.FAILED, error="STREAM_FAILED", at=NOW - 1)))
+    assert waiting.action is Action.WAIT and waiting.not_before is not None and waiting.not_before > NOW
+    restart = plan(_observed(_seen(State.FAILED, error="STREAM_FAILED")))
+    assert (restart.action, restart.version, restart.restore) == (Action.RESTART, "v1", "latest-state")
+    assert not restart.kill_first and restart.failed is not None and restart.failed.id == "dp-1"
+    lost = plan(_observed(_seen(State.LOST)))
+    assert lost.action is Action.RESTART and lost.kill_first, "a LOST driver that may still run is killed first"
+    gone = plan(_observed(_seen(State.LOST, gone=True)))
+    assert gone.action is Action.RESTART and not gone.kill_first
+
+    spent = Reconciled("orders", restarts=[Restart(NOW - 600 * i, f"dp-{i}", "x", 1, "d") for i in range(2, 5)])
+    assert plan(_observed(_seen(State.FAILED), record=spent)).action is Action.BUDGET_SPENT
+    old = Reconciled("orders", restarts=[Restart(NOW - 4000 - i, f"dp-{i}", "x", 1, "d") for i in range(2, 9)])
+    assert plan(_observed(_seen(State.FAILED), record=old)).action is Action.RESTART, "outside the window"
+    spent.budget_from = NOW - 10  # `apply --retry`
+    assert plan(_observed(_seen(State.FAILED), record=spent)).action is Action.RESTART
+
+    ours = Reconciled("orders", restarts=[Restart(NOW - 1, "dp-1", "x", 1, None)])
+    killed = plan(_observed(_seen(State.FAILED, error="KILLED", at=NOW - 1), record=ours))
+    assert killed.action is Action.RESTART, "the loop killed it to restart it: the restart goes on, at once"
+
+
+def test_the_restart_delay_doubles_up_to_its_cap_with_the_same_jitter_for_one_failure() -> None:
+    first, again = restart_delay(POLICY, 0, "dp-a"), restart_delay(POLICY, 0, "dp-a")
+    assert first == again and 8 <= first <= 12
+    assert 16 <= restart_delay(POLICY, 1, "dp-a") <= 24
+    assert restart_delay(POLICY, 10, "dp-a") == pytest.approx(300, rel=0.2) and restart_delay(POLICY, 10, "x") <= 300
+    assert len({restart_delay(POLICY, 0, f"dp-{i}") for i in range(20)}) > 10, "jitter spreads restarts"
+
+
+def test_pause_upgrades_and_a_desired_stop() -> None:
+    paused = Reconciled("orders", paused_by="ann", paused_at="now")
+    assert plan(_observed(_seen(State.FAILED), record=paused)).action is Action.PAUSED
+    own = UpgradeSeen("up-1", "CATCHING_UP", "v2", by_loop=True)
+    assert plan(_observed(_seen(State.RUNNING), upgrade=own)).action is Action.RESUME_UPGRADE
+    theirs = UpgradeSeen("up-1", "CATCHING_UP", "v2", by_loop=False)
+    assert plan(_observed(_seen(State.RUNNING), upgrade=theirs)).action is Action.WAIT
+    stopped = Desired(state="stopped", version="v1")
+    assert plan(_observed(_seen(State.RUNNING), desired=stopped)).action is Action.STOP
+    assert plan(_observed(_seen(State.STOPPED), desired=stopped)).action is Action.NOTHING
+    assert plan(_observed(_seen(State.FAILED), desired=stopped)).action is Action.NOTHING
+
+
+# ---------------------------------------------------------------------------------------------- the jobs file
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('desired = { state = "up" }', 'desired.state = \'up\': use "running" or "stopped"'),
+        ('desired = { version = "v9" }', "desired.version = 'v9' is not a declared version: declared are v1, v2"),
+        ('desired = { upgrade_mode = "fast" }', "desired.upgrade_mode = 'fast': use one of auto, blue_green"),
+        ('desired = { verison = "v2" }', "desired has unknown key(s) verison"),
+        ("restart = { attempts = -1 }", "restart.attempts = -1: give a whole number"),
+        ('restart = { delay = "10 minutes", max_delay = "1 minute" }', "restart.max_delay is shorter"),
+        ('restart = { window = "soon" }', "restart.window"),
+    ],
+)
+def test_a_bad_desired_or_restart_table_is_refused_naming_the_key(tmp_path: Path, extra: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_jobs(str(write_jobs(tmp_path, extra=extra)))
+
+
+def test_the_declaration_defaults_and_its_fingerprint(tmp_path: Path) -> None:
+    jobs = load_jobs(str(write_jobs(tmp_path, extra='desired = { version = "v2" }')))["orders"]
+    assert jobs.desired == Desired(state="running", version="v2", upgrade_mode="auto", restore="latest-state")
+    assert jobs.restart == RestartPolicy()
+    again = load_jobs(str(write_jobs(tmp_path, extra='desired = { version = "v2" }')))["orders"]
+    other = load_jobs(str(write_jobs(tmp_path, extra='desired = { version = "v1" }')))["orders"]
+    assert jobs.fingerprint == again.fingerprint != other.fingerprint
+    assert load_jobs(str(write_jobs(tmp_path)))["orders"].desired is None
+
+
+# ---------------------------------------------------------------------------------- apply, real processes
+
+
+@pytest.mark.slow
+def test_apply_starts_a_declared_job_restarts_it_after_a_kill_and_stops_within_its_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = tmp_path / "polite.py"
+    app.write_text(POLITE_JOB)
+    declared = 'desired = { version = "v1" }\nrestart = { attempts = 1, delay = "0s", max_delay = "1s" }'
+    jobs = str(write_jobs(tmp_path, application=str(app), extra=declared))
+    job = Settings(jobs_file=jobs).resolve().job("orders")
+    records_ = Deployments(job.store.storage)
+
+    def newest() -> str:
+        return records_.list("orders")[-1].id
+
+    def sigkill(deployment_id: str) -> None:
+        launcher = records_.get("orders", deployment_id).launcher
+        os.killpg(launcher["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(launcher), "the driver to die")
+
+    def applied(*argv: str) -> dict[str, object]:
+        assert main(["apply", *argv, "--jobs", jobs, "--json"]) == 0
+        [row] = json.loads(capsys.readouterr().out)["jobs"]
+        return row
+
+    try:
+        assert applied("--dry-run")["action"] == "DEPLOY" and not records_.list("orders"), "a dry run changes nothing"
+        assert applied()["action"] == "DEPLOY"
+        first = newest()
+        assert state_of(job, records_.get("orders", first)) is State.RUNNING
+        kept = applied()
+        assert kept["action"] == "NOTHING" and records.read(job.store.storage, "orders").last_stable_version == "v1"
+
+        sigkill(first)
+        restarted = applied()
+        assert restarted["action"] == "RESTART" and restarted["ok"], restarted
+        second = newest()
+        assert second != first and state_of(job, records_.get("orders", second)) is State.RUNNING
+        assert records_.get("orders", second).restored_batch_id == 19, "from its latest state"
+        [restart] = records.read(job.store.storage, "orders").restarts
+        assert (restart.failed, restart.deployment, restart.from_batch) == (first, second, 19)
+
+        # a person's operation holds the job: apply is refused by the lease, and starts nothing
+        sigkill(second)
+        with acquire(job.store.storage, "orders", "ann@desk:1", "stop"):
+            refused = applied()
+            assert refused["action"] == "BUDGET_SPENT", "one restart in the window: the budget is spent"
+        assert newest() == second and state_of(job, records_.get("orders", second)) is State.LOST
+        assert main(["apply", "orders", "--retry", "--jobs", jobs]) == 0
+        capsys.readouterr()
+        with acquire(job.store.storage, "orders", "ann@desk:1", "stop"):
+            assert main(["apply", "--jobs", jobs]) == 4, "refused: a person holds the job"
+            assert "ann@desk:1" in capsys.readouterr().err
+        assert newest() == second
+        assert applied()["action"] == "RESTART"
+        third = newest()
+        assert third != second
+
+        # paused: the loop leaves it alone; a failure no restart mends is held
+        assert main(["apply", "orders", "--pause", "--jobs", jobs]) == 0
+        capsys.readouterr()
+        sigkill(third)
+        assert applied()["action"] == "PAUSED" and newest() == third
+        assert main(["apply", "orders", "--resume", "--jobs", jobs]) == 0
+        capsys.readouterr()
+        refusal = DeploymentStatus(State.FAILED, 0.0, error_class="SINK_AHEAD", error_message="the sink holds batch 21")
+        records_.write_status("orders", third, refusal)
+        assert applied()["action"] == "HOLD" and newest() == third
+
+        # desired stopped: stopped with a savepoint
+        Path(jobs).write_text(Path(jobs).read_text().replace('desired = { version = "v1" }', "desired = {}"))
+        assert main(["apply", "orders", "--retry", "--jobs", jobs]) == 0
+        capsys.readouterr()
+        records_.write_status("orders", third, DeploymentStatus(State.FAILED, 0.0, error_class="STREAM_FAILED"))
+        assert applied()["action"] == "RESTART"
+        fourth = newest()
+        Path(jobs).write_text(Path(jobs).read_text().replace("desired = {}", 'desired = { state = "stopped" }'))
+        assert applied()["action"] == "STOP"
+        assert state_of(job, records_.get("orders", fourth)) is State.STOPPED
+        [savepoint] = [m for m in SnapshotStore(job.store.storage).list("orders") if m.kind is Kind.SAVEPOINT]
+        assert savepoint.deployment == fourth
+        assert applied()["action"] == "NOTHING"
+    finally:
+        kill_every_deployment(job)

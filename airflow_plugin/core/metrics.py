@@ -27,8 +27,10 @@ from .context import Context, JobContext
 from .errors import SavepointsError
 from .jobs.deployments import DeploymentStatus, State
 from .jobs.observe import observe_deployment
+from .jobs.spec import RUNNING
 from .lease import read_lease
 from .parallel import map_parallel
+from .reconcile.record import read as reconciled
 from .retention.policy import parse_policy
 from .retention.usage import StoreUsage, read_usage
 from .snapshots.manifest import Kind, SnapshotStatus
@@ -73,6 +75,11 @@ class JobFigures:
     failed: int = 0
     last_failed_at: float | None = None  # epoch seconds
     lease: dict[str, Any] | None = None  # operation, holder, age_s, ttl_s, expired
+    # a declared job's (core/reconcile/): restarts recorded, restarts left in the budget's window, and whether the
+    # running version is the declared one (None: it declares no running version)
+    restarts: int | None = None
+    restarts_left: int | None = None
+    desired_running: bool | None = None
 
 
 @dataclass
@@ -122,12 +129,26 @@ def job_figures(ctx: JobContext, now: float | None = None) -> JobFigures:
         figures.last_failed_at = max(_epoch(e.completed_at or e.created_at) for e in failed)
     policy = parse_policy(ctx.spec.retention, f"[jobs.{ctx.name}] retention")
     figures.periods = {str(kind): period for kind in Kind if (period := policy.for_kind(kind).period_s) is not None}
+    if ctx.spec.desired is not None:
+        _reconciled(ctx, figures, now)
     lease = read_lease(ctx.store.storage, ctx.name)
     if lease is not None:
         held = lease.to_dict()
         figures.lease = {"operation": lease.operation, "holder": lease.holder, "age_s": held["age_s"]}
         figures.lease |= {"ttl_s": lease.ttl_s, "expired": held["expired"]}
     return figures
+
+
+def _reconciled(ctx: JobContext, figures: JobFigures, now: float) -> None:
+    """What the reconcile loop recorded of a declared job, and whether its declared version runs."""
+    assert ctx.spec.desired is not None
+    kept = reconciled(ctx.store.storage, ctx.name)
+    policy = ctx.spec.restart
+    recent = kept.restarts_since(max(now - policy.window, kept.budget_from or 0))
+    figures.restarts, figures.restarts_left = len(kept.restarts), max(0, policy.attempts - len(recent))
+    if ctx.spec.desired.state == RUNNING:
+        running = [d.version for d in figures.deployments if d.state == State.RUNNING]
+        figures.desired_running = ctx.spec.desired.version in running
 
 
 def observe(context: Context, jobs: Iterable[str] | None = None) -> Figures:
@@ -210,6 +231,17 @@ def families(figures: Figures) -> list[Metric]:
         "Rows a gated (blue) deployment left to the other version since its gate was set: not in its output",
         dep,
     )
+    restarts = CounterMetricFamily(
+        "savepoints_reconcile_restarts", "Restarts `savepoints apply` made of the declared job", labels=["job"]
+    )
+    restarts_left = _gauge(
+        "savepoints_reconcile_restarts_left",
+        "Restarts left in the declared job's budget (restart.attempts in restart.window); 0: a failure stays",
+        ["job"],
+    )
+    desired = _gauge(
+        "savepoints_reconcile_desired_running", "1 if the declared job runs its declared version, else 0", ["job"]
+    )
     snap = ["job", "kind"]
     age = _gauge(
         "savepoints_last_snapshot_age", "Seconds since the newest COMPLETED snapshot completed", snap, "seconds"
@@ -291,6 +323,9 @@ def families(figures: Figures) -> list[Metric]:
         if not job.error:
             failed.add_metric([job.job], job.failed)
         _maybe(failed_at, [job.job], job.last_failed_at)
+        _maybe(restarts, [job.job], job.restarts)
+        _maybe(restarts_left, [job.job], job.restarts_left)
+        _maybe(desired, [job.job], None if job.desired_running is None else int(job.desired_running))
         if job.lease:
             labels = [job.job, job.lease["operation"]]
             lease_age.add_metric(labels, job.lease["age_s"])
@@ -304,7 +339,8 @@ def families(figures: Figures) -> list[Metric]:
     scrape.add_metric([], figures.seconds)
     return [
         up, state, heartbeat, batch, duration, rate, rows, lag, state_rows, gate_role, gate_dropped, age, snap_batch,
-        size, uploaded, snap_rows, snap_state, period, failed, failed_at, lease_age, lease_ttl, lease_expired,
+        size, uploaded, snap_rows, snap_state, period, failed, failed_at, restarts, restarts_left, desired,
+        lease_age, lease_ttl, lease_expired,
         store_bytes, store_objects, orphans, measured, scrape,
     ]  # fmt: skip
 

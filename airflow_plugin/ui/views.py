@@ -20,6 +20,7 @@ from ..core.jobs.savepoint import savepoint_target
 from ..core.jobs.spec import JobSpec
 from ..core.jobs.stop import job_status
 from ..core.parallel import map_parallel
+from ..core.reconcile.apply import declared_status
 from ..core.snapshots.manifest import Manifest
 from ..core.sources.kafka import SourceCheck
 from ..core.storage import S3Settings
@@ -109,7 +110,8 @@ def fleet(context: Context, jobs_file: str) -> dict[str, Any]:
 
     def row(name: str) -> dict[str, Any]:
         try:
-            return {**overview(context.job(name)), "error": None}
+            job = context.job(name)
+            return {**overview(job), "declared": declared_status(job), "error": None}
         except SavepointsError as exc:
             return {"job": name, "state": "UNKNOWN", "unhealthy": None, "error": str(exc)}
 

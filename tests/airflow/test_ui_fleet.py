@@ -89,6 +89,7 @@ def fleet(s3_server: EmbeddedS3, tmp_path_factory: pytest.TempPathFactory) -> di
     body = f'[defaults]\nstore = "{store}"\ncheckpoint_root = "{root}/checkpoints"\nheartbeat_timeout = 3600\n'
     for n in range(JOBS):
         body += f'\n[jobs.{job_name(n)}]\nversions.v1 = {{ application = "job.py" }}\n'
+        body += "desired = {}\n" if n == 0 else ""  # one declared job: the page shows what it should run
     jobs_file.write_text(body)
     return {"jobs_file": jobs_file, "store": store}
 
@@ -115,6 +116,8 @@ def test_the_fleet_lists_every_job_unhealthy_first_with_why(page: FastAPI) -> No
         assert (trouble in row["unhealthy"]) if trouble else row["unhealthy"] is None, row
         assert row["failed_snapshots"] == (1 if n % 4 == 0 else 0) and row["snapshots"] == 2 + (n % 4 == 0)
         assert row["last_savepoint_age_s"] == pytest.approx(60 * (n + 1), abs=120)
+        declared = row["declared"]
+        assert (declared["desired"], declared["restarts_left"]) == ("v1 running", 5) if n == 0 else declared is None
         if n % 10 == 9:
             assert (row["state"], row["deployment"], row["last_batch_id"]) == ("STOPPED", f"dp-{n:03d}-a", None)
         else:

@@ -20,6 +20,8 @@ from airflow_plugin.core.context import Settings
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
 from airflow_plugin.core.layout import BLOBS, PACKS
 from airflow_plugin.core.lease import acquire
+from airflow_plugin.core.reconcile.record import Reconciled, Restart
+from airflow_plugin.core.reconcile.record import write as write_reconciled
 from airflow_plugin.core.retention.prune import prune
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, new_snapshot_id, utc_now
@@ -46,8 +48,11 @@ def value(found: dict, name: str, **labels: str) -> float:
 
 @pytest.fixture
 def store_with_history(tmp_path: Path) -> tuple[Path, SnapshotStore]:
-    jobs = write_jobs(tmp_path, extra=PERIODS)
+    jobs = write_jobs(tmp_path, extra=PERIODS + '\ndesired = { version = "v2" }\nrestart = { attempts = 3 }')
     store = SnapshotStore(open_storage(str(tmp_path / "store")))
+    restarted = Reconciled("orders", restarts=[Restart(time.time() - 60, "dp-x", "LOST", 1, "dp-y")])
+    restarted.restarts.append(Restart(time.time() - 7200, "dp-w", "FAILED", 1, "dp-x"))  # outside the window
+    write_reconciled(store.storage, restarted)
     checkpoint = write_checkpoint(tmp_path / "ckpt", batches=3)
     records = Deployments(store.storage)
     running = Deployment("dp-20260101T000000000Z-aaaa", "orders", "v2", str(checkpoint))
@@ -96,6 +101,9 @@ def test_every_figure_matches_the_store(store_with_history: tuple[Path, Snapshot
     dep = {"job": "orders", "deployment": "dp-20260101T000000000Z-aaaa", "version": "v2"}
 
     assert value(found, "savepoints_job_up", job="orders") == 1
+    assert value(found, "savepoints_reconcile_restarts_total", job="orders") == 2
+    assert value(found, "savepoints_reconcile_restarts_left", job="orders") == 2, "one restart in the last hour"
+    assert value(found, "savepoints_reconcile_desired_running", job="orders") == 1
     assert value(found, "savepoints_deployment_state", **dep, state="RUNNING") == 1
     assert value(found, "savepoints_deployment_state", **dep, state="LOST") == 0
     assert not [k for k in found if ("deployment", "dp-20250101T000000000Z-bbbb") in k[1]], "a retired one is left out"

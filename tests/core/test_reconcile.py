@@ -215,6 +215,9 @@ def test_apply_starts_a_declared_job_restarts_it_after_a_kill_and_stops_within_i
         assert records_.get("orders", second).restored_batch_id == 19, "from its latest state"
         [restart] = records.read(job.store.storage, "orders").restarts
         assert (restart.failed, restart.deployment, restart.from_batch) == (first, second, 19)
+        assert main(["status", "orders", "--jobs", jobs]) == 0
+        said = capsys.readouterr().out
+        assert "declared: orders: desired v1 running; last stable v1; 1 restart(s), 0 left in the window" in said, said
 
         # a person's operation holds the job: apply is refused by the lease, and starts nothing
         sigkill(second)

@@ -16,6 +16,7 @@ from ...core.jobs.spec import DEFAULT_RESTORE, RESTORE_MODES
 from ...core.jobs.stop import job_status, kill, stop
 from ...core.lease import LeaseRecord, break_lease, held_leases, read_lease
 from ...core.parallel import map_parallel
+from ...core.reconcile.apply import declared_status, describe_declared
 from ...core.snapshots.manifest import parse_labels
 from ...core.upgrades.preflight import preflight
 from ..options import add_concurrency_option, add_job, add_kafka_option
@@ -150,15 +151,16 @@ def run_status(args: argparse.Namespace, ctx: Context) -> Output:
     its deployments not retired, and its lease."""
     names = [args.job] if args.job else sorted(ctx.jobs)
 
-    def one(name: str) -> tuple[list[dict[str, Any]], int, LeaseRecord | None]:
+    def one(name: str) -> tuple[list[dict[str, Any]], int, LeaseRecord | None, dict[str, Any] | None]:
         job = ctx.job(name)
         rows, hidden = job_status(job, retired=None if args.all else RECENT_RETIRED)
-        return rows, hidden, read_lease(job.store.storage, job.name)
+        return rows, hidden, read_lease(job.store.storage, job.name), declared_status(job)
 
     found = dict(zip(names, map_parallel(one, names), strict=True))
     rows = [row for name in names for row in found[name][0]]
     hidden = sum(found[name][1] for name in names)
     leases = [lease for name in names if (lease := found[name][2])]
+    declared = {name: kept for name in names if (kept := found[name][3])}
 
     def human() -> None:
         out.print(status_table(rows) if rows else "no deployments")
@@ -167,11 +169,13 @@ def run_status(args: argparse.Namespace, ctx: Context) -> Output:
                 say(f"UNHEALTHY: deployment {row['deployment']} of {row['job']}: {row['unhealthy']}")
         for lease in leases:
             say(f"lease: job {lease.job} is held by {lease.describe()}")
+        for name, kept in declared.items():
+            say(f"declared: {describe_declared(name, kept)}")
         if hidden:
             say(f"{hidden} older retired deployments not shown: --all shows them")
 
     busy = {lease.job: lease.describe() for lease in leases}
-    return Output([row | {"lease": busy.get(row["job"])} for row in rows], human)
+    return Output([row | {"lease": busy.get(row["job"]), "declared": declared.get(row["job"])} for row in rows], human)
 
 
 def run_lease(args: argparse.Namespace, ctx: Context) -> Output:

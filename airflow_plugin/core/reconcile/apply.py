@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..context import Context, JobContext
@@ -210,6 +210,41 @@ def apply(
             on_job(applied)
         done.append(applied)
     return done
+
+
+def declared_status(ctx: JobContext, now: float | None = None) -> dict[str, Any] | None:
+    """What a declared job should run against what the loop recorded, for `status` and the page (None: the job
+    declares no `desired`)."""
+    desired = ctx.spec.desired
+    if desired is None:
+        return None
+    kept = records.read(ctx.store.storage, ctx.name)
+    now = time.time() if now is None else now
+    policy = ctx.spec.restart
+    recent = kept.restarts_since(max(now - policy.window, kept.budget_from or 0))
+    return {
+        "desired": f"{desired.version} {desired.state}",
+        "last_stable_version": kept.last_stable_version,
+        "restarts": len(kept.restarts),
+        "restarts_left": max(0, policy.attempts - len(recent)),
+        "last_restart": asdict(kept.restarts[-1]) if kept.restarts else None,
+        "held_versions": sorted(v for v, under in kept.failed_versions.items() if under == ctx.spec.fingerprint),
+        "paused_by": kept.paused_by,
+        "last_step": kept.last_step,
+    }
+
+
+def describe_declared(job: str, declared: dict[str, Any]) -> str:
+    """One line of `declared_status` for a person."""
+    parts = [f"{job}: desired {declared['desired']}"]
+    if declared["last_stable_version"]:
+        parts.append(f"last stable {declared['last_stable_version']}")
+    parts.append(f"{declared['restarts']} restart(s), {declared['restarts_left']} left in the window")
+    if declared["held_versions"]:
+        parts.append(f"held: {', '.join(declared['held_versions'])} (`savepoints apply {job} --retry`)")
+    if declared["paused_by"]:
+        parts.append(f"paused by {declared['paused_by']} (`savepoints apply {job} --resume`)")
+    return "; ".join(parts)
 
 
 def set_pause(ctx: JobContext, paused: bool) -> Reconciled:

@@ -207,6 +207,16 @@ function compareRows(a, b) {
   return (descending ? -order : order) || a.job.localeCompare(b.job);
 }
 
+// A declared job (desired in the jobs file): what should run, and what the reconcile loop recorded of it.
+function declaredText(d) {
+  const notes = [d.desired];
+  if (d.last_stable_version) notes.push(`last stable ${d.last_stable_version}`);
+  notes.push(`${d.restarts_left} restart(s) left`);
+  if (d.held_versions.length) notes.push(`held: ${d.held_versions.join(", ")}`);
+  if (d.paused_by) notes.push(`paused by ${d.paused_by}`);
+  return notes.join(" · ");
+}
+
 function renderFleet() {
   const rows = [...state.fleet].sort(compareRows);
   const unhealthy = rows.filter((r) => r.unhealthy || r.error).length;
@@ -244,6 +254,8 @@ function renderFleet() {
             : `${age(r.last_savepoint_age_s)} ago`),
         el("td", { class: "num" }, num(r.kafka_lag)),
         el("td", { class: r.failed_snapshots ? "num error-text" : "num" }, num(r.failed_snapshots)),
+        el("td", { title: r.declared ? r.declared.last_step || "" : "no desired state: left to people" },
+          r.declared ? declaredText(r.declared) : ""),
       ),
     ),
   );

@@ -48,6 +48,7 @@ JOB_POSITIONAL = {
     "upgrade": "required",
     "catalog": "optional",
     "metrics": "many",
+    "apply": "many",
     "inspect": "required",
     "diff": "required",
 }

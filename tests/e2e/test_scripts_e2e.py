@@ -19,6 +19,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -28,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from airflow_plugin.cli.main import main
 from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
@@ -39,6 +42,7 @@ from airflow_plugin.core.reconcile.apply import apply
 from airflow_plugin.core.reconcile.plan import Action
 from airflow_plugin.core.sinks.delta import SESSION_CONF
 from airflow_plugin.core.snapshots.manifest import SnapshotStatus
+from airflow_plugin.core.spark_app import loopback_env, spark_submit_binary
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrades
 from airflow_plugin.core.upgrades.run import begin, outcome, run_upgrade
@@ -152,6 +156,18 @@ class SessionFeeder(_Producer):
 _NONE = DeploymentStatus(State.STARTING, 0)
 
 
+def _run_unmanaged(ctx: JobContext, log: Path) -> subprocess.Popen[bytes]:
+    """The job's v1 script as it ran before it was managed: spark-submit by hand, the jobs file's conf and arguments
+    (its own checkpoint among them)."""
+    conf = [arg for key, value in ctx.spec.conf.items() for arg in ("--conf", f"{key}={value}")]
+    script = ctx.spec.versions["v1"].script
+    assert script is not None
+    command = [spark_submit_binary(), "--master", "local[2]", *conf, script, *ctx.spec.args]
+    environment = {**os.environ, **loopback_env("local[2]"), "PYSPARK_PYTHON": sys.executable}
+    with log.open("wb") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=environment)
+
+
 def _applied(ctx: JobContext, action: Action) -> Deployment:
     """`savepoints apply` for the job: it takes `action`, and the job then runs (its newest deployment)."""
     [done] = apply(Settings(jobs_file=ctx.settings.jobs_file).resolve(), [ctx.name])
@@ -225,20 +241,38 @@ def test_a_word_count_script_counts_every_word_once_through_savepoints_and_an_up
     tmp_path: Path, kafka: EmbeddedKafka
 ) -> None:
     table, own_checkpoint = tmp_path / "counts", tmp_path / "the-scripts-own-checkpoint"
-    declared = 'desired = { version = "v1" }\nrestart = { delay = "0s" }'  # deployed, upgraded, restarted by apply
+    # taken over from its unmanaged run (writing-a-job.md, "Take over a query that already runs"), then deployed,
+    # upgraded and restarted by `savepoints apply`
+    declared = 'desired = { version = "v1", restore = "latest-savepoint" }\nrestart = { delay = "0s" }'
     ctx, topic = _job(tmp_path, kafka, "word_count", [str(table), str(own_checkpoint)], declared=declared)
     feeder = WordFeeder(kafka, topic)
 
     def counts() -> dict[str, int]:
         return {row["word"]: row["count"] for row in read_table(open_storage(str(table)))}
 
+    unmanaged = _run_unmanaged(ctx, tmp_path / "unmanaged.log")
+    try:
+        for _ in range(3):
+            feeder.round()
+        wait_for(lambda: processed(str(own_checkpoint), dict(feeder.ends)), "the unmanaged query to read it all", 300)
+        wait_for(lambda: counts() == feeder.counts, "its table to hold every word", 60)
+    finally:
+        os.killpg(unmanaged.pid, signal.SIGTERM)  # stopped as its owner stops it
+        unmanaged.wait(timeout=120)
+    taken = ["create", "word_count", "--checkpoint", str(own_checkpoint), "--sink", str(table), "--json"]
+    assert main([*taken, "--jobs", str(ctx.settings.jobs_file)]) == 0
+    commits = sorted(p.name for p in (own_checkpoint / "commits").iterdir())
+
     _through_the_lifecycle(ctx, feeder, lambda: counts() == feeder.counts, declared=True)
 
     first = ctx.deployments.list(ctx.name)[0]
+    assert first.restored_from is not None, "deployed from the snapshot of its unmanaged run"
+    manifest = ctx.store.get(ctx.name, first.restored_from)
+    assert [sink["kind"] for sink in manifest.sinks] == ["delta"], "its sink recorded"
     status = ctx.deployments.status(ctx.name, first.id)
     assert status is not None and any(str(own_checkpoint) in warning for warning in status.warnings)
-    assert not own_checkpoint.exists(), "the deployment's checkpoint, not the script's"
-    assert counts() == dict(feeder.counts), "every word counted once"
+    assert sorted(p.name for p in (own_checkpoint / "commits").iterdir()) == commits, "the deployments' own"
+    assert counts() == dict(feeder.counts), "every word counted once, before and after the takeover"
 
 
 @pytest.mark.timeout(900)

@@ -10,7 +10,8 @@ from ...core.context import Context, JobContext
 from ...core.errors import Refused
 from ...core.guards import source as source_guard
 from ...core.jobs.deploy import live_deployments
-from ...core.sinks import FILE, SinkRef
+from ...core.sinks import DELTA, FILE, SinkRef
+from ...core.sinks import delta as delta_sink
 from ...core.snapshots.create import SnapshotRequest, create_snapshot
 from ...core.snapshots.lifecycle import delete_snapshot, set_pinned
 from ...core.snapshots.manifest import Kind, Trigger, parse_labels
@@ -64,7 +65,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="LOCATION",
-        help="output location of a file sink whose position to record (repeatable)",
+        help="output location of the query's sink, a Delta table or a file sink, whose position to record: a restore "
+        "behind it is refused, or rewinds it (repeatable)",
     )
     create.add_argument(
         "--requested-by", default="", metavar="WHO", help="who asked, recorded in the manifest (default $USER)"
@@ -111,7 +113,7 @@ def run_create(args: argparse.Namespace, ctx: Context) -> Output:
         requested_by=args.requested_by or ctx.settings.requested_by,
         labels=parse_labels(args.label),
         pinned=args.pin,
-        sinks=tuple(SinkRef(FILE, location) for location in args.sink),
+        sinks=tuple(SinkRef(DELTA if delta_sink.is_table(ctx.open(loc)) else FILE, loc) for loc in args.sink),
     )
     manifest = create_snapshot(
         ctx.store(args.job),

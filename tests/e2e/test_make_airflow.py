@@ -35,19 +35,12 @@ from devtools import processes
 from devtools.airflow_env import REPO
 from devtools.airflow_ui import STOP_GRACE
 from devtools.windowed import wait_for
+from tests.airflow.test_dags import DAG_IDS
 from tests.support.sockets import listening, not_loopback
 from tests.support.synthetic import write_checkpoint
 from tests.support.ui_support import HTTP_WAIT_S, free_port
 
 pytestmark = [pytest.mark.slow]
-
-DAG_IDS = {
-    "savepoints_deploy",
-    "savepoints_savepoint",
-    "savepoints_retention",
-    "savepoints_upgrade",
-    "savepoints_reconcile",
-}
 
 
 class Standalone:

@@ -58,5 +58,7 @@ def run_apply(args: argparse.Namespace, ctx: Context) -> Output:
 def _say(applied: Applied) -> None:
     step = applied.step
     say(f"{step.job}: {step.action} - {step.reason}")
-    if step.action.acts or not applied.ok:
-        say(f"  {'done' if applied.ok else 'FAILED'}: {applied.outcome}")
+    if not applied.ok:
+        say(f"  FAILED: {applied.outcome}")
+    elif step.action.acts:
+        say(f"  {applied.outcome}")

@@ -105,7 +105,7 @@ def apply_job(ctx: JobContext, *, dry_run: bool = False) -> Applied:
     if dry_run or not step.action.acts:
         if not dry_run:
             _note(ctx, step)
-        return Applied(step, "planned only (dry run)" if dry_run else "nothing to do")
+        return Applied(step, "dry run: nothing done" if dry_run else "nothing to do")
     try:
         if step.action in (Action.UPGRADE, Action.RESUME_UPGRADE):
             return _upgrade(ctx, step)

@@ -30,7 +30,7 @@ from .jobs.observe import observe_deployment
 from .jobs.spec import RUNNING
 from .lease import read_lease
 from .parallel import map_parallel
-from .reconcile.record import read as reconciled
+from .reconcile.apply import declared_status
 from .retention.policy import parse_policy
 from .retention.usage import StoreUsage, read_usage
 from .snapshots.manifest import Kind, SnapshotStatus
@@ -141,11 +141,9 @@ def job_figures(ctx: JobContext, now: float | None = None) -> JobFigures:
 
 def _reconciled(ctx: JobContext, figures: JobFigures, now: float) -> None:
     """What the reconcile loop recorded of a declared job, and whether its declared version runs."""
-    assert ctx.spec.desired is not None
-    kept = reconciled(ctx.store.storage, ctx.name)
-    policy = ctx.spec.restart
-    recent = kept.restarts_since(max(now - policy.window, kept.budget_from or 0))
-    figures.restarts, figures.restarts_left = len(kept.restarts), max(0, policy.attempts - len(recent))
+    declared = declared_status(ctx, now)
+    assert declared is not None and ctx.spec.desired is not None
+    figures.restarts, figures.restarts_left = declared["restarts"], declared["restarts_left"]
     if ctx.spec.desired.state == RUNNING:
         running = [d.version for d in figures.deployments if d.state == State.RUNNING]
         figures.desired_running = ctx.spec.desired.version in running

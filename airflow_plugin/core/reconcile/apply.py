@@ -221,7 +221,7 @@ def declared_status(ctx: JobContext, now: float | None = None) -> dict[str, Any]
     kept = records.read(ctx.store.storage, ctx.name)
     now = time.time() if now is None else now
     policy = ctx.spec.restart
-    recent = kept.restarts_since(max(now - policy.window, kept.budget_from or 0))
+    recent = kept.counted(policy, now)
     return {
         "desired": f"{desired.version} {desired.state}",
         "last_stable_version": kept.last_stable_version,

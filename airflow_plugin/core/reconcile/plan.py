@@ -183,7 +183,7 @@ def _after_failure(seen: Observed, failed: Seen) -> Step:
         return Step(
             job, Action.HOLD, f"{why}, which a restart does not mend: a person looks (`savepoints status {job}`)"
         )
-    recent = record.restarts_since(max(seen.now - policy.window, record.budget_from or 0))
+    recent = record.counted(policy, seen.now)
     if not ours and len(recent) >= policy.attempts:
         return Step(
             job,

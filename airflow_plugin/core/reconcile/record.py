@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import layout
 from ..errors import IntegrityError
+from ..jobs.spec import RestartPolicy
 from ..storage import Storage
 
 
@@ -51,7 +52,9 @@ class Reconciled:
             ) from None
         return record
 
-    def restarts_since(self, since: float) -> list[Restart]:
+    def counted(self, policy: RestartPolicy, now: float) -> list[Restart]:
+        """The restarts the budget counts at `now`: those in the policy's window, and after an `apply --retry`."""
+        since = max(now - policy.window, self.budget_from or 0)
         return [r for r in self.restarts if r.at >= since]
 
     def to_dict(self) -> dict[str, Any]:

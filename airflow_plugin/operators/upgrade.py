@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Context
@@ -18,13 +19,15 @@ from ..core.context import JobContext
 from ..core.upgrades.preflight import preflight
 from ..core.upgrades.record import Phase, Upgrade, Upgrades
 from ..core.upgrades.rollback import rollback
-from ..core.upgrades.run import begin, outcome, run_upgrade
+from ..core.upgrades.run import approve, await_approval, begin, cancel, outcome, run_upgrade
 from ..core.upgrades.steps import UpgradeSettings, advance, waiting
 from ..links import SnapshotLink, SparkUILink
 from ..triggers.upgrade import UpgradeTrigger
 from .base import SavepointsBaseOperator, SavepointsMixin, flag, optional_int, task_errors
 from .deployments import deployment_xcom
 
+# the phases before the launch: the live savepoint, the pre-flight, a migration's run
+BEFORE_LAUNCH = frozenset({Phase.SAVEPOINTING, Phase.PREFLIGHT, Phase.MIGRATING})
 # a step that ended here needs the recovery task: the upgrade goes on with its abort or rollback
 RECOVERING = frozenset(
     {Phase.ABORTING, Phase.ROLLING_BACK, Phase.BLOCKED, Phase.FAILED, Phase.ABORTED, Phase.ROLLED_BACK}
@@ -149,22 +152,88 @@ class UpgradeJobOperator(UpgradeDriver, UpgradeBaseOperator):
     an abort or rollback on failure. While a step waits for the world it defers to UpgradeTrigger and holds no
     worker slot (`deferrable`, the default), else polls every `poll_interval` seconds. A retried or resumed task
     continues the same upgrade (its record carries the task's request id). The record is the XCom; the task fails
-    (no retry: the upgrade ended) when the upgrade did not go through: BLOCKED, ABORTED, ROLLED_BACK, FAILED."""
+    (no retry: the upgrade ended) when the upgrade did not go through: BLOCKED, ABORTED, ROLLED_BACK, FAILED.
 
+    `approve`: after the pre-flight, before anything is launched, a person approves or rejects the launch in
+    Airflow's Required Actions (human-in-the-loop, as ApprovalOperator asks), the plan in front of them; the job's
+    lease is kept meanwhile. Rejected, or not answered within `approval_timeout`, the upgrade is aborted: the old
+    version runs on, untouched. The approval is recorded (`approved_by`): a retried task does not ask again."""
+
+    template_fields: Sequence[str] = (*UpgradeBaseOperator.template_fields, "approve")
     ui_color = "#fbefe8"
 
-    def __init__(self, *, deferrable: bool = True, poll_interval: float = 10.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        deferrable: bool = True,
+        poll_interval: float = 10.0,
+        approve: bool | str = False,
+        approval_timeout: timedelta = timedelta(hours=1),
+        **kwargs: Any,
+    ) -> None:
         """`deferrable`: waits in the triggerer, holding no worker slot."""
         super().__init__(**kwargs)
         self.deferrable, self.poll_interval = deferrable, poll_interval
+        self.approve, self.approval_timeout = approve, approval_timeout
 
     def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
-        return self._ended(self.drive(ctx, context, self.begin(ctx)), context)
+        return self._go_on(ctx, context, self.begin(ctx))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         with task_errors(context, self.job):
+            if event is not None and ("chosen_options" in event or "error_type" in event):  # a person answered
+                return self._answered(context, event)
             ctx, upgrade = self.resumed(context, event)
+            return self._go_on(ctx, context, upgrade)
+
+    def _go_on(self, ctx: JobContext, context: Context, upgrade: Upgrade) -> dict[str, Any]:
+        """Drive the upgrade to its end, stopping once before its launch to ask a person when `approve`."""
+        if flag(self.approve) and not upgrade.approved_by:
+            upgrade = self.drive(ctx, context, upgrade, phases=BEFORE_LAUNCH)
+            if upgrade.phase is Phase.LAUNCHING:
+                self._ask(ctx, context, await_approval(ctx, upgrade, self.approval_timeout.total_seconds()))
+        return self._ended(self.drive(ctx, context, upgrade), context)
+
+    def _approval(self, upgrade: Upgrade | None = None) -> Any:
+        """Airflow's own approval request (its form, its wait in every Airflow version, its answer's checks)."""
+        from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+        plan = ""
+        if upgrade is not None:
+            why = upgrade.modes.get(upgrade.mode or "", "")
+            running = f" (deployment {upgrade.old_deployment})" if upgrade.old_deployment else ""
+            plan = (
+                f"Upgrade {upgrade.id}: job **{upgrade.job}** from {upgrade.old_version}{running} "
+                f"to **{upgrade.to_version}**, mode **{upgrade.mode}**"
+                f"{f' ({why})' if why else ''}. The pre-flight passed on savepoint {upgrade.savepoint}. Nothing is "
+                "launched yet and the old version runs on; Reject aborts the upgrade."
+            )
+        return ApprovalOperator(
+            task_id=f"{self.task_id}__approval",
+            subject=f"Launch {self.version} of {self.job}?",
+            body=plan,
+            response_timeout=self.approval_timeout,
+        )
+
+    def _ask(self, ctx: JobContext, context: Context, upgrade: Upgrade) -> None:
+        self.log.info("upgrade %s waits for a person to approve its launch (Required Actions)", upgrade.id)
+        self._approval(upgrade).execute(context)  # defers (or awaits input): execute_complete gets the answer
+
+    def _answered(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        ctx = self.job_context(context)
+        upgrade = self.begin(ctx)  # this task's upgrade (its request id)
+        try:
+            answer = self._approval().execute_complete(context, event)
+        except Exception as exc:  # no answer in time, or none that counts: nothing launched, abort
+            upgrade = cancel(ctx, upgrade, f"not approved: {exc or 'no answer within the approval timeout'}")
             return self._ended(self.drive(ctx, context, upgrade), context)
+        who = answer["responded_by_user"] or {}
+        by = str(who.get("name") or who.get("id") or "") if isinstance(who, dict) else str(who)
+        if answer["chosen_options"] != ["Approve"]:
+            upgrade = cancel(ctx, upgrade, f"launch rejected by {by or 'a person'}")
+            return self._ended(self.drive(ctx, context, upgrade), context)
+        self.log.info("upgrade %s: launch approved by %s", upgrade.id, by)
+        return self._go_on(ctx, context, approve(ctx, upgrade, by))
 
     def _ended(self, upgrade: Upgrade, context: Context) -> dict[str, Any]:
         record = upgrade.to_dict()
@@ -224,8 +293,6 @@ class RecoverUpgradeOperator(SavepointsBaseOperator):
     def run(self, ctx: JobContext, context: Context) -> dict[str, Any]:
         if not self.upgrade_id:
             return {"phase": "none", "reason": "no upgrade was begun"}
-        from ..core.upgrades.run import cancel
-
         upgrade = Upgrades(ctx.store.storage).get(ctx.name, self.upgrade_id)
         if not upgrade.phase.terminal and upgrade.phase not in (Phase.ABORTING, Phase.ROLLING_BACK):
             upgrade = cancel(ctx, upgrade)  # a task failed without the upgrade turning (its worker died)

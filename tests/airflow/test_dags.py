@@ -181,54 +181,169 @@ def test_the_plugin_is_registered_through_its_entry_point(airflow_db: Path) -> N
     assert "airflow_plugin" in json.dumps(plugins["savepoints"])
 
 
-@pytest.mark.parametrize(("answer", "cutover"), [("Approve", "success"), ("Reject", "skipped")])
-def test_an_upgrade_that_requires_approval_waits_for_a_human(airflow_db: Path, answer: str, cutover: str) -> None:
-    """Airflow's human-in-the-loop approval, answered through Airflow's own REST API as the Required Actions
-    UI does; the steps around it are marked successful, so no Spark is needed."""
-    import threading
+class Human:
+    """A person who answers a task's human-in-the-loop request through Airflow's own REST API, as the Required
+    Actions UI does, once the task waits for it (in a thread: call `start` before running the DAG)."""
 
-    from airflow.api_fastapi.app import create_app
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from airflow.utils.state import TaskInstanceState
-    from fastapi.testclient import TestClient
-    from sqlalchemy import select
+    def __init__(self, dag_id: str, task_id: str, answer: str) -> None:
+        import threading
 
-    from devtools.dag_runs import load_dags, run_dag
-    from devtools.windowed import wait_for
-    from tests.support.ui_support import bearer
+        from airflow.api_fastapi.app import create_app
+        from fastapi.testclient import TestClient
 
-    load_dags()  # all imports done before the second thread touches the DB (lazy imports deadlock)
-    api = TestClient(create_app(apps="core"))
-    answered: list[int] = []
+        from devtools.dag_runs import load_dags
+        from devtools.windowed import wait_for
 
-    def respond() -> bool:
+        load_dags()  # all imports done before the second thread touches the DB (lazy imports deadlock)
+        self.dag_id, self.task_id, self.answer = dag_id, task_id, answer
+        self.api = TestClient(create_app(apps="core"))
+        self.answered: list[int] = []
+        self.thread = threading.Thread(target=wait_for, args=(self._respond, "the approval to be asked", 120))
+        self.thread.daemon = True
+
+    def _respond(self) -> bool:
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.session import create_session
+        from airflow.utils.state import TaskInstanceState
+        from sqlalchemy import select
+
+        from tests.support.ui_support import bearer
+
         with create_session() as session:
             waiting = session.scalars(
                 select(TaskInstance).where(
-                    TaskInstance.dag_id == "savepoints_upgrade",
-                    TaskInstance.task_id == "approve",
-                    TaskInstance.state == TaskInstanceState.AWAITING_INPUT,
+                    TaskInstance.dag_id == self.dag_id,
+                    TaskInstance.task_id == self.task_id,
+                    TaskInstance.state.in_([TaskInstanceState.AWAITING_INPUT, TaskInstanceState.DEFERRED]),
                 )
             ).first()
             if waiting is None:
                 return False
-            path = f"/api/v2/dags/savepoints_upgrade/dagRuns/{waiting.run_id}/taskInstances/approve/-1/hitlDetails"
-        response = api.patch(path, json={"chosen_options": [answer]}, headers=bearer("oncall", "ADMIN"))
-        answered.append(response.status_code)
+            path = f"/api/v2/dags/{self.dag_id}/dagRuns/{waiting.run_id}/taskInstances/{self.task_id}/-1/hitlDetails"
+            self.asked = self.api.get(path, headers=bearer("oncall", "ADMIN")).json()
+        response = self.api.patch(path, json={"chosen_options": [self.answer]}, headers=bearer("oncall", "ADMIN"))
+        self.answered.append(response.status_code)
         return True
 
-    human = threading.Thread(target=wait_for, args=(respond, "the approval to be asked", 120), daemon=True)
-    human.start()
+    def start(self) -> Human:
+        self.thread.start()
+        return self
+
+    def join(self) -> None:
+        self.thread.join()
+        assert self.answered == [200], "the person's answer was not taken"
+
+
+@pytest.mark.parametrize(("answer", "cutover"), [("Approve", "success"), ("Reject", "skipped")])
+def test_an_upgrade_that_requires_approval_waits_for_a_human(airflow_db: Path, answer: str, cutover: str) -> None:
+    """Airflow's human-in-the-loop approval, answered through Airflow's own REST API as the Required Actions
+    UI does; the steps around it are marked successful, so no Spark is needed."""
+    from devtools.dag_runs import run_dag
+
+    human = Human("savepoints_upgrade", "approve", answer).start()
     result = run_dag(
         "savepoints_upgrade",
         {"job": "windowed_counts", "version": "v2", "require_approval": True},
         mark_success="^(begin|launch|catch_up|cutover|retire|confirm)$",
     )
     human.join()
-    assert answered == [200]
     assert result.tasks["approval_needed"] == "success" and result.tasks["approve"] == "success", result.tasks
     assert result.tasks["launch"] == cutover and result.tasks["cutover"] == cutover, result.tasks
+
+
+USER_DAG = """
+import sys
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG
+
+from airflow_plugin.operators import UpgradeJobOperator
+
+with DAG("upgrade_my_job", schedule=None, catchup=False) as dag:
+    UpgradeJobOperator(
+        task_id="upgrade",
+        job="orders",
+        version="v2",
+        approve=True,
+        approval_timeout=timedelta(hours=2),
+        jobs_file="{jobs}",
+        aws_conn_id=None,
+        spark_conn_id=None,
+    )
+
+if __name__ == "__main__":
+    at = datetime.fromisoformat(sys.argv[1])
+    print("STATE", dag.test(logical_date=at, run_after=at).state)
+"""
+
+
+@pytest.mark.parametrize("answer", ["Approve", "Reject"])
+def test_the_upgrade_operator_asks_a_person_before_it_launches_anything(
+    airflow_db: Path, tmp_path: Path, answer: str
+) -> None:
+    """Issue 44: `UpgradeJobOperator(approve=True)` stops once its pre-flight passed, before any launch, and asks in
+    Airflow's Required Actions with the plan in front of the person, the job's lease kept meanwhile. Approved, the
+    approval is recorded (a retry does not ask again) and the launch goes on; rejected, the upgrade is aborted and
+    the lease released, nothing launched. The upgrade's record is seeded where its pre-flight leaves it (no Spark):
+    its old deployment is gone, so an approved launch fails and aborts too, after the approval is recorded."""
+    import os
+    import subprocess
+    import sys
+    from datetime import UTC, datetime
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.types import DagRunType
+
+    from airflow_plugin.core.context import Settings
+    from airflow_plugin.core.lease import acquire, read_lease
+    from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades, new_upgrade_id
+    from airflow_plugin.core.upgrades.steps import HOLDER, LEASE_SECONDS
+    from tests.support.jobs import write_jobs
+
+    jobs = write_jobs(tmp_path)
+    ctx = Settings(jobs_file=str(jobs)).resolve().job("orders")
+    at = datetime(2026, 11, 28, 12, tzinfo=UTC)
+    run_id = DagRun.generate_run_id(run_type=DagRunType.MANUAL, logical_date=at, run_after=at)
+    upgrade = Upgrade(
+        id=new_upgrade_id(),
+        job="orders",
+        to_version="v2",
+        mode="stop_restore",
+        old_version="v1",
+        savepoint="sp-20261128T000000Z-0001",
+        modes={"stop_restore": "its sink takes no second writer"},
+        request_id=f"airflow:upgrade_my_job/{run_id}/upgrade/-1",
+    )
+    upgrade.move(Phase.LAUNCHING, "pre-flight passed")
+    upgrades = Upgrades(ctx.store.storage)
+    upgrades.put(upgrade)
+    acquire(ctx.store.storage, "orders", HOLDER + upgrade.id, "upgrade", LEASE_SECONDS).keep()
+    dags = tmp_path / "dags"  # the user's DAGs folder: dag.test() runs a DAG of the process's bundle
+    dags.mkdir()
+    (dags / "upgrade_my_job.py").write_text(USER_DAG.format(jobs=jobs))
+    human = Human("upgrade_my_job", "upgrade", answer).start()
+    run = subprocess.run(
+        [sys.executable, str(dags / "upgrade_my_job.py"), at.isoformat()],
+        env={**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    human.join()
+
+    assert human.asked["subject"] == "Launch v2 of orders?", human.asked
+    assert "from v1 to **v2**, mode **stop_restore** (its sink takes no second writer)" in human.asked["body"]
+    record = upgrades.get("orders", upgrade.id)
+    notes = [entry["note"] for entry in record.history]
+    assert any(note.startswith("waits up to 7200s for a person to approve the launch") for note in notes), notes
+    assert record.phase is Phase.ABORTED and record.new_deployment is None, record.history
+    assert "STATE failed" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]  # the upgrade did not go through
+    if answer == "Approve":
+        assert record.approved_by == "oncall" and "launch approved by oncall" in notes, notes
+        assert notes.index("launch approved by oncall") < len(notes) - 2  # the launch was tried, then aborted
+    else:
+        assert record.approved_by is None and record.error == "launch rejected by oncall", record.error
+    assert read_lease(ctx.store.storage, "orders") is None  # released: nobody holds the job
 
 
 def test_an_upgrade_of_a_job_another_run_is_upgrading_fails_at_once_and_changes_nothing(

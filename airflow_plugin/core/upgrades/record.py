@@ -90,6 +90,7 @@ class Upgrade:
     updated_at: str = field(default_factory=utc_now)
     requested_by: str = ""
     request_id: str | None = None  # the request that made it (an Airflow run): its retries find it
+    approved_by: str | None = None  # who approved its launch, when a person was asked (UpgradeJobOperator approve)
     # what the steps found and made
     old_deployment: str | None = None
     old_version: str | None = None

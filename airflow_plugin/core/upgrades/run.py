@@ -90,11 +90,31 @@ def run_upgrade(
     return upgrade
 
 
-def cancel(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
-    """A person cancels: before the cutover the upgrade aborts (the old version runs on, writing every window), after
-    it the old version is rolled back. A FAILED upgrade tries the recovery it failed in again. An upgrade that ended
-    otherwise has its requests taken back from every deployment of it still running (clear_leftovers: a gate left on
-    the old version is withdrawn), which changes nothing when done again."""
+def await_approval(ctx: JobContext, upgrade: Upgrade, seconds: float) -> Upgrade:
+    """The upgrade waits up to `seconds` for a person to approve its launch (its savepoint and pre-flight done,
+    nothing launched, the old version running on): its lease is kept for that long and a step more, so that nobody
+    else acts on the job meanwhile. The wait is recorded."""
+    if upgrade.phase is not Phase.LAUNCHING or upgrade.approved_by:
+        raise InvalidInput(f"upgrade {upgrade.id} is {upgrade.phase}: only an unapproved launch waits for approval")
+    acquire(ctx.store.storage, ctx.name, HOLDER + upgrade.id, "upgrade", seconds + LEASE_SECONDS).keep()
+    upgrade.move(upgrade.phase, f"waits up to {seconds:.0f}s for a person to approve the launch")
+    Upgrades(ctx.store.storage).put(upgrade)
+    return upgrade
+
+
+def approve(ctx: JobContext, upgrade: Upgrade, by: str) -> Upgrade:
+    """A person approved the launch: recorded, so that a retried or resumed task does not ask again."""
+    upgrade.approved_by = by or "unknown"
+    upgrade.move(upgrade.phase, f"launch approved by {upgrade.approved_by}")
+    Upgrades(ctx.store.storage).put(upgrade)
+    return upgrade
+
+
+def cancel(ctx: JobContext, upgrade: Upgrade, why: str = "cancelled") -> Upgrade:
+    """A person cancels (`why`: what the record says): before the cutover the upgrade aborts (the old version runs on,
+    writing every window), after it the old version is rolled back. A FAILED upgrade tries the recovery it failed in
+    again. An upgrade that ended otherwise has its requests taken back from every deployment of it still running
+    (clear_leftovers: a gate left on the old version is withdrawn), which changes nothing when done again."""
     if upgrade.phase is Phase.FAILED and upgrade.recovery is not None:
         return upgrade.move(upgrade.recovery, "cancelled again: the recovery is tried again")
     if upgrade.phase.terminal:
@@ -103,8 +123,8 @@ def cancel(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         Upgrades(ctx.store.storage).put(upgrade)
         return upgrade
     if upgrade.phase not in (Phase.ABORTING, Phase.ROLLING_BACK):
-        upgrade.error = "cancelled"
-        upgrade.move(Phase.ROLLING_BACK if upgrade.cut_over else Phase.ABORTING, "cancelled")
+        upgrade.error = why
+        upgrade.move(Phase.ROLLING_BACK if upgrade.cut_over else Phase.ABORTING, why)
     return upgrade
 
 

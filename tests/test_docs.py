@@ -3,10 +3,15 @@ them is valid: the docs are part of the product.
 
 The blocks run in document order (README.md, docs/operations.md, then the other pages by name), each in a
 fresh bash, in one scratch directory that stands for a clone of this repository: a copy of its jobs.toml,
-its devtools/ and spark_jobs/ linked in, `.venv/bin` first on PATH (the README's "The `savepoints`
-command"), boto3 pointed at the embedded S3 server (moto on 127.0.0.1) with the buckets the examples name
-(`my-bucket`; `lake` holding a checkpoint at checkpoints/orders). Later blocks build on what earlier ones
-did (the runbook's upgrade follows the README's deployment), as a reader following the pages would.
+its devtools/ and spark_jobs/ linked in, `.venv/bin` first on PATH (as the README's "Your own job" says),
+boto3 pointed at the embedded S3 server (moto on 127.0.0.1) with the buckets the examples name (`my-bucket`;
+`lake` holding a checkpoint at checkpoints/orders). Later blocks build on what earlier ones did (the runbook's
+upgrade follows the README's deployment), as a reader following the pages would.
+
+The README's "Your own job" is followed with a script of the reader's own: the example job's versions the
+pages use (v1, v2, v3) run tests/scripts/counts.py, written as a user writes a streaming script, importing
+nothing of this project, instead of the example's code. Once every block ran, its output holds each (user,
+window) once, with exactly the events fed for it.
 
 Conventions a reader can see:
 
@@ -22,6 +27,7 @@ Conventions a reader can see:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -117,7 +123,8 @@ def script(block: Block) -> str:
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory: pytest.TempPathFactory, s3_server: EmbeddedS3) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("docs")
-    shutil.copyfile(REPO / "jobs.toml", root / "jobs.toml")
+    (root / "jobs.toml").write_text(_with_own_script(REPO / "jobs.toml"))
+    shutil.copyfile(OWN_SCRIPT, root / OWN_SCRIPT.name)
     for linked in ("devtools", "spark_jobs"):
         (root / linked).symlink_to(REPO / linked)
     s3_server.create_bucket("my-bucket")
@@ -132,6 +139,48 @@ def scratch(tmp_path_factory: pytest.TempPathFactory, s3_server: EmbeddedS3) -> 
         yield root
     finally:
         _stop_what_the_docs_left_running(root)
+
+
+OWN_SCRIPT = REPO / "tests" / "scripts" / "counts.py"
+# the example job's versions that the pages run, as a reader declares their own script: v3 groups by a new key
+OWN_VERSIONS = {
+    "v1": '{ script = "counts.py", args = ["--tag", "v1"] }',
+    "v2": '{ script = "counts.py", args = ["--tag", "v2"] }',
+    "v3": '{ script = "counts.py", args = ["--by", "user,country", "--tag", "v3"] }',
+}
+
+
+def _with_own_script(jobs: Path) -> str:
+    """The example jobs file with the example job's versions the pages use running the reader's own script."""
+    text, job = jobs.read_text(), "[jobs.windowed_counts]"
+    head, rest = text.split(job, 1)
+    table, tail = rest.split("\n[", 1)
+    for version, declared in OWN_VERSIONS.items():
+        table, found = re.subn(rf"^versions\.{version} = .*$", f"versions.{version} = {declared}", table, flags=re.M)
+        assert found == 1, f"jobs.toml's {job} no longer declares {version}"
+    return f"{head}{job}{table}\n[{tail}"
+
+
+def _counted_once(root: Path) -> int:
+    """Every (user, window) in the example job's committed output once, with exactly the events fed for it (the
+    windows the watermark closed: the rest are still open); how many rows were checked."""
+    from collections import Counter
+    from datetime import datetime
+
+    from spark_jobs.jobs.windowed.output import read_output, summarize
+
+    fed: Counter[tuple[str, str]] = Counter()
+    for file in (root / ".runs" / "input" / "windowed_counts").glob("*.json"):
+        for line in filter(None, file.read_text().splitlines()):
+            event = json.loads(line)
+            minute = datetime.fromisoformat(event["event_time"]).replace(second=0, microsecond=0)
+            fed[event["user"], minute.isoformat()] += 1
+    rows = read_output(root / ".runs" / "output" / "windowed_counts")
+    assert summarize(rows).duplicates == [], f"(user, window) written twice: {summarize(rows).duplicates[:5]}"
+    for row in rows:
+        window = datetime.fromisoformat(row["window_start"]).isoformat()
+        assert row["events"] == fed[row["user"], window], f"{row}: {fed[row['user'], window]} events fed"
+    return len(rows)
 
 
 def _stop_what_the_docs_left_running(root: Path) -> None:
@@ -175,6 +224,7 @@ def test_every_command_block_runs_as_written(scratch: Path, s3_server: EmbeddedS
                 output = "\n".join((result.stdout + result.stderr).strip().splitlines()[-40:])
                 pytest.fail(f"the command block at {block.where} does not run as written:\n{output}", pytrace=False)
     assert ran >= 8, f"only {ran} command blocks ran: did the pages or their markers change?"
+    assert _counted_once(scratch) >= 20, "the example job emitted fewer windows than the pages' input closes"
 
 
 def test_every_jobs_file_and_python_block_is_valid(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ foreachBatch that writes by batch id, declared `foreach_batch = "idempotent"`, r
 right after a batch it wrote, and deployed again from its latest state it runs that batch again, written once.
 
 Issue 46: the word count is a declared job (`desired`): `savepoints apply` deploys it, upgrades it when the jobs
-file names v2, and restarts v2 from its latest state after its driver is SIGKILLed, words produced all along."""
+file names v2, restarts v2 from its latest state after its driver is SIGKILLed, and, when the file names v3 (a bad
+release that fails once it runs), rolls back to v2 and holds v3 until the file changes, words produced all along."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, S
 from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill
-from airflow_plugin.core.reconcile.apply import apply
+from airflow_plugin.core.reconcile.apply import apply, declared_status
 from airflow_plugin.core.reconcile.plan import Action
 from airflow_plugin.core.sinks.delta import SESSION_CONF
 from airflow_plugin.core.snapshots.manifest import SnapshotStatus
@@ -86,6 +87,8 @@ def _jobs_file(
         **SESSION_CONF,
         **SMALL_DELTA_TABLE,
     }
+    bad = SCRIPTS / f"{job}_v3.py"  # a bad release, where the script has one: it fails once it runs
+    v3 = f'versions.v3 = {{ script = "{bad}" }}' if bad.exists() else ""
     path = directory / "jobs.toml"
     path.write_text(
         f"""
@@ -99,6 +102,7 @@ args = {json.dumps(args)}
 conf = {{ {", ".join(f'"{key}" = "{value}"' for key, value in conf.items())} }}
 versions.v1 = {{ script = "{SCRIPTS / job}.py" }}
 versions.v2 = {{ script = "{SCRIPTS / job}_v2.py"{v2} }}
+{v3}
 {declared}
 """
     )
@@ -180,6 +184,28 @@ def _live(ctx: JobContext) -> Deployment:
     return deployment
 
 
+def _rolled_back_and_held(ctx: JobContext, jobs: Path) -> None:
+    """The jobs file names v3, a bad release: apply upgrades, v3 fails its health gate once it runs, the upgrade
+    rolls v2 back (one writer throughout), v2 stays the last stable version, and the next apply holds v3 instead of
+    trying it again; named v2 again, the file changed, apply has nothing to do."""
+    jobs.write_text(jobs.read_text().replace('version = "v2"', 'version = "v3"'))
+    declared = Settings(jobs_file=str(jobs)).resolve()
+    [failed] = apply(declared, [ctx.name])
+    assert failed.step.action is Action.UPGRADE and not failed.ok, failed
+    upgrade = Upgrades(ctx.store.storage).newest(ctx.name)
+    assert upgrade is not None and upgrade.to_version == "v3" and upgrade.phase is Phase.ROLLED_BACK, upgrade
+    assert "DELTA_METADATA_MISMATCH" in str(upgrade.error), upgrade.error  # v3's own failure, once it ran
+    assert _live(ctx).version == "v2"
+    status = declared_status(declared.job(ctx.name))
+    assert status is not None and status["last_stable_version"] == "v2" and status["held_versions"] == ["v3"], status
+    [held] = apply(Settings(jobs_file=str(jobs)).resolve(), [ctx.name])
+    assert held.step.action is Action.HOLD and held.ok, held
+    assert Upgrades(ctx.store.storage).newest(ctx.name).id == upgrade.id, "v3 not tried again"  # type: ignore[union-attr]
+    jobs.write_text(jobs.read_text().replace('version = "v3"', 'version = "v2"'))
+    [settled] = apply(Settings(jobs_file=str(jobs)).resolve(), [ctx.name])
+    assert settled.step.action is Action.NOTHING, settled
+
+
 def _through_the_lifecycle(
     ctx: JobContext,
     feeder: _Producer,
@@ -190,8 +216,8 @@ def _through_the_lifecycle(
 ) -> None:
     """Deploy v1, savepoint it, upgrade it to v2 (then `upgraded`, events still produced), then (all produced and
     read, the output `complete`) stop it with a savepoint. `declared`: the job declares its desired version, and
-    `savepoints apply` deploys it, upgrades it once the jobs file says v2, and restarts v2 after its driver is
-    SIGKILLed."""
+    `savepoints apply` deploys it, upgrades it once the jobs file says v2, restarts v2 after its driver is
+    SIGKILLed, and rolls back a v3 that fails its health gate, holding it."""
     records = ctx.deployments
     try:
         with BackgroundFeeder(feeder, interval=1.0):
@@ -214,6 +240,7 @@ def _through_the_lifecycle(
                 wait_for(lambda: state_of(ctx, killed) is State.LOST, "the killed driver to read LOST")
                 restarted = _applied(ctx, Action.RESTART)
                 assert restarted.version == "v2" and restarted.restored_batch_id is not None, restarted
+                _rolled_back_and_held(ctx, jobs)
             else:
                 upgrade = run_upgrade(ctx, begin(ctx, "v2", settings=UpgradeSettings(min_batches=2)))
                 outcome(upgrade)

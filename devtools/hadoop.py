@@ -35,7 +35,8 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from devtools import java, jvm
-from devtools.jvm_service import JvmService, free_ports
+from devtools.jvm_service import JvmService
+from devtools.ports import free_ports
 
 START_TIMEOUT_SECONDS = 240.0  # four servers in one JVM on 2 busy cores (about 10 s when idle)
 STOP_TIMEOUT_SECONDS = 60.0  # a stop takes a few seconds (MiniHadoop.java bounds YARN's)

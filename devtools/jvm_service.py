@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -15,18 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import IO, ClassVar, Self
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` different ports free on 127.0.0.1 now (another process may take one before the service binds it)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))  # all bound at once: the ports differ
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def without_stack_frames(text: str, lines: int = 40) -> str:

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from devtools import java, jvm
-from devtools.jvm_service import JvmService, free_ports, without_stack_frames
+from devtools.jvm_service import JvmService, without_stack_frames
+from devtools.ports import free_ports
 
 START_TIMEOUT_SECONDS = 120.0  # two JVMs (format, then the broker) on 2 busy cores
 STOP_TIMEOUT_SECONDS = 20.0

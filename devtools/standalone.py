@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,13 +18,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from devtools.ports import free_port
 from devtools.spark import spark_home
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class StandaloneCluster:

@@ -26,8 +26,9 @@ from airflow_plugin.core.storage import open_storage
 from airflow_plugin.ui.app import create_app
 from airflow_plugin.ui.views import PageSettings
 from devtools.embedded_s3 import EmbeddedS3
+from devtools.ports import free_port
 from tests.support.catalogs import manifest
-from tests.support.ui_support import BROWSER_WAIT_MS, bearer, free_port
+from tests.support.ui_support import BROWSER_WAIT_MS, bearer
 
 JOBS = 100
 CHROMIUM = Path("/usr/bin/chromium")

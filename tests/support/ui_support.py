@@ -8,13 +8,13 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from airflow_plugin.core.jobs.spec import JOBS_ENV
+from devtools.ports import free_port
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
 # how long a browser test's actions and checks (playwright's `expect`, 5 s by default) wait: seconds on 2 busy cores
@@ -55,12 +55,6 @@ def serialize_dags(jobs_file: Path, env: dict[str, str] | None = None) -> None:
     )
     if result.returncode != 0:
         raise RuntimeError(f"airflow dags reserialize failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class AirflowStack:

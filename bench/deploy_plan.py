@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from airflow_plugin.core.context import Settings
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, plan_deploy
 
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_plugin.cli.main import main as cli_main
-from airflow_plugin.core.context import Settings
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
 from airflow_plugin.core.layout import manifest_key, pack_key
 from airflow_plugin.core.parallel import run_parallel

@@ -26,8 +26,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.stop import kill, stop
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot

@@ -34,7 +34,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from airflow_plugin.core.context import JobContext, Settings
+from airflow_plugin.core.jobs.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy, live_deployments
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments
 from airflow_plugin.core.jobs.stop import stop

@@ -26,8 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_plugin.core.context import KAFKA_ENV, STORE_ENV, Settings
 from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.jobs.context import KAFKA_ENV, STORE_ENV, Settings
 from airflow_plugin.core.jobs.deploy import live_deployments
 from airflow_plugin.core.jobs.deployments import State
 from airflow_plugin.core.jobs.spec import load_jobs

@@ -38,8 +38,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.guards import source as source_guard
+from airflow_plugin.core.jobs.context import JobContext, Settings
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.sinks import delta as delta_sink

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from airflow_plugin.core.context import JobContext
+from airflow_plugin.core.jobs.context import JobContext
 from airflow_plugin.core.jobs.deployments import State
 from airflow_plugin.core.storage import open_storage
 from spark_jobs.generate import write_flush, write_poison, write_round

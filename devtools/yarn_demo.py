@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from airflow_plugin.cli import main as savepoints
-from airflow_plugin.core.context import Settings
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.storage import HdfsStorage

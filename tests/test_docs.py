@@ -40,8 +40,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import live_deployments
 from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.jobs.stop import kill

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.context import Settings
 from ..core.errors import SavepointsError
+from ..core.jobs.context import Settings
 from ..core.jobs.launcher import default_command
 from ..core.parallel import DEFAULT_CONCURRENCY
 from ..core.sources.kafka import KafkaSettings

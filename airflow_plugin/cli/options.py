@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.context import KAFKA_ENV, STORE_ENV
+from ..core.jobs.context import KAFKA_ENV, STORE_ENV
 from ..core.jobs.spec import JOBS_ENV
 from ..core.parallel import DEFAULT_CONCURRENCY
 from .render import note

@@ -23,8 +23,8 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST, genera
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .catalog.snapshots import SnapshotEntry
-from .context import Context, JobContext
 from .errors import SavepointsError
+from .jobs.context import Context, JobContext
 from .jobs.deployments import DeploymentStatus, State
 from .jobs.observe import observe_deployment
 from .jobs.spec import RUNNING

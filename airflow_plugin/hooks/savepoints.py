@@ -26,7 +26,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from ..compat import AirflowNotFoundException
-from ..core.context import Context, JobContext, Settings
+from ..core.jobs.context import Context, JobContext, Settings
 from ..core.jobs.health import Health, check_health
 from ..core.jobs.launcher import CommandBuilder, default_command
 from ..core.lease import DEFAULT_TTL

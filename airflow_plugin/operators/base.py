@@ -17,8 +17,8 @@ from airflow.sdk import BaseOperator, Context
 
 from .. import stats
 from ..compat import AirflowFailException
-from ..core.context import JobContext
 from ..core.errors import InvalidInput, NotFound, Refused
+from ..core.jobs.context import JobContext
 from ..core.lease import DEFAULT_TTL, airflow_holder
 from ..core.progress import LogProgress
 from ..hooks.savepoints import DEFAULT_KAFKA_CONN, SavepointsHook

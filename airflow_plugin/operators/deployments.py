@@ -11,8 +11,8 @@ from airflow.sdk import Context
 
 from .. import stats
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
-from ..core.context import JobContext
 from ..core.errors import NoState
+from ..core.jobs.context import JobContext
 from ..core.jobs.deploy import DEFAULT_RESTORE, FIRST_DEPLOYMENT, DeployRequest, deploy
 from ..core.jobs.deployments import Deployment, describe
 from ..core.jobs.observe import observe_deployment

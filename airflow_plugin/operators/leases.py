@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from ..core.context import JobContext
+from ..core.jobs.context import JobContext
 from ..core.lease import release_lease
 from .base import SavepointsBaseOperator, lease_holder
 

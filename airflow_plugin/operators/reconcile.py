@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from ..core.context import JobContext
+from ..core.jobs.context import JobContext
 from ..core.reconcile.apply import apply_job
 from .base import SavepointsBaseOperator, flag
 

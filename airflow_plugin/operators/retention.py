@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from ..core.context import JobContext
+from ..core.jobs.context import JobContext
 from ..core.lease import LeaseHeld
 from ..core.retention.policy import parse_policy
 from ..core.retention.prune import prune, retain_checkpoints

@@ -10,7 +10,7 @@ from airflow.sdk import Context
 from .. import stats
 from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..compat import AirflowFailException
-from ..core.context import JobContext
+from ..core.jobs.context import JobContext
 from ..core.jobs.savepoint import take_savepoint
 from ..core.snapshots.manifest import Kind, Trigger, parse_labels
 from ..core.snapshots.verify import verify_snapshot

@@ -15,7 +15,7 @@ from airflow.sdk import Context
 
 from .. import stats
 from ..compat import AirflowFailException
-from ..core.context import JobContext
+from ..core.jobs.context import JobContext
 from ..core.upgrades.preflight import preflight
 from ..core.upgrades.record import Phase, Upgrade, Upgrades
 from ..core.upgrades.rollback import rollback

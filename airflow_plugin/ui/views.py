@@ -12,9 +12,9 @@ from functools import cached_property
 from typing import Any
 
 from ..core.catalog.snapshots import SnapshotEntry
-from ..core.context import Context, JobContext
 from ..core.errors import InvalidInput, Refused, SavepointsError
 from ..core.guards import source as source_guard
+from ..core.jobs.context import Context, JobContext
 from ..core.jobs.overview import overview
 from ..core.jobs.savepoint import savepoint_target
 from ..core.jobs.spec import JobSpec

@@ -294,7 +294,7 @@ def test_the_upgrade_operator_asks_a_person_before_it_launches_anything(
     from airflow.models.dagrun import DagRun
     from airflow.utils.types import DagRunType
 
-    from airflow_plugin.core.context import Settings
+    from airflow_plugin.core.jobs.context import Settings
     from airflow_plugin.core.lease import acquire, read_lease
     from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades, new_upgrade_id
     from airflow_plugin.core.upgrades.steps import HOLDER, LEASE_SECONDS
@@ -404,7 +404,7 @@ def test_the_reconcile_dag_deploys_a_declared_job_then_keeps_it(
 ) -> None:
     """Issue 46: the reconcile DAG maps `savepoints apply` over the jobs that declare `desired`; its first run
     deploys the declared version (a stand-in driver through a real spark-submit), the next finds it as declared."""
-    from airflow_plugin.core.context import Settings
+    from airflow_plugin.core.jobs.context import Settings
     from airflow_plugin.core.jobs.deployments import State
     from airflow_plugin.core.jobs.observe import state_of
     from airflow_plugin.core.jobs.spec import JOBS_ENV

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from airflow_plugin.core.context import Settings
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill

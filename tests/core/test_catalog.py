@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from airflow_plugin.core.catalog.index import DEAD_AFTER, Known, Mark
 from airflow_plugin.core.catalog.snapshots import SnapshotEntry
-from airflow_plugin.core.context import JobContext
 from airflow_plugin.core.errors import NotFound, StoreUnavailable
+from airflow_plugin.core.jobs.context import JobContext
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
 from airflow_plugin.core.jobs.spec import JobSpec
 from airflow_plugin.core.layout import manifest_key, snapshot_catalog_key

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.context import KAFKA_ENV, STORE_ENV, Settings
 from airflow_plugin.core.errors import InvalidInput, NotFound
+from airflow_plugin.core.jobs.context import KAFKA_ENV, STORE_ENV, Settings
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.sources.kafka import KAFKA_CONF, KafkaSettings
 from airflow_plugin.core.storage import S3Settings, S3Storage

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import Conflict, InvalidInput, Refused
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.rescale import repartition
 from airflow_plugin.core.snapshots.checkpoint import read_restart_point
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.cli import main
-from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import InvalidInput, NotFound
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DEFAULT_RESTORE, DeployRequest, deploy, submit_spec
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
 from airflow_plugin.core.jobs.fresh_start import build_of

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.errors import Refused
+from airflow_plugin.core.jobs.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
 from airflow_plugin.core.jobs.savepoint import take_savepoint

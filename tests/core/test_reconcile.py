@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.cli.main import main
-from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import InvalidInput
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deployments import Deployments, DeploymentStatus, State
 from airflow_plugin.core.jobs.launcher import alive
 from airflow_plugin.core.jobs.observe import state_of

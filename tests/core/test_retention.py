@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from airflow_plugin.cli import main
 from airflow_plugin.core.catalog.snapshots import SnapshotEntry
-from airflow_plugin.core.context import JobContext
 from airflow_plugin.core.errors import InvalidInput
+from airflow_plugin.core.jobs.context import JobContext
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
 from airflow_plugin.core.jobs.deployments import DeploymentStatus as Heartbeat
 from airflow_plugin.core.jobs.spec import JobSpec

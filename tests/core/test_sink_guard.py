@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.cli import main
-from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.guards.sink import FRESH, SINK_AHEAD, ahead, plan_fresh_rewind, start_bound
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import build_of
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
 from airflow_plugin.core.jobs.startup import wait_for_state

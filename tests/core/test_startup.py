@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.context import Settings
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.stop import kill
 from devtools.windowed import Feeder, write_jobs_file

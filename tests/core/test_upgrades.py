@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from airflow_plugin.cli import main
-from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import InvalidInput, Refused, UpgradeFailed
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deployments import ControlRequest
 from airflow_plugin.core.lease import acquire, read_lease
 from airflow_plugin.core.upgrades.mode import Observed, decide, parse_size, room_for_two

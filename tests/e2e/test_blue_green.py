@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.context import Settings
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
 from airflow_plugin.core.jobs.observe import state_of

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployments, State, observed_state
 from airflow_plugin.core.jobs.spec import JOBS_ENV

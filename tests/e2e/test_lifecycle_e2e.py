@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.cli import main
-from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import LaunchFailed
 from airflow_plugin.core.guards.sink import SINK_AHEAD
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
 from airflow_plugin.core.jobs.health import Verdict, check_health

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from airflow_plugin.core.context import Settings
 from airflow_plugin.core.errors import Refused, SavepointsError
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill, stop

@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 
 from airflow_plugin.cli.main import main
-from airflow_plugin.core.context import JobContext, Settings
 from airflow_plugin.core.errors import SavepointsError
+from airflow_plugin.core.jobs.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, State
 from airflow_plugin.core.jobs.observe import state_of

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.cli import main
-from airflow_plugin.core.context import JobContext, Settings
+from airflow_plugin.core.jobs.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import State
 from airflow_plugin.core.jobs.observe import state_of

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.cli import main
-from airflow_plugin.core.context import Settings
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deployments import BLUE, SOLE, Deployment, Deployments, DeploymentStatus, State
 from airflow_plugin.core.snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades

@@ -13,8 +13,8 @@ from typing import Any
 
 def work(store_uri: str, job: str, checkpoint: str, seed: int, rounds: int, out: str, env: dict[str, str]) -> None:
     os.environ.update(env)
-    from airflow_plugin.core.context import JobContext
     from airflow_plugin.core.errors import SavepointsError, StoreUnavailable
+    from airflow_plugin.core.jobs.context import JobContext
     from airflow_plugin.core.jobs.spec import JobSpec
     from airflow_plugin.core.retention.policy import KindPolicy, RetentionPolicy
     from airflow_plugin.core.retention.prune import execute, prune

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from airflow_plugin.core.context import JobContext
+    from airflow_plugin.core.jobs.context import JobContext
 
 
 def write_jobs(tmp_path: Path, application: str = "job.py", extra: str = "", *, touch: bool = True) -> Path:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ...core.catalog.rebuild import CatalogReport, check_catalogs, rebuild_catalogs
-from ...core.context import Context
+from ...core.jobs.context import Context
 from ..options import add_job
 from ..render import Output, say
 

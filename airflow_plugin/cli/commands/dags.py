@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ...core.context import Context
+from ...core.jobs.context import Context
 from ...dags_folder import install_dags
 from ..render import Output, say
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...core.context import Context
 from ...core.durations import duration_argument
 from ...core.errors import InvalidInput
+from ...core.jobs.context import Context
 from ...core.jobs.deploy import RESTORE_HELP, DeployRequest, deploy
 from ...core.jobs.deployments import describe
 from ...core.jobs.observe import observe_deployment

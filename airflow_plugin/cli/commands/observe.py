@@ -10,8 +10,8 @@ from dataclasses import asdict
 from typing import Any
 
 from ...core import metrics
-from ...core.context import Context
 from ...core.errors import SparkToolFailed
+from ...core.jobs.context import Context
 from ...core.snapshots.inspect import diff_snapshots, inspect_snapshot
 from ..options import add_concurrency_option, add_job
 from ..render import Output, human_bytes, say

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...core.context import Context
 from ...core.errors import InvalidInput
+from ...core.jobs.context import Context
 from ...core.reconcile.apply import Applied, apply, retry, set_pause
 from ..options import add_job
 from ..render import Output, say

@@ -7,7 +7,7 @@ import argparse
 from contextlib import nullcontext
 from typing import Any
 
-from ...core.context import Context
+from ...core.jobs.context import Context
 from ...core.retention.policy import RetentionPolicy, parse_policy
 from ...core.retention.prune import prune, retain_checkpoints
 from ..options import add_concurrency_option, add_job, add_kafka_option

@@ -6,9 +6,9 @@ import argparse
 from contextlib import nullcontext
 from typing import Any
 
-from ...core.context import Context, JobContext
 from ...core.errors import Refused
 from ...core.guards import source as source_guard
+from ...core.jobs.context import Context, JobContext
 from ...core.jobs.deploy import live_deployments
 from ...core.sinks import DELTA, FILE, SinkRef
 from ...core.sinks import delta as delta_sink

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...core.context import Context
 from ...core.durations import duration_argument, format_duration
 from ...core.errors import InvalidInput
+from ...core.jobs.context import Context
 from ...core.upgrades.record import Mode, Upgrade, Upgrades
 from ...core.upgrades.run import AUTO, begin, cancel, current, outcome, run_upgrade
 from ...core.upgrades.steps import UpgradeSettings

@@ -18,15 +18,14 @@ page and the retention plan mark the snapshots that can no longer be restored, w
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import BrokerUnavailable, SourceGap
-from ..snapshots.manifest import Manifest, SnapshotStatus, utc_now
-from ..snapshots.store import SnapshotStore
 from ..sources import SourcePosition
 from ..sources.kafka import Broker, KafkaSettings, SourceCheck, compare, kafka_positions, topics_of, unchecked
+from ..timestamps import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +43,14 @@ class Positioned(Protocol):
     id: str
     offsets_version: int
     source_offsets: list[str]
+
+
+class Snapshot(Positioned, Protocol):
+    """A snapshot as the guard names it in a refusal: a manifest, or its catalog entry."""
+
+    job: str
+    kind: Any
+    batch_id: int | None
 
 
 def kafka_of(manifest: Positioned) -> list[SourcePosition]:
@@ -96,9 +103,16 @@ class Guarded:
         return [f"Kafka source gap accepted: {self.check.summary()}; it is recorded with the snapshot"]
 
 
-def guard(store: SnapshotStore, manifest: Manifest, kafka: KafkaSettings | None, *, accept_gap: bool) -> Guarded:
+def guard(
+    manifest: Snapshot,
+    kafka: KafkaSettings | None,
+    *,
+    accept_gap: bool,
+    newer: Callable[[], Sequence[Snapshot]],
+) -> Guarded:
     """Check a snapshot's Kafka positions before it is restored; raise SourceGap unless every record is still held
-    or the gap is accepted."""
+    or the gap is accepted. `newer`: the job's completed snapshots taken after it, oldest first, which a refusal
+    offers instead when the broker still serves them (asked only then)."""
     positions = kafka_of(manifest)
     if not positions:
         return Guarded(None)
@@ -126,18 +140,13 @@ def guard(store: SnapshotStore, manifest: Manifest, kafka: KafkaSettings | None,
         f"snapshot {manifest.id} of job {manifest.job} cannot be restored without losing records: Kafka no longer "
         f"holds what the query would read next ({check.summary()}): "
         + "; ".join(p.describe() for p in check.problems)
-        + f". {_alternatives(store, manifest, kafka)} Or pass {ACCEPT_FLAG} (accept_source_gap in Airflow) to "
+        + f". {_alternatives(newer(), kafka)} Or pass {ACCEPT_FLAG} (accept_source_gap in Airflow) to "
         "restore anyway: the gap is recorded with the snapshot and the new deployment. Nothing was written"
     )
 
 
-def _alternatives(store: SnapshotStore, manifest: Manifest, kafka: KafkaSettings | None) -> str:
-    """Newer COMPLETED snapshots of the job that the broker can still serve, newest first."""
-    newer = [
-        m
-        for m in store.list(manifest.job)
-        if m.status is SnapshotStatus.COMPLETED and m.id[3:] > manifest.id[3:] and m.id != manifest.id
-    ]
+def _alternatives(newer: Sequence[Snapshot], kafka: KafkaSettings | None) -> str:
+    """The newer snapshots that the broker can still serve, newest first."""
     checks = assess(newer, kafka)
     fine = [m for m in reversed(newer) if m.id not in checks or checks[m.id].restorable]
     if not fine:
@@ -147,9 +156,3 @@ def _alternatives(store: SnapshotStore, manifest: Manifest, kafka: KafkaSettings
         )
     shown = ", ".join(f"{m.id} ({m.kind}, batch {m.batch_id})" for m in fine[:3])
     return f"Restore a newer snapshot instead: {shown}."
-
-
-def record_gap(store: SnapshotStore, manifest: Manifest, gap: dict[str, Any]) -> None:
-    """Add an accepted gap to the snapshot's history (on the manifest as it is now: pin and labels may have
-    changed)."""
-    store.update(manifest.job, manifest.id, lambda current: current.history.append(gap))

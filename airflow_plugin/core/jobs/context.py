@@ -26,20 +26,20 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from .errors import InvalidInput, NotFound
-from .jobs.deployments import Deployment, Deployments
-from .jobs.launcher import CommandBuilder, default_command
-from .jobs.spec import JOBS_ENV, JobSpec, jobs_file, load_jobs
-from .lease import DEFAULT_TTL, Lease, acquire, default_holder
-from .parallel import DEFAULT_CONCURRENCY
-from .progress import NullProgress, Progress
-from .sinks.delta import CONF_PREFIX as DELTA_CONF
-from .snapshots.store import SnapshotStore
-from .sources.kafka import KAFKA_CONF, KAFKA_ENV, KafkaSettings
-from .spark_app import SparkAccess
-from .storage import S3Settings, Storage, open_storage
-from .storage.hdfs import STORE_REFUSAL
-from .storage.s3 import S3A
+from ..errors import InvalidInput, NotFound
+from ..lease import DEFAULT_TTL, Lease, acquire, default_holder
+from ..parallel import DEFAULT_CONCURRENCY
+from ..progress import NullProgress, Progress
+from ..sinks.delta import CONF_PREFIX as DELTA_CONF
+from ..snapshots.store import SnapshotStore
+from ..sources.kafka import KAFKA_CONF, KAFKA_ENV, KafkaSettings
+from ..spark_app import SparkAccess
+from ..storage import S3Settings, Storage, open_storage
+from ..storage.hdfs import STORE_REFUSAL
+from ..storage.s3 import S3A
+from .deployments import Deployment, Deployments
+from .launcher import CommandBuilder, default_command
+from .spec import JOBS_ENV, JobSpec, jobs_file, load_jobs
 
 log = logging.getLogger(__name__)
 

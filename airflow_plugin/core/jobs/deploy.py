@@ -25,13 +25,14 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..context import JobContext
 from ..errors import CheckpointError, InvalidInput, NoState, NotFound, Refused
 from ..guards.sink import execute_rewind
 from ..snapshots.checkpoint import read_restart_point
-from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, utc_now
+from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger
 from ..snapshots.restore import RestorePlan, execute_restore, plan_restore
 from ..spark_app import tool_path
+from ..timestamps import utc_now
+from .context import JobContext
 from .deployments import Deployment, DeploymentStatus, State, new_deployment_id
 from .fresh_start import build_of, fresh_start
 from .launcher import SubmitSpec, alive, on_this_host

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from .. import layout
 from ..catalog.index import Known, RecordIndex
 from ..errors import Conflict, IntegrityError, NotFound
-from ..snapshots.manifest import utc_now
 from ..storage import ObjectInfo, Storage
+from ..timestamps import utc_now
 
 log = logging.getLogger(__name__)
 

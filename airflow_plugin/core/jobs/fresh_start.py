@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 
-from ..context import JobContext
 from ..errors import Refused
 from ..guards.sink import FRESH, FRESH_START, Rewind, ahead, plan_fresh_rewind, rewind_of_fresh_start
 from ..sinks import GUARDED, SinkRef, from_description
 from ..storage import Storage
+from .context import JobContext
 from .spec import VersionSpec
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..context import JobContext
+from .context import JobContext
 from .deployments import Deployment, DeploymentStatus, State, observed_state
 from .observe import observe_deployment
 

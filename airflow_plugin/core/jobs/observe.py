@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from ..context import JobContext
 from ..errors import ClusterUnavailable, InvalidInput
 from . import yarn
+from .context import JobContext
 from .deployments import Deployment, DeploymentStatus, State, ended_by_cluster, observed_state
 from .launcher import yarn_application
 

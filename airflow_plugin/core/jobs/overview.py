@@ -10,8 +10,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from ..context import JobContext
 from ..snapshots.manifest import Kind, SnapshotStatus
+from .context import JobContext
 from .deployments import Deployment, DeploymentStatus, State
 from .observe import observe_deployment
 

@@ -3,9 +3,9 @@ What the savepoint operator, the savepoint DAG and the UI button call."""
 
 from __future__ import annotations
 
-from ..context import JobContext
 from ..errors import Refused
 from ..snapshots.manifest import Kind, Manifest, Trigger
+from .context import JobContext
 from .deployments import Deployment
 from .snapshot import snapshot_deployment
 from .stop import running_deployment, stop

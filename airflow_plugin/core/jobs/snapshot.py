@@ -5,10 +5,11 @@ as the job's runtime reported it from Spark (so that every restore can check the
 
 from __future__ import annotations
 
-from ..context import JobContext
 from ..sinks import from_description
 from ..snapshots.create import SnapshotRequest, create_snapshot
-from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, utc_now
+from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger
+from ..timestamps import utc_now
+from .context import JobContext
 from .deployments import Deployment
 
 

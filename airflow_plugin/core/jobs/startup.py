@@ -11,9 +11,9 @@ import logging
 import time
 from pathlib import Path
 
-from ..context import JobContext
 from ..errors import LaunchFailed, Refused
 from ..guards.sink import SINK_AHEAD
+from .context import JobContext
 from .deployments import Deployment, DeploymentStatus, State
 from .launcher import SubmitSpec, exit_code, launch, log_tail, submitted
 from .observe import observe_deployment

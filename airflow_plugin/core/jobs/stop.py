@@ -9,9 +9,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..context import JobContext
 from ..errors import Refused, SavepointsError, TimedOut
-from ..snapshots.manifest import Kind, Manifest, Trigger, utc_now
+from ..snapshots.manifest import Kind, Manifest, Trigger
+from ..timestamps import utc_now
+from .context import JobContext
 from .deploy import live_deployments
 from .deployments import ControlRequest, Deployment, DeploymentStatus, State, describe, new_request_id
 from .launcher import force_kill

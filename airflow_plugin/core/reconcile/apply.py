@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..context import Context, JobContext
 from ..errors import NotFound, SavepointsError, UpgradeFailed
+from ..jobs.context import Context, JobContext
 from ..jobs.deploy import DeployRequest, deploy
 from ..jobs.deployments import Deployment
 from ..jobs.launcher import alive, on_this_host
@@ -22,7 +22,7 @@ from ..jobs.observe import observe_deployment
 from ..jobs.savepoint import take_savepoint
 from ..jobs.stop import kill
 from ..lease import default_holder
-from ..snapshots.manifest import utc_now
+from ..timestamps import utc_now
 from ..upgrades.record import Phase, Upgrade, Upgrades
 from ..upgrades.run import begin, run_upgrade
 from . import record as records

@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..catalog.snapshots import SnapshotEntry
-from ..context import JobContext
 from ..errors import CheckpointError
 from ..guards import source as source_guard
+from ..jobs.context import JobContext
 from ..jobs.deployments import DEFAULT_HEARTBEAT_TIMEOUT, Deployments, State, observed_state
 from ..jobs.observe import state_of
 from ..jobs.snapshot import snapshot_deployment

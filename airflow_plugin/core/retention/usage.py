@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 
 from ..errors import IntegrityError
 from ..layout import BLOBS, PACKS, USAGE, is_stored_content
-from ..snapshots.manifest import utc_now
 from ..snapshots.store import SnapshotStore
+from ..timestamps import utc_now
 
 log = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ from ..sinks import DELTA, FILE, SinkRef
 from ..sinks import delta as delta_sink
 from ..sinks import file as file_sink
 from ..storage import ObjectInfo, S3Storage, Storage, copy_and_hash, open_storage
+from ..timestamps import utc_now
 from .blobs import BlobWriter
 from .checkpoint import RestartPoint, read_restart_point
 from .manifest import (
@@ -44,7 +45,6 @@ from .manifest import (
     new_snapshot_id,
     parse_labels,
     sink_log_prefix,
-    utc_now,
 )
 from .state_stats import state_stats
 from .store import SnapshotStore

@@ -114,10 +114,6 @@ def _file_entry(item: list[Any], version: int) -> FileEntry:
     return FileEntry(path, size, sha, float(mtime), key, offset)
 
 
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 @dataclass(slots=True)
 class FileEntry:
     path: str  # relative to the checkpoint root

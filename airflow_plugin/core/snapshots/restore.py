@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -148,7 +149,12 @@ def plan_restore(
             "it, and never let both write the same sink",
         )
     if check_sources:
-        plan.sources = source_guard.guard(store, manifest, kafka, accept_gap=accept_source_gap)
+        plan.sources = source_guard.guard(
+            manifest,
+            kafka,
+            accept_gap=accept_source_gap,
+            newer=partial(store.newer_completed, manifest.job, manifest.id),
+        )
         plan.warnings += plan.sources.warnings()
     return plan
 
@@ -357,7 +363,8 @@ def execute_restore(
     finally:
         progress.finish()
     if (gap := plan.source_gap) is not None:
-        source_guard.record_gap(store, plan.manifest, gap)
+        # the accepted gap joins the snapshot's history (on the manifest as it is now: pin and labels may have changed)
+        store.update(plan.manifest.job, plan.manifest.id, lambda current: current.history.append(gap))
     return {**plan.describe(), "seconds": round(time.monotonic() - started, 3)}
 
 

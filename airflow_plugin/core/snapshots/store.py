@@ -75,6 +75,15 @@ class SnapshotStore:
         found = run_parallel(lambda name: list(self.catalog(name).view().values()), jobs)
         return _oldest_first([entry for entries in found for entry in entries])
 
+    def newer_completed(self, job: str, snapshot_id: str) -> list[SnapshotEntry]:
+        """The job's COMPLETED snapshots taken after `snapshot_id`, oldest first: what a restore the source guard
+        refuses may restore instead."""
+        return [
+            entry
+            for entry in self.list(job)
+            if entry.status is SnapshotStatus.COMPLETED and entry.id[3:] > snapshot_id[3:] and entry.id != snapshot_id
+        ]
+
     def validated(self, job: str | None = None) -> Listing:
         """Like `list`, each catalog first compared with a listing of its manifests (ids, versions) and every
         difference settled from the manifests: for what must not miss a snapshot (garbage collection), and

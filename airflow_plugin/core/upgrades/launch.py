@@ -18,9 +18,9 @@ import json
 import uuid
 from typing import Any
 
-from ..context import JobContext
 from ..errors import Refused
 from ..guards.sink import execute_rewind
+from ..jobs.context import JobContext
 from ..jobs.deploy import (
     claimable_location,
     deployments_listed,

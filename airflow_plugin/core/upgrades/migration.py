@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..context import JobContext
+from ..jobs.context import JobContext
 from ..jobs.deployments import State
 from ..snapshots.manifest import Manifest
 from ..snapshots.restore import execute_restore, plan_restore

@@ -22,12 +22,13 @@ import re
 import secrets
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..context import JobContext
 from ..errors import BrokerUnavailable, Refused, SourceGap
 from ..guards import source as source_guard
+from ..jobs.context import JobContext
 from ..jobs.deploy import submit_spec
 from ..jobs.deployments import DeploymentStatus, State
 from ..jobs.launcher import exit_code, force_kill, launch, log_tail
@@ -303,7 +304,12 @@ def preflight(
     report = PreflightReport(job.name, spec_version.name, manifest.id, manifest.batch_id, renames_allowed=allow_renames)
     report.accepted_source_gap = accept_source_gap
     try:
-        guarded = source_guard.guard(ctx.store, manifest, ctx.kafka, accept_gap=accept_source_gap)
+        guarded = source_guard.guard(
+            manifest,
+            ctx.kafka,
+            accept_gap=accept_source_gap,
+            newer=partial(ctx.store.newer_completed, manifest.job, manifest.id),
+        )
     except (SourceGap, BrokerUnavailable) as exc:
         report.reason = str(exc).removesuffix(". Nothing was written").removesuffix("; nothing was written")
         return report

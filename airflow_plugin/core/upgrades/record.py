@@ -27,8 +27,8 @@ from typing import Any
 
 from .. import layout
 from ..errors import IntegrityError, NotFound, SavepointsError
-from ..snapshots.manifest import utc_now
 from ..storage import Storage
+from ..timestamps import utc_now
 
 
 class Mode(StrEnum):

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from ..context import JobContext
+from ..jobs.context import JobContext
 from ..snapshots.checkpoint import LoggedBatch, OffsetLog
 from ..snapshots.manifest import Manifest
 from ..sources import FILE, KAFKA, SourcePosition, offsets_by_source, positions

@@ -14,8 +14,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ..context import JobContext
 from ..errors import Refused, SavepointsError
+from ..jobs.context import JobContext
 from ..jobs.deploy import DeployRequest, deploy, live_deployments
 from ..jobs.deployments import Deployment, State
 from ..jobs.stop import kill, stop

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 
-from ..context import JobContext
 from ..errors import InvalidInput, NotFound, Refused, UpgradeFailed
+from ..jobs.context import JobContext
 from ..lease import acquire
 from .record import Mode, Phase, Upgrade, Upgrades, new_upgrade_id
 from .steps import HOLDER, LEASE_SECONDS, UpgradeSettings, advance, clear_leftovers

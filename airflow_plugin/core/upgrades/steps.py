@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ..context import JobContext
 from ..errors import BrokerUnavailable, Refused, SavepointsError, StoreUnavailable
+from ..jobs.context import JobContext
 from ..jobs.deployments import BLUE, GREEN, STAGING, ControlRequest, Deployment, DeploymentStatus, State
 from ..jobs.health import Health, Verdict, assess
 from ..jobs.launcher import driver_ended
@@ -32,8 +32,9 @@ from ..jobs.stop import KILLED, kill, running_deployment, stop, stop_request_id
 from ..lease import LeaseHeld, LeaseLost
 from ..sinks import DELTA
 from ..sinks import delta as delta_sink
-from ..snapshots.manifest import Kind, Trigger, utc_now
+from ..snapshots.manifest import Kind, Trigger
 from ..sources import KAFKA, positions
+from ..timestamps import utc_now
 from .launch import activate, launch_beside, prestart
 from .migration import run_migration
 from .mode import Observed, available_memory, decide

@@ -27,30 +27,37 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.observe import state_of
+from airflow_plugin.core.reconcile import record as records
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import LocalStorage, open_storage
 from devtools import processes
 from devtools.airflow_env import REPO
 from devtools.airflow_ui import STOP_GRACE
+from devtools.ports import free_port
 from devtools.windowed import wait_for
 from tests.airflow.test_dags import DAG_IDS
+from tests.support.jobs import POLITE_JOB, kill_every_deployment
 from tests.support.sockets import listening, not_loopback
 from tests.support.synthetic import write_checkpoint
-from tests.support.ui_support import HTTP_WAIT_S, free_port
+from tests.support.ui_support import HTTP_WAIT_S
 
 pytestmark = [pytest.mark.slow]
 
 
 class Standalone:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, jobs: Path | None = None) -> None:
         self.home, self.port = tmp_path / "airflow-home", free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / "standalone.log"
         # a user's shell: none of this test session's Airflow settings
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SAVEPOINTS"))}
         self.env["SAVEPOINTS_STORE"] = str(tmp_path / "store")  # not the repository's .runs/store
+        if jobs is not None:  # a user's jobs file, for the DAGs and the page (else the repository's jobs.toml)
+            self.env["SAVEPOINTS_JOBS"] = str(jobs)
         self.token = ""
 
     def __enter__(self) -> Standalone:
@@ -149,6 +156,27 @@ class Standalone:
             f"{self.url}{path}", json=body, headers={"Authorization": f"Bearer {self.token}"}, timeout=HTTP_WAIT_S
         )
 
+    def run_dag(self, dag_id: str) -> tuple[str, dict[tuple[str, int], str]]:
+        """Trigger a run of `dag_id` through the API and wait for the scheduler to finish it: its path and each task's
+        state (a successful run, or the test fails with the states)."""
+        created = self.post(f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
+        assert created.status_code == 200, created.text
+        run_path = f"/api/v2/dags/{dag_id}/dagRuns/{created.json()['dag_run_id']}"
+
+        def finished() -> bool:
+            self.alive()
+            try:
+                return self.get(run_path).json()["state"] in ("success", "failed")
+            except httpx.HTTPError:  # an API server slow to answer on a busy machine: ask again
+                return False
+
+        self.wait_for(finished, f"the run {run_path}", timeout=240)
+        tasks = self.get(f"{run_path}/taskInstances").json()["task_instances"]
+        states = {(t["task_id"], t["map_index"]): t["state"] for t in tasks}
+        assert self.get(run_path).json()["state"] == "success", states
+        assert states and set(states.values()) == {"success"}, states
+        return run_path, states
+
     def log_in(self) -> None:
         password_file = self.home / "simple_auth_manager_passwords.json.generated"
         self.wait_for(password_file.exists, "the admin password standalone generates", timeout=120)
@@ -222,13 +250,29 @@ def _heartbeat(store: str, deployment: Deployment, stop: threading.Event) -> Non
         stop.wait(0.5)
 
 
+def _declared_jobs_file(tmp_path: Path) -> Path:
+    """The repository's jobs with one more, declared: `polite` (a stand-in driver, no Spark) should run v1."""
+    (tmp_path / "polite.py").write_text(POLITE_JOB)
+    jobs = tmp_path / "jobs.toml"
+    declared = f"""
+[jobs.polite]
+versions.v1 = {{ application = "{tmp_path / "polite.py"}" }}
+desired = {{ version = "v1" }}
+"""
+    jobs.write_text((REPO / "jobs.toml").read_text() + declared)
+    for linked in ("spark_jobs", "devtools"):  # the example jobs' paths are relative to the jobs file
+        (tmp_path / linked).symlink_to(REPO / linked)
+    return jobs
+
+
 def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path) -> None:
     store_uri = str(tmp_path / "store")
+    jobs_file = _declared_jobs_file(tmp_path)
     checkpoint = write_checkpoint(tmp_path / "checkpoint", batches=5)
     savepoint = create_snapshot(
         SnapshotStore(open_storage(store_uri)), LocalStorage(checkpoint), SnapshotRequest("windowed_counts")
     )
-    with Standalone(tmp_path) as airflow:
+    with Standalone(tmp_path, jobs_file) as airflow:
 
         def healthy() -> bool:
             if not _answers(airflow, "/api/v2/monitor/health"):
@@ -257,23 +301,7 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
         assert "windowed_counts" in jobs.text  # the jobs of jobs.toml, on the store given by SAVEPOINTS_STORE
 
         # a DAG run end to end: standalone's scheduler, executor and worker through the execution API
-        created = airflow.post("/api/v2/dags/savepoints_retention/dagRuns", {"logical_date": None})
-        assert created.status_code == 200, created.text
-        run_id = created.json()["dag_run_id"]
-        run_path = f"/api/v2/dags/savepoints_retention/dagRuns/{run_id}"
-
-        def finished() -> bool:
-            airflow.alive()
-            try:
-                return airflow.get(run_path).json()["state"] in ("success", "failed")
-            except httpx.HTTPError:  # an API server slow to answer on a busy machine: ask again
-                return False
-
-        airflow.wait_for(finished, f"the retention run {run_id}", timeout=240)
-        tasks = airflow.get(f"{run_path}/taskInstances").json()["task_instances"]
-        states = {(t["task_id"], t["map_index"]): t["state"] for t in tasks}
-        assert airflow.get(run_path).json()["state"] == "success", states
-        assert states and set(states.values()) == {"success"}, states
+        run_path, states = airflow.run_dag("savepoints_retention")
         # the task's log, as the UI shows it: read from its file (there are no task log servers)
         logs = [
             airflow.get(f"{run_path}/taskInstances/retention/logs/1", params={"map_index": index})
@@ -282,6 +310,18 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
         ]
         assert logs and all(log.status_code == 200 for log in logs), [log.text[:500] for log in logs]
         assert any("retention of windowed_counts" in log.text for log in logs), [log.text[:2000] for log in logs]
+
+        # the reconcile loop through the scheduler (issue 46): the declared job is deployed by `savepoints apply`
+        polite = Settings(jobs_file=str(jobs_file), store=store_uri).resolve().job("polite")
+        try:
+            _, states = airflow.run_dag("savepoints_reconcile")
+            assert set(states) == {("apply", 0)}, states  # a mapped task per declared job: polite's
+            [deployed] = polite.deployments.list("polite")
+            assert deployed.version == "v1" and state_of(polite, deployed) is State.RUNNING
+            reconciled = records.read(polite.store.storage, "polite")
+            assert reconciled.last_step is not None and "DEPLOY" in reconciled.last_step, reconciled
+        finally:
+            kill_every_deployment(polite)
 
         # nothing listens beyond this machine, and nothing on Airflow's fixed log server ports
         addresses = listening(list(airflow.processes()))
@@ -334,8 +374,7 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
     # the deployment outlives Airflow, and the shutdown says so and how to stop it (devtools/airflow_ui.py)
     assert (
         f"still running: windowed_counts's deployment {running.id} (v1, RUNNING); its driver is not Airflow's and "
-        f"runs on: stop it with `SAVEPOINTS_STORE={store_uri} savepoints stop windowed_counts --jobs "
-        f"{REPO / 'jobs.toml'}`"
+        f"runs on: stop it with `SAVEPOINTS_STORE={store_uri} savepoints stop windowed_counts --jobs {jobs_file}`"
     ) in log_text, log_text
     assert airflow.leftover_processes() == []
 

@@ -1,7 +1,8 @@
 """`make airflow`, the README's way in for people who want the UI, run as a user runs it (`make airflow`
 through make and uv, i.e. `airflow standalone`) from a user's shell with no Airflow settings: log in with the
-password standalone generated, see the four DAGs with no import errors and the plugin's page behind
-authentication, run a DAG through standalone's own scheduler and executor and read its task log, check that
+password standalone generated, see the DAGs with no import errors and the plugin's page behind authentication,
+run a DAG through standalone's own scheduler and executor and read its task log, run the reconcile DAG, which
+deploys a declared job (a stand-in driver, no Spark), check that
 nothing listens beyond 127.0.0.1, have a real Prometheus (Debian's) scrape the plugin's /savepoints/metrics
 with a bearer token as docs/operations.md configures it and check its answers against the store, and stop it
 with one Ctrl-C (SIGINT to the terminal's foreground process group: make, uv and Python all get it) that ends

@@ -1,5 +1,5 @@
 """SavepointsHook: the one place the Airflow layer meets the engine's configuration. It turns Airflow's
-connections into the engine's `Settings` and resolves a `Context` from them (core/context.py):
+connections into the engine's `Settings` and resolves a `Context` from them (core/jobs/context.py):
 
 - the jobs file (the same one the CLI reads: `jobs_file`, else $SAVEPOINTS_JOBS, else ./jobs.toml);
 - the store's S3 access from an Airflow AWS connection, read as the Amazon provider reads it for every other

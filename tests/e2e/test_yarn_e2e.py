@@ -90,7 +90,7 @@ def test_cluster_mode_on_yarn_with_checkpoints_on_hdfs(
     assert v1.launcher["pid"] not in ancestors(driver), "the driver is no child of spark-submit"
     container = Path(f"/proc/{driver}/cwd").resolve()
     assert Path(f"/proc/{driver}/cmdline").read_bytes().split(b"\0")[0] == b"./environment/bin/python"
-    assert list((container / "environment/lib").glob("python3.*/site-packages/airflow_plugin/core/context.py"))
+    assert list((container / "environment/lib").glob("python3.*/site-packages/airflow_plugin/core/jobs/context.py"))
 
     # a live savepoint while the query commits batches (its checkpoint on HDFS, read over WebHDFS)
     feed.round()

@@ -15,7 +15,7 @@ restore the engine asks the broker itself (`Broker.watermarks`) and compares (`c
 
 Anything but ok (and added from 0) makes the snapshot unrestorable without losing records.
 
-The broker's address and client settings: `KafkaSettings`, resolved once per job (core/context.py). The
+The broker's address and client settings: `KafkaSettings`, resolved once per job (core/jobs/context.py). The
 client is confluent-kafka, imported only when a broker is asked (the `kafka` extra)."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ DEFAULT_TIMEOUT_S = 10.0
 # (a script's own strict argparse refuses an argument it did not ask for): in its environment, which a local or
 # client-mode driver gets, and in its Spark conf, which reaches a driver in a cluster's container too
 # (spark_jobs/runtime/broker.py reads both). The variable is the engine's own setting as well: it wins over the
-# jobs file's `kafka` table (core/context.py), so a driver's and the engine's broker are one.
+# jobs file's `kafka` table (core/jobs/context.py), so a driver's and the engine's broker are one.
 KAFKA_ENV = "SAVEPOINTS_KAFKA_BOOTSTRAP"
 KAFKA_CONF = "spark.savepoints.kafka.bootstrapServers"
 _SECRET = re.compile(r"password|secret|token|jaas|credential|key\.pem", re.IGNORECASE)

@@ -2,7 +2,7 @@
 
 Endpoint, region and credentials come from boto3's own chain (AWS_ENDPOINT_URL, AWS_PROFILE, ...)
 unless `S3Settings` names them (the Airflow layer fills it from an AWS connection; the job context hands
-the same settings to every location it opens: core/context.py).
+the same settings to every location it opens: core/jobs/context.py).
 
 Retries are the libraries': botocore's retry mode (`standard`, or AWS_RETRY_MODE; AWS_MAX_ATTEMPTS)
 retries throttling, 5xx, connection errors and truncated XML answers up to the response headers of a

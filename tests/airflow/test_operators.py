@@ -489,3 +489,40 @@ def test_an_upgrade_that_waits_defers_and_its_trigger_fires_when_a_step_can_go_o
     event, _ = trigger.check(hook)
     assert event is not None and (event["status"], event["upgrade"]) == ("ready", "up-1")
     assert Upgrades(storage).get("orders", "up-1").phase is Phase.CATCHING_UP, "the trigger only looks"
+
+
+def test_an_upgrade_nobody_approves_in_time_is_aborted_and_lets_the_job_go(tmp_path: Path) -> None:
+    """`UpgradeJobOperator(approve=True)`: the approval request timed out (Airflow resumes the task with a timeout
+    event, from the triggerer or the scheduler's sweep): the upgrade is aborted before anything was launched, says
+    why, and its lease is released; the task fails without a retry. (An answer, Approve or Reject, through Airflow's
+    own API: tests/airflow/test_dags.py.)"""
+    from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
+    from airflow_plugin.core.upgrades.steps import HOLDER, LEASE_SECONDS
+    from airflow_plugin.operators import UpgradeJobOperator
+
+    jobs = str(write_jobs(tmp_path))
+    storage = open_storage(str(tmp_path / "store"))
+    upgrade = Upgrade("up-1", "orders", "v2", mode="stop_restore", request_id="airflow:test_dag/manual/test_task/-1")
+    Upgrades(storage).put(upgrade.move(Phase.LAUNCHING, "pre-flight passed"))
+    acquire(storage, "orders", HOLDER + upgrade.id, "upgrade", LEASE_SECONDS).keep()
+    operator = UpgradeJobOperator(
+        task_id="test_task",
+        job="orders",
+        version="v2",
+        approve=True,
+        jobs_file=jobs,
+        aws_conn_id=None,
+        spark_conn_id=None,
+    )
+    timeout = {
+        "error": "The Human-in-the-loop response timeout has passed without a response.",
+        "error_type": "timeout",
+    }
+    context = task_context()
+    with pytest.raises(AirflowFailException, match="ABORTED: not approved"):
+        operator.execute_complete(context, timeout)
+    record = Upgrades(storage).get("orders", "up-1")
+    assert record.phase is Phase.ABORTED and record.new_deployment is None and record.approved_by is None
+    assert record.error is not None and "timeout has passed without a response" in record.error, record.error
+    assert context["ti"].pushed["upgrade"]["phase"] == "ABORTED"
+    assert read_lease(storage, "orders") is None, "the job is free again"

@@ -191,7 +191,7 @@ class UpgradeJobOperator(UpgradeDriver, UpgradeBaseOperator):
         if flag(self.approve) and not upgrade.approved_by:
             upgrade = self.drive(ctx, context, upgrade, phases=BEFORE_LAUNCH)
             if upgrade.phase is Phase.LAUNCHING:
-                self._ask(ctx, context, await_approval(ctx, upgrade, self.approval_timeout.total_seconds()))
+                self._ask(context, await_approval(ctx, upgrade, self.approval_timeout.total_seconds()))
         return self._ended(self.drive(ctx, context, upgrade), context)
 
     def _approval(self, upgrade: Upgrade | None = None) -> Any:
@@ -215,7 +215,7 @@ class UpgradeJobOperator(UpgradeDriver, UpgradeBaseOperator):
             response_timeout=self.approval_timeout,
         )
 
-    def _ask(self, ctx: JobContext, context: Context, upgrade: Upgrade) -> None:
+    def _ask(self, context: Context, upgrade: Upgrade) -> None:
         self.log.info("upgrade %s waits for a person to approve its launch (Required Actions)", upgrade.id)
         self._approval(upgrade).execute(context)  # defers (or awaits input): execute_complete gets the answer
 

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import Asset, AssetAlias, Context
 
 from .core import layout
-from .core.snapshots.manifest import Manifest
+from .core.records.manifest import Manifest
 from .core.snapshots.store import SnapshotStore
 from .core.storage import LocalStorage
 

@@ -42,11 +42,12 @@ from typing import Any
 
 from airflow_plugin.cli.main import main as cli_main
 from airflow_plugin.core.jobs.context import Settings
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.layout import manifest_key, pack_key
 from airflow_plugin.core.parallel import run_parallel
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
+from airflow_plugin.core.records.manifest import FileEntry, Kind, Manifest, SnapshotStatus, Trigger, new_snapshot_id
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.snapshots.manifest import FileEntry, Kind, Manifest, SnapshotStatus, Trigger, new_snapshot_id
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
 from bench.deploy_plan import plan as plan_deploy

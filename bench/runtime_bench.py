@@ -34,7 +34,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State, new_request_id
+from airflow_plugin.core.jobs.deployments import Deployments, new_request_id
+from airflow_plugin.core.records.deployment import ControlRequest, DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
 from bench.report import Results, Target, log, report
 from devtools.spark import local_spark

@@ -19,9 +19,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from airflow_plugin.core.records.manifest import Manifest
 from airflow_plugin.core.snapshots.blobs import MiB, PackSettings
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.snapshots.manifest import Manifest
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from bench.report import Results, Target, log, report
 from bench.snapshot_bench import BENCH_DIR, CASES, ensure_checkpoint, mb, run_tool, s3_server, tree_stats, venv_tool

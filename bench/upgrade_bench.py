@@ -36,8 +36,9 @@ from typing import Any
 
 from airflow_plugin.core.jobs.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy, live_deployments
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.records.deployment import Deployment
 from airflow_plugin.core.sinks import delta as delta_sink
 from airflow_plugin.core.upgrades.record import Phase, Upgrade
 from airflow_plugin.core.upgrades.run import begin, run_upgrade

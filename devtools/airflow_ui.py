@@ -29,9 +29,9 @@ from pathlib import Path
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.context import KAFKA_ENV, STORE_ENV, Settings
 from airflow_plugin.core.jobs.deploy import live_deployments
-from airflow_plugin.core.jobs.deployments import State
 from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.records.deployment import State
 from devtools import airflow_env, processes
 from devtools.feeding import BackgroundFeeder
 from devtools.kafka import EmbeddedKafka

@@ -40,12 +40,13 @@ from typing import Any
 
 from airflow_plugin.core.guards import source as source_guard
 from airflow_plugin.core.jobs.context import JobContext, Settings
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
+from airflow_plugin.core.jobs.deployments import Deployments, observed_state
 from airflow_plugin.core.jobs.spec import JOBS_ENV
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
+from airflow_plugin.core.records.manifest import Manifest
 from airflow_plugin.core.sinks import delta as delta_sink
 from airflow_plugin.core.sinks import file as file_sink
 from airflow_plugin.core.sinks.file import QUARANTINE
-from airflow_plugin.core.snapshots.manifest import Manifest
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
 from airflow_plugin.core.upgrades.steps import iso_millis

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from airflow_plugin.core.jobs.context import JobContext
-from airflow_plugin.core.jobs.deployments import State
+from airflow_plugin.core.records.deployment import State
 from airflow_plugin.core.storage import open_storage
 from spark_jobs.generate import write_flush, write_poison, write_round
 from spark_jobs.jobs.windowed.output import read_output, summarize

@@ -19,8 +19,8 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
+from ..core.records.manifest import Listed
 from ..core.retention.plan import Plan
-from ..core.snapshots.manifest import Listed
 from ..core.sources.kafka import SourceCheck
 
 # Piped output (grep, logs) gets wide lines instead of a table squeezed to 80 columns.

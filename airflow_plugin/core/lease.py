@@ -14,9 +14,7 @@ so a lease broken or taken over by someone else is noticed at the next renewal),
 released at the end: replaced, only if unchanged, by the job's released record (`LeaseRecord.released`:
 one content per job, expired, holder "(released)"). Readers see no lease in it. The next `acquire` takes it
 in one request where the store derives a token from the content (S3: its MD5 ETag), a replace naming the
-released record's token without reading it, and knows that the last holder released the lease with this
-savepoints (`Lease.after_release`): not an older one (which deletes it, and which takes the released
-record over as an expired lease), not a holder that died or whose lease was broken.
+released record's token without reading it.
 
 A lost lease sets `lost`; `check()` raises LeaseLost, and so does leaving the block. Expiry compares the
 holder's clock (expires_at) with the reader's: keep ttl well above the clock skew between hosts.
@@ -138,7 +136,7 @@ class LeaseRecord:
     @classmethod
     def released(cls, job: str) -> LeaseRecord:
         """What a release leaves: the same content for every release of the job (its token is known without a
-        read), a well-formed record that has always expired (an older savepoints takes it over as such)."""
+        read), a well-formed record that has always expired."""
         return cls(job, f"({RELEASED})", RELEASED, _EPOCH, _EPOCH, _EPOCH, 0.0, RELEASED)
 
     @property
@@ -188,10 +186,8 @@ class Lease:
     """A held lease. Use as a context manager (renewal thread, release at the end), or call `renew` and
     `release` yourself."""
 
-    def __init__(self, storage: Storage, record: LeaseRecord, token: str, *, after_release: bool = False) -> None:
+    def __init__(self, storage: Storage, record: LeaseRecord, token: str) -> None:
         self.storage = storage
-        # taken from the released record this savepoints leaves: its last holder released it (see the module)
-        self.after_release = after_release
         self.key = lease_key(record.job)
         self.record = record
         self._token = token  # the store's token of our current record
@@ -310,7 +306,7 @@ def acquire(storage: Storage, job: str, holder: str, operation: str, ttl: float 
     if released is not None:  # the usual case, a lease released by this savepoints: one request
         record = LeaseRecord.new(job, holder, operation, ttl, _now())
         try:
-            return Lease(storage, record, storage.replace(key, record.to_json(), released), after_release=True)
+            return Lease(storage, record, storage.replace(key, record.to_json(), released))
         except Conflict:
             pass  # held, absent, or a token the store does not derive from the content (SSE-KMS): read it
     # The lease may be released between our failed create and our read: then create once more.
@@ -330,7 +326,7 @@ def acquire(storage: Storage, job: str, holder: str, operation: str, ttl: float 
         record = LeaseRecord.new(job, holder, operation, ttl, _now())
         try:
             token = storage.replace(key, record.to_json(), token)
-            lease = Lease(storage, record, token, after_release=current.is_released)
+            lease = Lease(storage, record, token)
         except Conflict:
             raise _held(storage, job, _read(storage, job), took_over=not current.is_released) from None
         if current.holder == holder:  # a later step of the same holder (an Airflow DAG run's next task, a retry)

@@ -25,15 +25,15 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from .catalog.snapshots import SnapshotEntry
 from .errors import SavepointsError
 from .jobs.context import Context, JobContext
-from .jobs.deployments import DeploymentStatus, State
 from .jobs.observe import observe_deployment
 from .jobs.spec import RUNNING
 from .lease import read_lease
 from .parallel import map_parallel
 from .reconcile.apply import declared_status
+from .records.deployment import DeploymentStatus, State
+from .records.manifest import Kind, SnapshotStatus
 from .retention.policy import parse_policy
 from .retention.usage import StoreUsage, read_usage
-from .snapshots.manifest import Kind, SnapshotStatus
 from .snapshots.store import SnapshotStore
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,11 @@ from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..core.errors import NoState
 from ..core.jobs.context import JobContext
 from ..core.jobs.deploy import DEFAULT_RESTORE, FIRST_DEPLOYMENT, DeployRequest, deploy
-from ..core.jobs.deployments import Deployment, describe
+from ..core.jobs.deployments import describe
 from ..core.jobs.observe import observe_deployment
 from ..core.jobs.stop import stop
-from ..core.snapshots.manifest import parse_labels
+from ..core.records.deployment import Deployment
+from ..core.records.manifest import parse_labels
 from ..core.upgrades.launch import activate, prestart
 from ..dag_params import RESTORE_TITLE
 from ..links import SnapshotLink, SparkUILink

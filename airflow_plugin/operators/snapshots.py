@@ -12,7 +12,7 @@ from ..assets import SNAPSHOTS, emit_snapshot_event, snapshot_xcom
 from ..compat import AirflowFailException
 from ..core.jobs.context import JobContext
 from ..core.jobs.savepoint import take_savepoint
-from ..core.snapshots.manifest import Kind, Trigger, parse_labels
+from ..core.records.manifest import Kind, Trigger, parse_labels
 from ..core.snapshots.verify import verify_snapshot
 from ..links import SnapshotLink
 from .base import SavepointsBaseOperator, choice, flag

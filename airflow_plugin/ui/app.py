@@ -33,8 +33,8 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core import metrics
+from ..core.records.manifest import parse_labels
 from ..core.snapshots.lifecycle import set_pinned
-from ..core.snapshots.manifest import parse_labels
 from . import runs, views
 from .errors import ApiError, engine_errors
 from .security import (

@@ -21,7 +21,7 @@ from ..core.jobs.spec import JobSpec
 from ..core.jobs.stop import job_status
 from ..core.parallel import map_parallel
 from ..core.reconcile.apply import declared_status
-from ..core.snapshots.manifest import Manifest
+from ..core.records.manifest import Manifest
 from ..core.sources.kafka import SourceCheck
 from ..core.storage import S3Settings
 from ..core.upgrades.record import Upgrades

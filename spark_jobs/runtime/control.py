@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from airflow_plugin.core.errors import SavepointsError
-from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments
+from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.records.deployment import ControlRequest
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_plugin.core.jobs.deployments import BLUE, GREEN, SOLE, STAGING, ControlRequest
+from airflow_plugin.core.records.deployment import BLUE, GREEN, SOLE, STAGING, ControlRequest
 from airflow_plugin.core.sinks.delta import is_table
 from airflow_plugin.core.storage import open_storage
 

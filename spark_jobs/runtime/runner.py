@@ -23,8 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.rescale import PARTITIONS_CONF
+from airflow_plugin.core.records.deployment import ControlRequest, DeploymentStatus, State
 from airflow_plugin.core.sinks import DELTA, SinkRef
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Upgrades

@@ -34,8 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from airflow_plugin.core.jobs.deployments import State
 from airflow_plugin.core.jobs.spec import IDEMPOTENT
+from airflow_plugin.core.records.deployment import State
 
 from .args import RuntimeArgs, Trigger, parse_args, seconds_option
 from .broker import export_broker

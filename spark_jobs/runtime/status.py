@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.streaming import StreamingQueryListener
 
 from airflow_plugin.core.errors import SavepointsError
-from airflow_plugin.core.jobs.deployments import Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.records.deployment import DeploymentStatus, State
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.listener import (

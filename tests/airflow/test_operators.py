@@ -19,8 +19,9 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.jobs.deploy import submit_spec
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.lease import acquire, airflow_holder, break_lease, read_lease
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.sources.kafka import KAFKA_CONF, KAFKA_ENV
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.hooks.savepoints import SavepointsHook
@@ -358,7 +359,7 @@ def test_release_lease_ends_the_runs_kept_lease_and_leaves_anyone_elses(tmp_path
     acquire(storage, "orders", airflow_holder("test_dag", "manual"), "deploy", ttl=60).keep()
     assert operator.execute(task_context()) == {"job": "orders", "holder": "airflow:test_dag/manual", "released": True}
     assert read_lease(storage, "orders") is None
-    assert acquire(storage, "orders", "carol@host:2", "stop", ttl=60).after_release
+    assert acquire(storage, "orders", "carol@host:2", "stop", ttl=60).record.holder == "carol@host:2"
     assert operator.execute(task_context())["released"] is False  # carol's
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
-from airflow_plugin.core.snapshots.manifest import SnapshotStatus
+from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
+from airflow_plugin.core.records.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
 from devtools.windowed import wait_for

@@ -20,8 +20,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from airflow_plugin.core.records.manifest import Kind
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.snapshots.manifest import Kind
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades

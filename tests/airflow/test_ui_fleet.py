@@ -18,10 +18,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, State
 from airflow_plugin.core.layout import deployment_key, status_key
 from airflow_plugin.core.parallel import run_parallel
-from airflow_plugin.core.snapshots.manifest import SnapshotStatus
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
+from airflow_plugin.core.records.manifest import SnapshotStatus
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.ui.app import create_app
 from airflow_plugin.ui.views import PageSettings

@@ -157,7 +157,7 @@ def test_restore_refusals_change_nothing(
         (lambda d: d["files"].__setitem__(0, ["/etc/passwd", 1, "0" * 64, 0.0, "packs/00/0.pack", 0]), "is unsafe"),
         (lambda d: d["files"].__setitem__(0, ["metadata", 1, "0" * 64, 0.0, "packs/../../x.pack", 0]), "is unsafe"),
         (lambda d: d["files"].__setitem__(0, ["metadata", 1, "0" * 64, 0.0, "jobs/x/manifest.json", 0]), "is corrupt"),
-        (lambda d: d["files"].__setitem__(0, ["metadata", 1, "0" * 64, 0.0]), "is corrupt"),  # format 1 entry
+        (lambda d: d["files"].__setitem__(0, ["metadata", 1, "0" * 64, 0.0]), "is corrupt"),  # no location
         (None, "is corrupt"),
     ],
 )

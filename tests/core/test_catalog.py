@@ -1,5 +1,5 @@
 """The catalogs (core/catalog/index.py over manifests and deployment records): property-based sequences of changes,
-crashes between a change and its settle, writers that do not mark (an older savepoints), a damaged or
+crashes between a change and its settle, writers that do not mark (by hand, a backup), a damaged or
 deleted catalog; the invariant checked after every step on the stored object itself (each entry matches its
 record, or the record is marked) and on what readers see (exactly what the records hold). Then threads racing
 on one catalog, and the deployment index with its final heartbeats."""
@@ -20,11 +20,10 @@ from hypothesis import strategies as st
 from airflow_plugin.core.catalog.index import DEAD_AFTER, Known, Mark
 from airflow_plugin.core.catalog.snapshots import SnapshotEntry
 from airflow_plugin.core.errors import NotFound, StoreUnavailable
-from airflow_plugin.core.jobs.context import JobContext
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
-from airflow_plugin.core.jobs.spec import JobSpec
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.layout import manifest_key, snapshot_catalog_key
 from airflow_plugin.core.lease import default_holder
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.snapshots.lifecycle import set_pinned
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import LocalStorage
@@ -92,7 +91,7 @@ def test_readers_see_exactly_what_the_manifests_hold_whatever_happened(ops: list
             killed_writer(store, target, "someone@elsewhere:1", time.time() - DEAD_AFTER - 1)
         elif op == "unmarked":
             existed = store.catalog(JOB).stored() is not None
-            write_unmarked(store.storage, manifest(JOB))  # an older savepoints: only a listing finds it
+            write_unmarked(store.storage, manifest(JOB))  # written by hand: only a listing finds it
             view, differed = store.catalog(JOB).validate()
             assert len(differed) == int(existed) and listed(list(view.values())) == truth(store, JOB)
         elif op == "damage":
@@ -213,16 +212,3 @@ def test_deployments_are_listed_from_the_index_with_the_final_heartbeat_of_retir
     (tmp_path / "jobs" / JOB / "deployments" / "dp-0" / "status.json").unlink()  # not read again
     assert reader.status(JOB, "dp-0").last_batch_id == 0 and reader.status(JOB, "dp-4").last_batch_id == 40
     assert reader.index(JOB).stored()[1] == []
-
-
-def test_an_operation_under_the_lease_first_adds_deployments_an_older_savepoints_started(tmp_path: Path) -> None:
-    storage = LocalStorage(tmp_path)
-    Deployments(storage).put(Deployment("dp-0", JOB, "v1", "/c/0"))
-    started_elsewhere = Deployment("dp-1", JOB, "v1", "/c/1")  # written without the index, as before catalogs
-    storage.write(f"jobs/{JOB}/deployments/dp-1/deployment.json", started_elsewhere.to_json())
-    storage.write(f"jobs/{JOB}/deployments/dp-9/status.json", b"{}")  # a pre-flight's run: no record
-    context = JobContext(JobSpec.undeclared(JOB), SnapshotStore(storage))
-    assert [d.id for d in Deployments(storage).list(JOB)] == ["dp-0"]
-    with context.operation("deploy"):
-        assert [d.id for d in context.deployments.list(JOB)] == ["dp-0", "dp-1"]
-    assert [d.id for d in Deployments(storage).list(JOB)] == ["dp-0", "dp-1"]

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from airflow_plugin.core.records.manifest import SnapshotStatus
 from airflow_plugin.core.retention.policy import KindPolicy, RetentionPolicy
 from airflow_plugin.core.retention.prune import prune
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage

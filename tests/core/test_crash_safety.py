@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from airflow_plugin.core.records.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.blobs import PackSettings
-from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import open_storage

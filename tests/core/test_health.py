@@ -15,9 +15,10 @@ from rich.console import Console
 from airflow_plugin.cli.render import status_table
 from airflow_plugin.core.errors import NotFound
 from airflow_plugin.core.jobs.context import JobContext
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, describe
+from airflow_plugin.core.jobs.deployments import Deployments, describe
 from airflow_plugin.core.jobs.health import Verdict, assess, check_health, target_batch
 from airflow_plugin.core.jobs.spec import JobSpec
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import LocalStorage
 

@@ -17,14 +17,15 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from airflow_plugin.cli import main
 from airflow_plugin.core import metrics
 from airflow_plugin.core.jobs.context import Settings
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.layout import BLOBS, PACKS
 from airflow_plugin.core.lease import acquire
 from airflow_plugin.core.reconcile.record import Reconciled, Restart
 from airflow_plugin.core.reconcile.record import write as write_reconciled
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
+from airflow_plugin.core.records.manifest import Kind, Manifest, SnapshotStatus, Trigger, new_snapshot_id
 from airflow_plugin.core.retention.prune import prune
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, new_snapshot_id
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import LocalStorage, open_storage
 from airflow_plugin.core.timestamps import utc_now

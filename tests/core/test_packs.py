@@ -1,12 +1,11 @@
 """The blob layer (snapshots/blobs.py) on synthetic checkpoints: packing and its settings, large files as
-single objects, coalesced reads, format 1 stores read and extended, the incremental restore onto an
+single objects, coalesced reads, the refusal of formats it does not know, the incremental restore onto an
 earlier restore (the upgrade's early restore) byte for byte against a plain one, and its refusals."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,9 +14,9 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core.errors import IntegrityError, Refused
 from airflow_plugin.core.layout import blob_key
+from airflow_plugin.core.records.manifest import FileEntry, Manifest
 from airflow_plugin.core.snapshots.blobs import PackSettings, plan_reads
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.snapshots.manifest import FileEntry, Manifest
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
@@ -73,33 +72,24 @@ def test_reads_are_coalesced_per_object() -> None:
     ]
 
 
-def test_a_format_1_store_stays_readable_and_its_contents_are_reused(tmp_path: Path) -> None:
-    """A store written before packs: one object a content, manifests without locations, no format.json."""
+def test_a_store_or_a_manifest_of_a_format_this_code_does_not_know_is_refused(tmp_path: Path) -> None:
+    """The store's format.json and each manifest carry a format version; one this code does not know (an
+    older one that was never released, or a newer savepoints') is refused, naming it and the fix."""
     ckpt = write_checkpoint(tmp_path / "ckpt", batches=3)
     store = SnapshotStore(LocalStorage(tmp_path / "store"))
-    old = take(store, ckpt)
-    shutil.rmtree(tmp_path / "store" / "packs")
-    (tmp_path / "store" / "format.json").unlink()
-    for entry in old.files:
-        store.storage.write(blob_key(entry.sha256), (ckpt / entry.path).read_bytes())
-    key = f"jobs/orders/snapshots/{old.id}/manifest.json"
-    data = json.loads(store.storage.read(key))
-    data["format_version"], data["files"] = 1, [f[:4] for f in data["files"]]
-    store.storage.write(key, json.dumps(data).encode())
-
-    assert verify_snapshot(store, "orders", old.id).ok
-    restore(store, store.get("orders", old.id), tmp_path / "r")
-    assert tree(tmp_path / "r") == {f.path: (ckpt / f.path).read_bytes() for f in old.files}
-
-    add_batch(ckpt, 3)
-    new = take(store, ckpt)
+    taken = take(store, ckpt)
     assert json.loads(store.storage.read("format.json"))["format_version"] == 2
-    reused = {f.path for f in new.files if f.key.startswith("blobs/")}
-    assert "metadata" in reused and "offsets/3" not in reused  # old contents reused, new ones packed
-    assert verify_snapshot(store, "orders", new.id).ok
-    (tmp_path / "store" / "format.json").write_text('{"format_version": 3}')
-    with pytest.raises(Refused, match=r"format 3.*upgrade savepoints"):
-        take(store, ckpt)
+    for version in (1, 3):
+        (tmp_path / "store" / "format.json").write_text(json.dumps({"format_version": version}))
+        with pytest.raises(Refused, match=rf"store .* has format {version}; this savepoints knows format 2"):
+            take(store, ckpt)
+    (tmp_path / "store" / "format.json").write_text('{"format_version": 2}')
+    key = f"jobs/orders/snapshots/{taken.id}/manifest.json"
+    data = json.loads(store.storage.read(key))
+    for version in (1, 3):
+        store.storage.write(key, json.dumps({**data, "format_version": version}).encode())
+        with pytest.raises(IntegrityError, match=rf"format_version {version}, which this savepoints does not know"):
+            store.get("orders", taken.id)
 
 
 # ---------------------------------------------------------------- incremental restore

@@ -16,10 +16,11 @@ import pytest
 from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.jobs.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import stop
-from airflow_plugin.core.snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger
+from airflow_plugin.core.records.deployment import Deployment, State
+from airflow_plugin.core.records.manifest import Kind, Manifest, SnapshotStatus, Trigger
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.upgrades.launch import activate, prestart
 from airflow_plugin.core.upgrades.preflight import (

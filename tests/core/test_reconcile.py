@@ -14,7 +14,7 @@ import pytest
 from airflow_plugin.cli.main import main
 from airflow_plugin.core.errors import InvalidInput
 from airflow_plugin.core.jobs.context import Settings
-from airflow_plugin.core.jobs.deployments import Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.launcher import alive
 from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.spec import Desired, RestartPolicy, load_jobs
@@ -29,7 +29,8 @@ from airflow_plugin.core.reconcile.plan import (
     restart_delay,
 )
 from airflow_plugin.core.reconcile.record import Reconciled, Restart
-from airflow_plugin.core.snapshots.manifest import Kind
+from airflow_plugin.core.records.deployment import DeploymentStatus, State
+from airflow_plugin.core.records.manifest import Kind
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from devtools.windowed import wait_for
 from tests.support.jobs import POLITE_JOB, kill_every_deployment, write_jobs

@@ -10,8 +10,8 @@ import pytest
 
 from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.jobs.rescale import check_rescalable, current_partitions, repartition
+from airflow_plugin.core.records.manifest import Manifest
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.snapshots.manifest import Manifest
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage

@@ -25,16 +25,13 @@ from airflow_plugin.cli import main
 from airflow_plugin.core.catalog.snapshots import SnapshotEntry
 from airflow_plugin.core.errors import InvalidInput
 from airflow_plugin.core.jobs.context import JobContext
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, State
-from airflow_plugin.core.jobs.deployments import DeploymentStatus as Heartbeat
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.spec import JobSpec
 from airflow_plugin.core.layout import pack_key, retired_key
 from airflow_plugin.core.parallel import run_parallel
-from airflow_plugin.core.retention.plan import Observed, ObservedDeployment, plan
-from airflow_plugin.core.retention.policy import KindPolicy, OnCancellation, RetentionPolicy, parse_policy
-from airflow_plugin.core.retention.prune import execute, observe, prune, retain_checkpoints
-from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.snapshots.manifest import (
+from airflow_plugin.core.records.deployment import Deployment, State
+from airflow_plugin.core.records.deployment import DeploymentStatus as Heartbeat
+from airflow_plugin.core.records.manifest import (
     FileEntry,
     Kind,
     Manifest,
@@ -43,6 +40,10 @@ from airflow_plugin.core.snapshots.manifest import (
     blob_key,
     new_snapshot_id,
 )
+from airflow_plugin.core.retention.plan import Observed, ObservedDeployment, plan
+from airflow_plugin.core.retention.policy import KindPolicy, OnCancellation, RetentionPolicy, parse_policy
+from airflow_plugin.core.retention.prune import execute, observe, prune, retain_checkpoints
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import LocalStorage, ObjectInfo, Storage, open_storage

@@ -28,8 +28,8 @@ import pytest
 from airflow_plugin.core.errors import InvalidInput, StoreUnavailable
 from airflow_plugin.core.layout import BLOBS, PACKS
 from airflow_plugin.core.lease import acquire, read_lease
+from airflow_plugin.core.records.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
-from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot

@@ -17,8 +17,9 @@ from airflow_plugin.core.errors import Refused
 from airflow_plugin.core.guards.sink import FRESH, SINK_AHEAD, ahead, plan_fresh_rewind, start_bound
 from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import build_of
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.startup import wait_for_state
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.sinks import DELTA, FILE, SinkRef
 from airflow_plugin.core.sinks import file as file_sink
 from airflow_plugin.core.snapshots.checkpoint import read_position

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.core.errors import CheckpointError, IntegrityError, Refused
+from airflow_plugin.core.records.manifest import Kind, Manifest, SnapshotStatus
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.lifecycle import delete_snapshot, set_pinned
-from airflow_plugin.core.snapshots.manifest import Kind, Manifest, SnapshotStatus
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot

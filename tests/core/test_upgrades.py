@@ -14,8 +14,8 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core.errors import InvalidInput, Refused, UpgradeFailed
 from airflow_plugin.core.jobs.context import Settings
-from airflow_plugin.core.jobs.deployments import ControlRequest
 from airflow_plugin.core.lease import acquire, read_lease
+from airflow_plugin.core.records.deployment import ControlRequest
 from airflow_plugin.core.upgrades.mode import Observed, decide, parse_size, room_for_two
 from airflow_plugin.core.upgrades.record import Mode, Phase, Upgrade, Upgrades
 from airflow_plugin.core.upgrades.run import begin, cancel, outcome

@@ -17,9 +17,10 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core import hadoop_conf
 from airflow_plugin.core.errors import InvalidInput
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, ended_by_cluster
+from airflow_plugin.core.jobs.deployments import Deployments, ended_by_cluster
 from airflow_plugin.core.jobs.launcher import SubmitSpec, default_command
 from airflow_plugin.core.jobs.yarn import AppReport
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
 from devtools.hadoop import MiniHadoop
 from devtools.windowed import wait_for

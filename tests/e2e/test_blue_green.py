@@ -28,9 +28,10 @@ import pytest
 
 from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State, observed_state
+from airflow_plugin.core.jobs.deployments import Deployments, observed_state
 from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.stop import running_deployment, stop
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
 from devtools.feeding import BackgroundFeeder

@@ -21,9 +21,10 @@ import pytest
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.deployments import Deployments, State, observed_state
+from airflow_plugin.core.jobs.deployments import Deployments, observed_state
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.jobs.stop import kill, stop
+from airflow_plugin.core.records.deployment import State
 from airflow_plugin.core.upgrades.record import Phase, Upgrades
 from devtools.feeding import BackgroundFeeder
 from devtools.windowed import Feeder, processed, wait_for, wait_output_complete, write_jobs_file

@@ -26,7 +26,7 @@ import pytest
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.jobs.stop import kill
-from airflow_plugin.core.snapshots.manifest import SnapshotStatus
+from airflow_plugin.core.records.manifest import SnapshotStatus
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from devtools.kafka import EmbeddedKafka
 from devtools.scenario import JOB, Lifecycle

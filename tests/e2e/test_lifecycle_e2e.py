@@ -22,10 +22,11 @@ from airflow_plugin.core.errors import LaunchFailed
 from airflow_plugin.core.guards.sink import SINK_AHEAD
 from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.health import Verdict, check_health
 from airflow_plugin.core.jobs.launcher import alive
 from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.sinks.file import LOG_DIR, QUARANTINE
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.upgrades.record import Phase, Upgrades

@@ -29,9 +29,10 @@ import httpx
 import pytest
 
 from airflow_plugin.core.jobs.context import Settings
-from airflow_plugin.core.jobs.deployments import Deployment, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.reconcile import record as records
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import LocalStorage, open_storage

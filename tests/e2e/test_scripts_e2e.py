@@ -35,14 +35,14 @@ from airflow_plugin.cli.main import main
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, State
 from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill
 from airflow_plugin.core.reconcile.apply import apply, declared_status
 from airflow_plugin.core.reconcile.plan import Action
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
+from airflow_plugin.core.records.manifest import SnapshotStatus
 from airflow_plugin.core.sinks.delta import SESSION_CONF
-from airflow_plugin.core.snapshots.manifest import SnapshotStatus
 from airflow_plugin.core.spark_app import loopback_env, spark_submit_binary
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrades

@@ -20,8 +20,8 @@ import pytest
 
 from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.deployments import DeploymentStatus, State
 from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.records.deployment import DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrades
 from devtools.feeding import BackgroundFeeder

@@ -23,9 +23,9 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core.jobs.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.deployments import Deployment, DeploymentStatus, State
 from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.stop import running_deployment, stop
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.sinks.delta import SESSION_CONF
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Mode, Phase, Upgrades

@@ -28,12 +28,12 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core.jobs.context import JobContext, Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
-from airflow_plugin.core.jobs.deployments import State
 from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.spec import JOBS_ENV
 from airflow_plugin.core.jobs.yarn import resource_manager
-from airflow_plugin.core.snapshots.manifest import Kind, SnapshotStatus
+from airflow_plugin.core.records.deployment import State
+from airflow_plugin.core.records.manifest import Kind, SnapshotStatus
 from airflow_plugin.core.upgrades.record import Upgrade, Upgrades
 from devtools.dag_runs import load_dags, run_dag
 from devtools.embedded_s3 import EmbeddedS3

@@ -16,8 +16,9 @@ import pytest
 
 from airflow_plugin.cli import main
 from airflow_plugin.core.jobs.context import Settings
-from airflow_plugin.core.jobs.deployments import BLUE, SOLE, Deployment, Deployments, DeploymentStatus, State
-from airflow_plugin.core.snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger
+from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.records.deployment import BLUE, SOLE, Deployment, DeploymentStatus, State
+from airflow_plugin.core.records.manifest import Kind, Manifest, SnapshotStatus, Trigger
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
 from spark_jobs.runtime.args import parse_args
 from spark_jobs.runtime.control import ControlChannel

@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from airflow_plugin.core.jobs.deployments import DeploymentStatus, State
+from airflow_plugin.core.records.deployment import DeploymentStatus, State
 from airflow_plugin.core.snapshots.checkpoint import KAFKA_INITIAL_OFFSETS_PREFIX, OffsetLog
 from airflow_plugin.core.sources import files as file_log
 from airflow_plugin.core.sources import positions

@@ -30,15 +30,9 @@ from typing import Any
 
 import pytest
 
-from airflow_plugin.core.jobs.deployments import (
-    ControlRequest,
-    Deployment,
-    Deployments,
-    DeploymentStatus,
-    State,
-    new_request_id,
-)
+from airflow_plugin.core.jobs.deployments import Deployments, new_request_id
 from airflow_plugin.core.jobs.deployments import describe as describe_deployment
+from airflow_plugin.core.records.deployment import ControlRequest, Deployment, DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
 from devtools.embedded_s3 import EmbeddedS3
 from spark_jobs import generate

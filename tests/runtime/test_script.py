@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from airflow_plugin.cli import main
-from airflow_plugin.core.jobs.deployments import ControlRequest, Deployments, DeploymentStatus, State
+from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.records.deployment import ControlRequest, DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
 from devtools.windowed import wait_for
 from spark_jobs.runtime import EXIT_REFUSED, Delivery, DeliveryRefused, SinkKind, SourceKind, StreamingJob, parse_args

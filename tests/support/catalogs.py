@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow_plugin.core.catalog.snapshots import SnapshotEntry
 from airflow_plugin.core.layout import pack_key, snapshots_prefix
-from airflow_plugin.core.snapshots.manifest import (
+from airflow_plugin.core.records.manifest import (
     FileEntry,
     Kind,
     Manifest,

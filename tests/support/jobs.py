@@ -40,7 +40,8 @@ versions.v2 = {{ application = "{application}", args = ["--variant", "2"] }}
 # the store) without a query, and never looks at its control channel: it stops only when killed.
 STUBBORN_JOB = """
 import argparse, time
-from airflow_plugin.core.jobs.deployments import Deployments, State, DeploymentStatus
+from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.records.deployment import State, DeploymentStatus
 from airflow_plugin.core.storage import open_storage
 from tests.support.jobs import write_jobs
 p = argparse.ArgumentParser()
@@ -60,7 +61,8 @@ while True:  # a heartbeat, and never a look at the control channel
 POLITE_JOB = """
 import argparse, time
 from pathlib import Path
-from airflow_plugin.core.jobs.deployments import Deployments, State, DeploymentStatus
+from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.records.deployment import State, DeploymentStatus
 from airflow_plugin.core.storage import open_storage
 from spark_jobs.runtime.control import ControlChannel
 from tests.support.synthetic import write_checkpoint

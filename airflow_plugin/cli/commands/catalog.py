@@ -29,8 +29,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def run_catalog(args: argparse.Namespace, ctx: Context) -> Output:
     store = ctx.store(args.job)
-    jobs = [args.job] if args.job else None
-    reports = rebuild_catalogs(store, jobs) if args.action == "rebuild" else check_catalogs(store, jobs)
+    jobs = [args.job] if args.job else store.jobs()
+    act = rebuild_catalogs if args.action == "rebuild" else check_catalogs
+    reports = act(store.storage, jobs)
 
     def human() -> None:
         for report in reports:

@@ -17,7 +17,7 @@ from ...core.jobs.stop import job_status, kill, stop
 from ...core.lease import LeaseRecord, break_lease, held_leases, read_lease
 from ...core.parallel import map_parallel
 from ...core.reconcile.apply import declared_status, describe_declared
-from ...core.snapshots.manifest import parse_labels
+from ...core.records.manifest import parse_labels
 from ...core.upgrades.preflight import preflight
 from ..options import add_concurrency_option, add_job, add_kafka_option
 from ..render import Output, out, say, status_table

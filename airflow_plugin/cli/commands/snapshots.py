@@ -10,11 +10,11 @@ from ...core.errors import Refused
 from ...core.guards import source as source_guard
 from ...core.jobs.context import Context, JobContext
 from ...core.jobs.deploy import live_deployments
+from ...core.records.manifest import Kind, Trigger, parse_labels
 from ...core.sinks import DELTA, FILE, SinkRef
 from ...core.sinks import delta as delta_sink
 from ...core.snapshots.create import SnapshotRequest, create_snapshot
 from ...core.snapshots.lifecycle import delete_snapshot, set_pinned
-from ...core.snapshots.manifest import Kind, Trigger, parse_labels
 from ...core.snapshots.restore import execute_restore, plan_restore
 from ...core.snapshots.verify import verify_snapshot
 from .. import exit_codes
@@ -135,8 +135,8 @@ def run_create(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def run_list(args: argparse.Namespace, ctx: Context) -> Output:
-    """Every snapshot, from the catalogs, each checked against a listing of its job's manifests first (what an
-    older savepoints wrote without a catalog shows too); those with Kafka sources are checked against their
+    """Every snapshot, from the catalogs, each checked against a listing of its job's manifests first (what was
+    written without its catalog, by hand or from a backup, shows too); those with Kafka sources are checked against their
     job's broker (one query per job)."""
     listing = ctx.store(args.job).validated(args.job)
     snapshots = listing.entries

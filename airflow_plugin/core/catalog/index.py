@@ -20,7 +20,7 @@ included), or the index holds a MARK for that id. Kept by:
                 the index is rebuilt from the records. A reader saves what it rebuilt if it can (a reader
                 without write access still sees the truth); `validate` also compares the index with a
                 listing of the records (ids and versions) and settles every difference, for what wrote
-                records without marking (an older savepoints).
+                records without marking (by hand, a bucket restored from a backup).
 
 Records are changed only by conditional writes (storage/base.py: a record version is a token), so a deleted
 record is never written back by a late writer, and a settle can tell a write it knows from another's.

@@ -1,6 +1,6 @@
-"""The catalogs of a store's jobs, as a whole: each job's snapshot catalog (catalog/snapshots.py) and
-deployment index (deployments.py), rebuilt from the manifests and records (`savepoints catalog rebuild`:
-what migrates a store written before catalogs in one go, instead of on first use) or checked against a
+"""The catalogs of a store's jobs, as a whole: each job's snapshot catalog (snapshots.py) and deployment
+index (deployments.py), rebuilt from the manifests and records (`savepoints catalog rebuild`:
+every job's at once, instead of on first use) or checked against a
 listing of them, every difference settled (`savepoints catalog check`)."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..jobs.deployments import Deployments
 from ..parallel import map_parallel
-from ..snapshots.store import SnapshotStore
+from ..storage import Storage
+from .deployments import deployment_index
+from .snapshots import snapshot_catalog
 
 
 @dataclass(frozen=True)
@@ -28,28 +29,27 @@ class CatalogReport:
         return asdict(self)
 
 
-def rebuild_catalogs(store: SnapshotStore, jobs: list[str] | None = None) -> list[CatalogReport]:
-    """Rebuild the catalogs of `jobs` (None: every job of the store) from their records; writers at work keep
-    their marks."""
+def rebuild_catalogs(storage: Storage, jobs: list[str]) -> list[CatalogReport]:
+    """Rebuild the catalogs of `jobs` from their records; writers at work keep their marks."""
 
     def one(job: str) -> CatalogReport:
         started = time.monotonic()
-        snapshots = store.catalog(job).rebuild()
-        deployments = Deployments(store.storage).index(job).rebuild()
+        snapshots = snapshot_catalog(storage, job).rebuild()
+        deployments = deployment_index(storage, job).rebuild()
         return CatalogReport(job, len(snapshots), len(deployments), round(time.monotonic() - started, 3))
 
-    return map_parallel(one, jobs if jobs is not None else store.jobs(), concurrency=4)
+    return map_parallel(one, jobs, concurrency=4)
 
 
-def check_catalogs(store: SnapshotStore, jobs: list[str] | None = None) -> list[CatalogReport]:
-    """Compare the catalogs of `jobs` (None: every job) with listings of their records; settle differences."""
+def check_catalogs(storage: Storage, jobs: list[str]) -> list[CatalogReport]:
+    """Compare the catalogs of `jobs` with listings of their records; settle differences."""
 
     def one(job: str) -> CatalogReport:
         started = time.monotonic()
-        snapshots, wrong_snapshots = store.catalog(job).validate()
-        deployments, wrong_deployments = Deployments(store.storage).index(job).validate()
+        snapshots, wrong_snapshots = snapshot_catalog(storage, job).validate()
+        deployments, wrong_deployments = deployment_index(storage, job).validate()
         differed = {"snapshots": wrong_snapshots, "deployments": wrong_deployments}
         seconds = round(time.monotonic() - started, 3)
         return CatalogReport(job, len(snapshots), len(deployments), seconds, {k: v for k, v in differed.items() if v})
 
-    return map_parallel(one, jobs if jobs is not None else store.jobs(), concurrency=4)
+    return map_parallel(one, jobs, concurrency=4)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import IntegrityError
 from ..layout import manifest_key, snapshot_catalog_key, snapshot_id_of, snapshots_prefix
-from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger, summary_of
+from ..records.manifest import Kind, Manifest, SnapshotStatus, Trigger, summary_of
 from ..sources import SourcePosition, positions
 from ..storage import ObjectInfo, Storage
 from .index import RecordIndex

@@ -30,6 +30,7 @@ from ..errors import InvalidInput, NotFound
 from ..lease import DEFAULT_TTL, Lease, acquire, default_holder
 from ..parallel import DEFAULT_CONCURRENCY
 from ..progress import NullProgress, Progress
+from ..records.deployment import Deployment
 from ..sinks.delta import CONF_PREFIX as DELTA_CONF
 from ..snapshots.store import SnapshotStore
 from ..sources.kafka import KAFKA_CONF, KAFKA_ENV, KafkaSettings
@@ -37,7 +38,7 @@ from ..spark_app import SparkAccess
 from ..storage import S3Settings, Storage, open_storage
 from ..storage.hdfs import STORE_REFUSAL
 from ..storage.s3 import S3A
-from .deployments import Deployment, Deployments
+from .deployments import Deployments
 from .launcher import CommandBuilder, default_command
 from .spec import JOBS_ENV, JobSpec, jobs_file, load_jobs
 
@@ -258,11 +259,7 @@ class JobContext:
         self._held.lease = lease
         try:
             with lease:
-                # What it decides on must not miss a deployment. After a release by this savepoints, whatever
-                # was deployed is in the index; else (the job's first lease, an older savepoints that deletes
-                # the lease, a holder that died or whose lease was broken) add to it what it does not list.
-                deployments = self.deployments
-                yield deployments.list(self.name) if lease.after_release else deployments.adopt_unlisted(self.name)
+                yield self.deployments.list(self.name)
                 if self.settings.keep_lease:
                     lease.keep()
         finally:

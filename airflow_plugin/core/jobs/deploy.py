@@ -27,13 +27,13 @@ from typing import NamedTuple
 
 from ..errors import CheckpointError, InvalidInput, NoState, NotFound, Refused
 from ..guards.sink import execute_rewind
+from ..records.deployment import Deployment, DeploymentStatus, State, new_deployment_id
+from ..records.manifest import Kind, Manifest, SnapshotStatus, Trigger
 from ..snapshots.checkpoint import read_restart_point
-from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger
 from ..snapshots.restore import RestorePlan, execute_restore, plan_restore
 from ..spark_app import tool_path
 from ..timestamps import utc_now
 from .context import JobContext
-from .deployments import Deployment, DeploymentStatus, State, new_deployment_id
 from .fresh_start import build_of, fresh_start
 from .launcher import SubmitSpec, alive, on_this_host
 from .observe import state_of

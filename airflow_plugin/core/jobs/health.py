@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
+from ..records.deployment import Deployment, DeploymentStatus, State
 from .context import JobContext
-from .deployments import Deployment, DeploymentStatus, State, observed_state
+from .deployments import observed_state
 from .observe import observe_deployment
 
 

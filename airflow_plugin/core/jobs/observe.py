@@ -7,9 +7,10 @@ from __future__ import annotations
 import logging
 
 from ..errors import ClusterUnavailable, InvalidInput
+from ..records.deployment import Deployment, DeploymentStatus, State
 from . import yarn
 from .context import JobContext
-from .deployments import Deployment, DeploymentStatus, State, ended_by_cluster, observed_state
+from .deployments import ended_by_cluster, observed_state
 from .launcher import yarn_application
 
 log = logging.getLogger(__name__)

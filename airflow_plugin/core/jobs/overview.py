@@ -10,9 +10,9 @@ import time
 from datetime import datetime
 from typing import Any
 
-from ..snapshots.manifest import Kind, SnapshotStatus
+from ..records.deployment import Deployment, DeploymentStatus, State
+from ..records.manifest import Kind, SnapshotStatus
 from .context import JobContext
-from .deployments import Deployment, DeploymentStatus, State
 from .observe import observe_deployment
 
 

@@ -9,8 +9,8 @@ import tempfile
 from pathlib import Path
 
 from ..errors import CheckpointError, Refused
+from ..records.manifest import Manifest
 from ..snapshots.checkpoint import read_restart_point
-from ..snapshots.manifest import Manifest
 from ..spark_app import run_spark_tool
 from ..storage import Storage, spark_uri
 

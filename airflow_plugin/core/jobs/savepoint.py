@@ -4,9 +4,9 @@ What the savepoint operator, the savepoint DAG and the UI button call."""
 from __future__ import annotations
 
 from ..errors import Refused
-from ..snapshots.manifest import Kind, Manifest, Trigger
+from ..records.deployment import Deployment
+from ..records.manifest import Kind, Manifest, Trigger
 from .context import JobContext
-from .deployments import Deployment
 from .snapshot import snapshot_deployment
 from .stop import running_deployment, stop
 

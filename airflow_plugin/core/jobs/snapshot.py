@@ -5,12 +5,12 @@ as the job's runtime reported it from Spark (so that every restore can check the
 
 from __future__ import annotations
 
+from ..records.deployment import Deployment
+from ..records.manifest import Kind, Manifest, SnapshotStatus, Trigger
 from ..sinks import from_description
 from ..snapshots.create import SnapshotRequest, create_snapshot
-from ..snapshots.manifest import Kind, Manifest, SnapshotStatus, Trigger
 from ..timestamps import utc_now
 from .context import JobContext
-from .deployments import Deployment
 
 
 def snapshot_deployment(

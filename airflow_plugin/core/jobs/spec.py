@@ -38,7 +38,7 @@ from typing import Any
 
 from ..durations import duration_seconds
 from ..errors import InvalidInput, NotFound
-from ..snapshots.manifest import check_name
+from ..records.manifest import check_name
 from ..sources.kafka import DEFAULT_TIMEOUT_S, KafkaSettings
 
 JOBS_ENV = "SAVEPOINTS_JOBS"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ..errors import LaunchFailed, Refused
 from ..guards.sink import SINK_AHEAD
+from ..records.deployment import Deployment, DeploymentStatus, State
 from .context import JobContext
-from .deployments import Deployment, DeploymentStatus, State
 from .launcher import SubmitSpec, exit_code, launch, log_tail, submitted
 from .observe import observe_deployment
 

@@ -10,11 +10,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import Refused, SavepointsError, TimedOut
-from ..snapshots.manifest import Kind, Manifest, Trigger
+from ..records.deployment import ControlRequest, Deployment, DeploymentStatus, State
+from ..records.manifest import Kind, Manifest, Trigger
 from ..timestamps import utc_now
 from .context import JobContext
 from .deploy import live_deployments
-from .deployments import ControlRequest, Deployment, DeploymentStatus, State, describe, new_request_id
+from .deployments import describe, new_request_id
 from .launcher import force_kill
 from .observe import observe_deployment, state_of
 from .snapshot import snapshot_deployment

@@ -16,12 +16,12 @@ from typing import Any
 from ..errors import NotFound, SavepointsError, UpgradeFailed
 from ..jobs.context import Context, JobContext
 from ..jobs.deploy import DeployRequest, deploy
-from ..jobs.deployments import Deployment
 from ..jobs.launcher import alive, on_this_host
 from ..jobs.observe import observe_deployment
 from ..jobs.savepoint import take_savepoint
 from ..jobs.stop import kill
 from ..lease import default_holder
+from ..records.deployment import Deployment
 from ..timestamps import utc_now
 from ..upgrades.record import Phase, Upgrade, Upgrades
 from ..upgrades.run import begin, run_upgrade

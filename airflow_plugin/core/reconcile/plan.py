@@ -23,8 +23,8 @@ import random
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..jobs.deployments import State
 from ..jobs.spec import DEFAULT_RESTORE, STOPPED, Desired, RestartPolicy
+from ..records.deployment import State
 from .record import Reconciled
 
 APPLY = "savepoints apply"  # who the loop's operations are requested by (an upgrade it began is its own to resume)

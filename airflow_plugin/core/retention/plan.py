@@ -36,9 +36,9 @@ from typing import Any
 from ..catalog.snapshots import SnapshotEntry
 from ..durations import format_duration
 from ..errors import InvalidInput
-from ..jobs.deployments import State
 from ..layout import is_stored_content, manifest_key, pack_of_retired, retired_key
-from ..snapshots.manifest import Kind, SnapshotStatus, in_flight
+from ..records.deployment import State
+from ..records.manifest import Kind, SnapshotStatus, in_flight
 from ..sources.kafka import SourceCheck
 from ..storage import ObjectInfo
 from .policy import KindPolicy, OnCancellation, RetentionPolicy

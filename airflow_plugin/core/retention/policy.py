@@ -10,7 +10,7 @@ from typing import Any
 
 from ..durations import duration_seconds
 from ..errors import InvalidInput
-from ..snapshots.manifest import IN_FLIGHT_SECONDS, Kind
+from ..records.manifest import IN_FLIGHT_SECONDS, Kind
 
 
 class OnCancellation(StrEnum):

@@ -28,13 +28,14 @@ from ..catalog.snapshots import SnapshotEntry
 from ..errors import CheckpointError
 from ..guards import source as source_guard
 from ..jobs.context import JobContext
-from ..jobs.deployments import DEFAULT_HEARTBEAT_TIMEOUT, Deployments, State, observed_state
+from ..jobs.deployments import Deployments, observed_state
 from ..jobs.observe import state_of
 from ..jobs.snapshot import snapshot_deployment
 from ..layout import BLOBS, PACKS, check_name
 from ..parallel import chunked, run_parallel
+from ..records.deployment import DEFAULT_HEARTBEAT_TIMEOUT, State
+from ..records.manifest import Kind, SnapshotStatus, Trigger, in_flight
 from ..snapshots.checkpoint import read_restart_point
-from ..snapshots.manifest import Kind, SnapshotStatus, Trigger, in_flight
 from ..snapshots.store import SnapshotStore
 from ..sources.kafka import KafkaSettings
 from ..storage import Storage, open_storage
@@ -90,8 +91,8 @@ def observe(
     for name in sorted({m.job for m in snapshots} if job is None else {job}):
         checks |= source_guard.assess([m for m in snapshots if m.job == name], kafka(name))
     notes = tuple(
-        f"the catalog of job {name} differed from its manifests in {len(ids)} snapshots (written by an older "
-        f"savepoints?): settled from the manifests"
+        f"the catalog of job {name} differed from its manifests in {len(ids)} snapshots (written by hand, or "
+        f"restored from a backup?): settled from the manifests"
         for name, ids in sorted(listing.repaired.items())
     )
     return Observed(snapshots, deployments, blobs, frozenset({job}) if job else None, checks, notes)

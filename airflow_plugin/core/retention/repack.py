@@ -22,8 +22,8 @@ import logging
 from ..catalog.snapshots import SnapshotEntry
 from ..errors import NotFound
 from ..layout import retired_key
+from ..records.manifest import FileEntry, Manifest
 from ..snapshots.blobs import checksum_problem
-from ..snapshots.manifest import FileEntry, Manifest
 from ..snapshots.store import SnapshotStore
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ manifest says per file which object holds it and at which offset (manifest.py `F
 so reading needs no index. Contents are still stored once: a create looks a content up by checksum in the
 job's earlier snapshots, whichever pack holds it.
 
-Format 1 stores (every content its own blob, manifests without locations) stay readable: their entries
-point at `blob_key(sha)`. The store's `format.json` records the format and the packing settings; the first
-create in an older store writes it, a store of a newer format than this code knows is refused."""
+The store's `format.json` records the format and the packing settings. The first create in a store writes it;
+a store of a format this code does not know is refused (each manifest carries its own version too:
+records/manifest.py)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from typing import TypeVar
 from ..errors import IntegrityError, Refused
 from ..layout import FORMAT, blob_key, pack_key, staging_key
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
+from ..records.manifest import FileEntry
 from ..storage import S3Storage, Storage
-from .manifest import FileEntry
 
 STORE_FORMAT = 2
 MiB = 1024 * 1024
@@ -118,10 +118,11 @@ class Blobs:
         if not isinstance(raw, dict):
             raise IntegrityError(f"{self.storage.uri}/{FORMAT} is not a JSON object: fix it or delete it")
         version = raw.get("format_version")
-        if not isinstance(version, int) or version > STORE_FORMAT:
+        if version != STORE_FORMAT:
+            fix = "upgrade savepoints" if isinstance(version, int) and version > STORE_FORMAT else "use a new store"
             raise Refused(
-                f"store {self.storage.uri} has format {version!r}; this savepoints writes format {STORE_FORMAT}: "
-                "upgrade savepoints before writing to it"
+                f"store {self.storage.uri} has format {version!r}; this savepoints knows format {STORE_FORMAT} "
+                f"only: {fix}"
             )
         default = PackSettings()
         try:
@@ -134,7 +135,7 @@ class Blobs:
             ) from None
 
     def init_format(self, settings: PackSettings | None = None) -> PackSettings:
-        """Write format.json unless there is one (the first create of a store, or of a format 1 store);
+        """Write format.json unless there is one (the first create of a store);
         with `settings`, write those (how an operator or a test changes the packing)."""
         if self.storage.stat(FORMAT) is not None and settings is None:
             return self.settings()

@@ -29,14 +29,7 @@ from ..errors import CheckpointChanged, CheckpointError, SavepointsError
 from ..layout import blob_key, check_name
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
-from ..sinks import DELTA, FILE, SinkRef
-from ..sinks import delta as delta_sink
-from ..sinks import file as file_sink
-from ..storage import ObjectInfo, S3Storage, Storage, copy_and_hash, open_storage
-from ..timestamps import utc_now
-from .blobs import BlobWriter
-from .checkpoint import RestartPoint, read_restart_point
-from .manifest import (
+from ..records.manifest import (
     FileEntry,
     Kind,
     Manifest,
@@ -46,6 +39,13 @@ from .manifest import (
     parse_labels,
     sink_log_prefix,
 )
+from ..sinks import DELTA, FILE, SinkRef
+from ..sinks import delta as delta_sink
+from ..sinks import file as file_sink
+from ..storage import ObjectInfo, S3Storage, Storage, copy_and_hash, open_storage
+from ..timestamps import utc_now
+from .blobs import BlobWriter
+from .checkpoint import RestartPoint, read_restart_point
 from .state_stats import state_stats
 from .store import SnapshotStore
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from ..errors import Refused
 from ..parallel import DEFAULT_CONCURRENCY
+from ..records.manifest import Manifest, SnapshotStatus
 from ..spark_app import run_spark_tool
-from .manifest import Manifest, SnapshotStatus
 from .restore import restore_scratch
 from .state_stats import state_stats
 from .store import SnapshotStore

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import Conflict, Refused
 from ..layout import PACKS, retired_key
-from .manifest import Manifest, in_flight
+from ..records.manifest import Manifest, in_flight
 from .store import LATEST, SnapshotStore
 
 

@@ -35,6 +35,7 @@ from ..guards import source as source_guard
 from ..layout import blob_key
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
+from ..records.manifest import SINK_LOGS, FileEntry, Manifest, SnapshotStatus, sink_log_prefix
 from ..sinks import DELTA, FILE, GUARDED, SinkRef
 from ..sinks import delta as delta_sink
 from ..sinks import file as file_sink
@@ -42,7 +43,6 @@ from ..sources.kafka import KafkaSettings
 from ..spark_app import SparkAccess
 from ..storage import LocalStorage, S3Storage, Storage, open_storage, sha256_file, spark_uri
 from .blobs import IN_MEMORY, checksum_problem
-from .manifest import SINK_LOGS, FileEntry, Manifest, SnapshotStatus, sink_log_prefix
 from .store import SnapshotStore
 
 # transformWithState operator metadata v2 holds absolute schema file paths: state/<op>/_metadata/v2/<b>

@@ -21,9 +21,9 @@ from ..catalog.snapshots import SnapshotEntry, snapshot_catalog
 from ..errors import Conflict, NotFound
 from ..layout import check_name, manifest_key
 from ..parallel import run_parallel
+from ..records.manifest import Manifest, SnapshotStatus
 from ..storage import Storage
 from .blobs import Blobs
-from .manifest import Manifest, SnapshotStatus
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ from typing import Any
 from ..errors import Refused
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
+from ..records.manifest import FileEntry, Manifest, SnapshotStatus
 from ..spark_app import run_spark_tool
 from ..storage import open_storage, sha256_file, spark_uri
 from ..timestamps import utc_now
 from .blobs import IN_MEMORY, checksum_problem
-from .manifest import FileEntry, Manifest, SnapshotStatus
 from .restore import restore_scratch
 from .store import SnapshotStore
 

@@ -34,11 +34,12 @@ from ..jobs.deploy import (
     submit_spec,
     why_fresh,
 )
-from ..jobs.deployments import ControlRequest, Deployment, State, new_deployment_id, new_request_id
+from ..jobs.deployments import new_request_id
 from ..jobs.fresh_start import build_of, fresh_start
 from ..jobs.observe import state_of
 from ..jobs.spec import VersionSpec
 from ..jobs.startup import launch_deployment, wait_for_state, wait_until_started
+from ..records.deployment import ControlRequest, Deployment, State, new_deployment_id
 from ..snapshots.restore import METADATA, execute_restore, plan_restore
 
 

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..jobs.context import JobContext
-from ..jobs.deployments import State
-from ..snapshots.manifest import Manifest
+from ..records.deployment import State
+from ..records.manifest import Manifest
 from ..snapshots.restore import execute_restore, plan_restore
 from ..sources import offsets_by_source
 from .preflight import run_throwaway

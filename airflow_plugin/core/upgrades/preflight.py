@@ -30,10 +30,10 @@ from ..errors import BrokerUnavailable, Refused, SourceGap
 from ..guards import source as source_guard
 from ..jobs.context import JobContext
 from ..jobs.deploy import submit_spec
-from ..jobs.deployments import DeploymentStatus, State
 from ..jobs.launcher import exit_code, force_kill, launch, log_tail
 from ..jobs.spec import VersionSpec
-from ..snapshots.manifest import Manifest
+from ..records.deployment import DeploymentStatus, State
+from ..records.manifest import Manifest
 from ..snapshots.restore import execute_restore, plan_restore
 from ..sources.kafka import Broker
 from ..sources.subscription import topic_changes

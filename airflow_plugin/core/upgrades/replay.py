@@ -48,8 +48,8 @@ from datetime import datetime
 from typing import Any
 
 from ..jobs.context import JobContext
+from ..records.manifest import Manifest
 from ..snapshots.checkpoint import LoggedBatch, OffsetLog
-from ..snapshots.manifest import Manifest
 from ..sources import FILE, KAFKA, SourcePosition, offsets_by_source, positions
 from ..sources import files as file_log
 from ..sources.kafka import Broker, SourceCheck, Watermarks, compare, topics_of

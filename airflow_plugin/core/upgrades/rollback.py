@@ -17,8 +17,8 @@ from typing import Any
 from ..errors import Refused, SavepointsError
 from ..jobs.context import JobContext
 from ..jobs.deploy import DeployRequest, deploy, live_deployments
-from ..jobs.deployments import Deployment, State
 from ..jobs.stop import kill, stop
+from ..records.deployment import Deployment, State
 
 log = logging.getLogger(__name__)
 

@@ -23,16 +23,16 @@ from typing import Any
 
 from ..errors import BrokerUnavailable, Refused, SavepointsError, StoreUnavailable
 from ..jobs.context import JobContext
-from ..jobs.deployments import BLUE, GREEN, STAGING, ControlRequest, Deployment, DeploymentStatus, State
 from ..jobs.health import Health, Verdict, assess
 from ..jobs.launcher import driver_ended
 from ..jobs.observe import observe_deployment, state_of
 from ..jobs.snapshot import snapshot_deployment
 from ..jobs.stop import KILLED, kill, running_deployment, stop, stop_request_id
 from ..lease import LeaseHeld, LeaseLost
+from ..records.deployment import BLUE, GREEN, STAGING, ControlRequest, Deployment, DeploymentStatus, State
+from ..records.manifest import Kind, Trigger
 from ..sinks import DELTA
 from ..sinks import delta as delta_sink
-from ..snapshots.manifest import Kind, Trigger
 from ..sources import KAFKA, positions
 from ..timestamps import utc_now
 from .launch import activate, launch_beside, prestart

@@ -18,11 +18,9 @@ from ..layout import blob_key, check_name, is_stored_content
 from ..sources import SourcePosition, positions
 from ..storage import check_key
 
-# 1: files as [path, size, sha256, mtime], each content one object at blob_key(sha256).
-# 2: files as [path, size, sha256, mtime, key, offset]: the store object holding the content and where in it
-#    (a pack holds many small files; a large file is one object at offset 0). Version 1 is read as well.
+# files as [path, size, sha256, mtime, key, offset]: the store object holding the content and where in it (a
+# pack holds many small files; a large file is one object at offset 0). The store's own format: blobs.py.
 FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, FORMAT_VERSION)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -100,12 +98,8 @@ def in_flight(snapshot: Listed, now: datetime, abandoned_after_s: float = IN_FLI
     return snapshot.status is SnapshotStatus.IN_PROGRESS and (now - created).total_seconds() < abandoned_after_s
 
 
-def _file_entry(item: list[Any], version: int) -> FileEntry:
-    if version == 1:
-        path, size, sha, mtime = item
-        key, offset = blob_key(str(sha)), 0
-    else:
-        path, size, sha, mtime, key, offset = item
+def _file_entry(item: list[Any]) -> FileEntry:
+    path, size, sha, mtime, key, offset = item
     check_key(path)
     if not isinstance(size, int) or size < 0 or not _SHA256.match(str(sha)):
         raise ValueError(f"bad file entry {item!r}")
@@ -194,12 +188,12 @@ class Manifest:
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
             version = data.get("format_version")
-            if version not in READABLE_VERSIONS:
+            if version != FORMAT_VERSION:
                 raise ValueError(
-                    f"unknown format_version {version!r} (this savepoints reads {READABLE_VERSIONS}): "
+                    f"format_version {version!r}, which this savepoints does not know (it reads {FORMAT_VERSION}): "
                     "a newer savepoints wrote it; upgrade savepoints"
                 )
-            files = [_file_entry(item, version) for item in data.pop("files", [])]
+            files = [_file_entry(item) for item in data.pop("files", [])]
             manifest = cls(files=files, **data)
             manifest.kind = Kind(manifest.kind)
             manifest.trigger = Trigger(manifest.trigger)

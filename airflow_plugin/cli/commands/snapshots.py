@@ -136,8 +136,8 @@ def run_create(args: argparse.Namespace, ctx: Context) -> Output:
 
 def run_list(args: argparse.Namespace, ctx: Context) -> Output:
     """Every snapshot, from the catalogs, each checked against a listing of its job's manifests first (what was
-    written without its catalog, by hand or from a backup, shows too); those with Kafka sources are checked against their
-    job's broker (one query per job)."""
+    written without its catalog, by hand or from a backup, shows too); those with Kafka sources are checked
+    against their job's broker (one query per job)."""
     listing = ctx.store(args.job).validated(args.job)
     snapshots = listing.entries
     checks = {}

@@ -18,8 +18,9 @@ faults in every run), or what `force()` queued for the next requests. The faults
                       (a response without a body is cut inside its status line instead)
   latency             the request waits `latency` seconds before it is passed on
 
-and, asked for with `stall_write(n)`, the n-th write from then on (PUT, POST, DELETE) reaches the server and
-its answer is held back until `calm()`: a test kills the client meanwhile, right after that write took effect.
+and, asked for with `stall_write(n)`, the n-th write from then on (PUT, POST, DELETE; `to=`: of one key)
+reaches the server and its answer is held back until `calm()`: a test kills the client meanwhile, right after
+that write took effect.
 
 Everything else passes through byte for byte in both directions: request and response heads unchanged,
 bodies streamed as they arrive (Content-Length, chunked transfer encoding with its trailers, so also S3's
@@ -118,14 +119,15 @@ class FaultyS3:
         with self._lock:
             self._rules.append(_Rule(method.upper(), target_contains, fault, after))
 
-    def stall_write(self, number: int) -> threading.Event:
-        """The `number`-th write (PUT, POST or DELETE; from 1) from now on reaches the server and its answer
-        is held back until `calm()`; the returned event is set once the server has answered it."""
+    def stall_write(self, number: int, to: str = "") -> threading.Event:
+        """The `number`-th write (PUT, POST or DELETE; from 1) from now on, of those whose path contains `to`,
+        reaches the server and its answer is held back until `calm()`; the returned event is set once the
+        server has answered it."""
         if number < 1:
             raise ValueError(f"writes are counted from 1, not {number}")
         with self._lock:
             self._release_stall()
-            self._stall = _Stall(number)
+            self._stall = _Stall(number, to)
             return self._stall.reached
 
     def _release_stall(self) -> None:
@@ -186,7 +188,7 @@ class FaultyS3:
         with self._lock:
             self._counts["requests"] += 1
             stall = self._stall
-            if stall is not None and method in WRITES and not stall.reached.is_set():
+            if stall is not None and method in WRITES and stall.to in target and not stall.reached.is_set():
                 stall.number -= 1
                 if stall.number == 0:
                     self._counts["stalled"] += 1
@@ -249,6 +251,7 @@ class FaultyS3:
 @dataclass
 class _Stall:
     number: int  # writes still to pass before the one held
+    to: str  # only writes whose path contains this count
     reached: threading.Event = field(default_factory=threading.Event)  # the held write's answer arrived
     release: threading.Event = field(default_factory=threading.Event)
 

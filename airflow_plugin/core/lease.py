@@ -3,8 +3,9 @@
 jobs/<job>/lease.json = {job, holder, operation, acquired_at, renewed_at, expires_at, ttl_s, token}
 
 `acquire` creates the record only if it is absent (Storage.create). A record whose `expires_at` has
-passed belongs to a holder that stopped renewing (crashed, killed): it is taken over only if it is still
-the record that was read (Storage.replace with its token), so of two takers exactly one wins. A live
+passed belongs to a holder that stopped renewing (crashed, killed), and one whose holder is a process of this
+host that no longer exists (`holder_gone`) acts no more: either is taken over only if it is still the record
+that was read (Storage.replace with its token), so of two takers exactly one wins. A live
 record refuses with the holder, the operation and their age. `token` is a random id of one acquisition,
 unchanged by renewals: every held record's content is unique to its writer, which the store relies on
 (base.py). The released record is the one shared content: a retried release that finds it has released.
@@ -321,7 +322,8 @@ def acquire(storage: Storage, job: str, holder: str, operation: str, ttl: float 
         except FileNotFoundError:
             continue
         current = LeaseRecord.from_json(data, f"{storage.uri}/{key}")
-        if not current.expired() and current.holder != holder:
+        orphaned = holder_gone(current.holder)  # its process of this host is gone: it acts no more
+        if not current.expired() and current.holder != holder and not orphaned:
             raise _held(storage, job, current)
         record = LeaseRecord.new(job, holder, operation, ttl, _now())
         try:
@@ -332,7 +334,8 @@ def acquire(storage: Storage, job: str, holder: str, operation: str, ttl: float 
         if current.holder == holder:  # a later step of the same holder (an Airflow DAG run's next task, a retry)
             log.info("lease of job %s: %s continues (%s)", job, holder, operation)
         elif not current.is_released:
-            log.warning("took over the expired lease of job %s from %s", job, current.describe())
+            why = "expired" if current.expired() else "its holder's process is gone"
+            log.warning("took over the lease of job %s (%s) from %s", job, why, current.describe())
         return lease
     raise LeaseHeld(
         f"the lease of job {job} in {storage.uri} keeps changing hands: another operation is starting on it; "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -165,6 +166,25 @@ def test_an_expired_lease_of_a_killed_holder_is_taken_over_by_exactly_one(store:
     finally:
         for process in processes:
             finish(process)
+
+
+def test_a_live_lease_whose_holder_process_of_this_host_is_gone_is_taken_over_at_once(store: str) -> None:
+    """A command killed with SIGKILL leaves its lease unexpired: its next run takes it over without waiting out
+    the ttl, since a process of this host that no longer exists acts no more. A live process's lease, and one of
+    another host, are still refused until they expire."""
+    storage = open_storage(store)
+    host = socket.gethostname()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    for holder in (f"ann@{host}:{os.getpid()}", f"ann@elsewhere:{gone.pid}"):
+        acquire(storage, JOB, holder, "apply", ttl=600)
+        with pytest.raises(LeaseHeld, match=holder):
+            acquire(storage, JOB, "bob@desk:2", "stop", ttl=60)
+        break_lease(storage, JOB)
+    acquire(storage, JOB, f"ann@{host}:{gone.pid}", "apply", ttl=600)  # killed: never released
+    with acquire(storage, JOB, "bob@desk:2", "stop", ttl=60) as taken:
+        held = read_lease(storage, JOB)
+        assert held is not None and held.holder == "bob@desk:2" and held.token == taken.record.token
 
 
 def test_renewal_keeps_the_lease_past_its_ttl(store: str) -> None:

@@ -18,6 +18,7 @@ from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.launcher import alive
 from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.spec import Desired, RestartPolicy, load_jobs
+from airflow_plugin.core.layout import reconcile_key
 from airflow_plugin.core.lease import acquire
 from airflow_plugin.core.reconcile import record as records
 from airflow_plugin.core.reconcile.plan import (
@@ -32,6 +33,9 @@ from airflow_plugin.core.reconcile.record import Reconciled, Restart
 from airflow_plugin.core.records.deployment import DeploymentStatus, State
 from airflow_plugin.core.records.manifest import Kind
 from airflow_plugin.core.snapshots.store import SnapshotStore
+from devtools.embedded_s3 import EmbeddedS3
+from devtools.faulty_s3 import FaultyS3
+from devtools.forked import cli
 from devtools.windowed import wait_for
 from tests.support.jobs import POLITE_JOB, kill_every_deployment, write_jobs
 
@@ -262,3 +266,74 @@ def test_apply_starts_a_declared_job_restarts_it_after_a_kill_and_stops_within_i
         assert applied()["action"] == "NOTHING"
     finally:
         kill_every_deployment(job)
+
+
+@pytest.mark.slow
+def test_apply_killed_on_either_side_of_a_restarts_deploy_leaves_one_driver_and_counts_it_once(
+    s3_server: EmbeddedS3, s3_store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`apply` SIGKILLed right after it recorded a restart, before it deployed: its next run (which takes over the
+    dead process's lease at once) restarts the job, and the restart is counted once. Killed right after the
+    deploy, before it recorded it: the new driver runs on, and the next run leaves it alone. Every kill lands
+    right after a write to the job's reconcile record took effect (the fault proxy holds back its answer)."""
+    app = tmp_path / "polite.py"
+    app.write_text(POLITE_JOB)
+    declared = 'desired = { version = "v1" }\nrestart = { attempts = 3, delay = "0s", max_delay = "1s" }'
+    jobs = str(write_jobs(tmp_path, application=str(app), extra=f'{declared}\nstore = "{s3_store}"'))
+    job = Settings(jobs_file=jobs).resolve().job("orders")
+    records_ = Deployments(job.store.storage)
+
+    def newest() -> str:
+        return records_.list("orders")[-1].id
+
+    def live() -> list[str]:
+        return [d.id for d in records_.list("orders") if state_of(job, d).live]
+
+    def sigkill_driver(deployment_id: str) -> None:
+        launcher = records_.get("orders", deployment_id).launcher
+        os.killpg(launcher["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(launcher), "the driver to die")
+
+    def apply_killed_at_record_write(number: int) -> None:
+        reached = proxy.stall_write(number, to=f"/{reconcile_key('orders')}")
+        process = cli(["apply", "orders", "--jobs", jobs], proxy.env())
+        wait_for(lambda: reached.is_set() or not process.is_alive(), f"apply's write {number} of the record")
+        assert reached.is_set(), f"apply ended ({process.exitcode}) before its write {number} of the record"
+        process.kill()
+        process.join(60)
+        proxy.calm()
+        assert process.exitcode == -signal.SIGKILL
+
+    def applied() -> dict[str, object]:
+        assert main(["apply", "orders", "--jobs", jobs, "--json"]) == 0
+        [row] = json.loads(capsys.readouterr().out)["jobs"]
+        return row
+
+    with FaultyS3(s3_server.endpoint) as proxy:
+        try:
+            assert applied()["action"] == "DEPLOY"
+            first = newest()
+
+            # killed after the restart is recorded, before the deploy: nothing launched; the next run restarts
+            sigkill_driver(first)
+            apply_killed_at_record_write(1)
+            [pending] = records.read(job.store.storage, "orders").restarts
+            assert (pending.failed, pending.deployment) == (first, None) and newest() == first and live() == []
+            restarted = applied()
+            assert restarted["action"] == "RESTART" and restarted["ok"], restarted
+            second = newest()
+            assert second != first and live() == [second]
+            [restart] = records.read(job.store.storage, "orders").restarts
+            assert (restart.failed, restart.deployment, restart.from_batch) == (first, second, 19), "counted once"
+
+            # killed after the deploy, before it is recorded: the new driver runs on, alone, and is left alone
+            sigkill_driver(second)
+            apply_killed_at_record_write(2)
+            third = newest()
+            assert third != second
+            wait_for(lambda: live() == [third], "the restarted driver to run, alone")
+            assert [r.failed for r in records.read(job.store.storage, "orders").restarts] == [first, second]
+            assert applied()["action"] == "NOTHING" and newest() == third and live() == [third]
+            assert records_.get("orders", third).restored_batch_id == 19, "from its latest state"
+        finally:
+            kill_every_deployment(job)

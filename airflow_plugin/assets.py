@@ -1,19 +1,28 @@
 """Assets: every completed snapshot is an asset event. DAGs declare one alias (their job is a parameter);
 the event names the job's snapshot location as the asset and carries the snapshot in its extra, so a DAG
-scheduled on a job's snapshots starts with the id, batch and location in hand."""
+scheduled on a job's snapshots starts with the id, batch and location in hand. And the jobs file is an asset
+whose watcher fires when the file changes (triggers/jobs_file.py): the reconcile DAG is scheduled on it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import Asset, AssetAlias, Context
+from airflow.sdk import Asset, AssetAlias, AssetWatcher, Context
 
 from .core import layout
 from .core.records.manifest import Manifest
 from .core.snapshots.store import SnapshotStore
 from .core.storage import LocalStorage
+from .triggers.jobs_file import JobsFileChangedTrigger
 
 SNAPSHOTS = AssetAlias("savepoints-snapshots")
+JOBS_FILE = "savepoints-jobs-file"
+
+
+def jobs_file_changed(jobs_file: str) -> Asset:
+    """The jobs file, updated each time its content changes (seen within a few seconds by the triggerer)."""
+    watcher = AssetWatcher(name=f"{JOBS_FILE}-changed", trigger=JobsFileChangedTrigger(jobs_file))
+    return Asset(name=JOBS_FILE, uri=f"file://{jobs_file}", watchers=[watcher])
 
 
 def job_snapshots_uri(store: SnapshotStore, job: str) -> str:

@@ -5,6 +5,7 @@ written, stopped or deleted because of it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import os
@@ -31,6 +32,7 @@ from airflow_plugin.operators.snapshots import SavepointOperator, VerifySnapshot
 from airflow_plugin.operators.upgrade import PreflightCheckOperator, RollbackOperator
 from airflow_plugin.sensors.health import DeploymentHealthSensor
 from airflow_plugin.triggers.health import DeploymentHealthTrigger
+from airflow_plugin.triggers.jobs_file import FINGERPRINT, JobsFileChangedTrigger, fingerprint
 from tests.support.jobs import write_jobs
 from tests.support.synthetic import tree
 
@@ -177,6 +179,86 @@ def _first_event(trigger: DeploymentHealthTrigger) -> dict[str, Any]:
         return await trigger.run().__anext__()
 
     return asyncio.run(first()).payload
+
+
+class _AssetState:
+    """Airflow's asset state store as a watcher's trigger sees it (`aget`, `aset`; the triggerer's own on 3.3+):
+    the real one, in a running triggerer, is test_make_airflow's."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    async def aset(self, key: str, value: Any) -> None:
+        self.values[key] = value
+
+
+def test_the_jobs_file_watcher_fires_on_each_change_once_and_not_on_its_first_look(tmp_path: Path) -> None:
+    """What it saw is kept in the asset's state once its event is handed over: a triggerer started again does not
+    fire for a change it reported, and fires for one made while none watched. Without that store (Airflow 3.1) it
+    fires for the changes it sees."""
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text("[jobs.a]\n")
+    kept = _AssetState()
+
+    def change(note: str) -> str:
+        jobs.write_text(f"{jobs.read_text()}# {note}\n")
+        return str(fingerprint(str(jobs)))
+
+    def watcher(store: _AssetState | None) -> Any:
+        trigger = JobsFileChangedTrigger(str(jobs), poll_interval=0.02)
+        if store is not None:
+            trigger.asset_state_store = store
+        return trigger.run()
+
+    async def until_kept(value: str | None) -> None:
+        async with asyncio.timeout(30):
+            while kept.values.get(FINGERPRINT) != value:
+                await asyncio.sleep(0.02)
+
+    async def quiet(pending: asyncio.Future[Any]) -> None:
+        await asyncio.sleep(0.2)  # some ten looks at the file: an event that should not be would be here by now
+        assert not pending.done(), pending.result().payload if pending.done() else None
+
+    async def stop(pending: asyncio.Future[Any], events: Any) -> None:
+        pending.cancel()  # as the triggerer cancels a trigger
+        with contextlib.suppress(asyncio.CancelledError):
+            await pending
+        await events.aclose()
+
+    async def scenario() -> list[dict[str, Any]]:
+        fired = []
+        events = watcher(kept)  # the first triggerer: its first look is kept, and fires nothing
+        pending = asyncio.ensure_future(anext(events))
+        await until_kept(fingerprint(str(jobs)))
+        await quiet(pending)
+        changed = change("v2")
+        fired.append((await asyncio.wait_for(pending, 30)).payload)
+        pending = asyncio.ensure_future(anext(events))  # the triggerer takes the next event: what it saw is kept
+        await until_kept(changed)
+        await stop(pending, events)
+
+        events = watcher(kept)  # started again: nothing new to report
+        pending = asyncio.ensure_future(anext(events))
+        await quiet(pending)
+        await stop(pending, events)
+
+        change("while nobody watched")
+        fired.append((await asyncio.wait_for(anext(watcher(kept)), 30)).payload)
+
+        events = watcher(None)  # Airflow 3.1: no asset state; its first look fires nothing
+        pending = asyncio.ensure_future(anext(events))
+        await quiet(pending)
+        change("v3")
+        fired.append((await asyncio.wait_for(pending, 30)).payload)
+        await events.aclose()
+        return fired
+
+    fired = asyncio.run(scenario())
+    assert [event["jobs_file"] for event in fired] == [str(jobs)] * 3
+    assert len({event["sha256"] for event in fired}) == 3 and fired[-1]["sha256"] == fingerprint(str(jobs))
 
 
 @pytest.mark.parametrize(

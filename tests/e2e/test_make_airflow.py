@@ -2,7 +2,8 @@
 through make and uv, i.e. `airflow standalone`) from a user's shell with no Airflow settings: log in with the
 password standalone generated, see the DAGs with no import errors and the plugin's page behind authentication,
 run a DAG through standalone's own scheduler and executor and read its task log, run the reconcile DAG, which
-deploys a declared job (a stand-in driver, no Spark), check that
+deploys a declared job (a stand-in driver, no Spark), and see a change to the jobs file run it again by itself
+(the file's watcher in standalone's triggerer), which stops the job as the file now says; check that
 nothing listens beyond 127.0.0.1, have a real Prometheus (Debian's) scrape the plugin's /savepoints/metrics
 with a bearer token as docs/operations.md configures it and check its answers against the store, and stop it
 with one Ctrl-C (SIGINT to the terminal's foreground process group: make, uv and Python all get it) that ends
@@ -16,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -36,6 +38,7 @@ from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus,
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import LocalStorage, open_storage
+from airflow_plugin.triggers.jobs_file import FINGERPRINT
 from devtools import processes
 from devtools.airflow_env import REPO
 from devtools.airflow_ui import STOP_GRACE
@@ -153,6 +156,11 @@ class Standalone:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         return httpx.get(f"{self.url}{path}", headers=headers, timeout=HTTP_WAIT_S, **kwargs)
 
+    def patch(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        return httpx.patch(
+            f"{self.url}{path}", json=body, headers={"Authorization": f"Bearer {self.token}"}, timeout=HTTP_WAIT_S
+        )
+
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         return httpx.post(
             f"{self.url}{path}", json=body, headers={"Authorization": f"Bearer {self.token}"}, timeout=HTTP_WAIT_S
@@ -163,8 +171,24 @@ class Standalone:
         state (a successful run, or the test fails with the states)."""
         created = self.post(f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
         assert created.status_code == 200, created.text
-        run_path = f"/api/v2/dags/{dag_id}/dagRuns/{created.json()['dag_run_id']}"
+        return self._finished(f"/api/v2/dags/{dag_id}/dagRuns/{created.json()['dag_run_id']}")
 
+    def finished_run(self, dag_id: str, run_type: str) -> tuple[str, dict[tuple[str, int], str]]:
+        """Wait for the scheduler to make a run of `dag_id` of `run_type` (its own, not the test's) and finish it."""
+        runs = f"/api/v2/dags/{dag_id}/dagRuns"
+        made: list[str] = []
+
+        def started() -> bool:
+            self.alive()
+            with contextlib.suppress(httpx.HTTPError):
+                made.extend(r["dag_run_id"] for r in self.get(runs, params={"run_type": run_type}).json()["dag_runs"])
+            return bool(made)
+
+        self.wait_for(started, f"a {run_type} run of {dag_id}", timeout=180)
+        assert self.get(f"{runs}/{made[0]}").json()["run_type"] == run_type, made
+        return self._finished(f"{runs}/{made[0]}")
+
+    def _finished(self, run_path: str) -> tuple[str, dict[tuple[str, int], str]]:
         def finished() -> bool:
             self.alive()
             try:
@@ -252,6 +276,30 @@ def _heartbeat(store: str, deployment: Deployment, stop: threading.Event) -> Non
         stop.wait(0.5)
 
 
+def _watch_the_jobs_file(airflow: Standalone) -> None:
+    """Unpause the reconcile DAG (Airflow watches the assets of unpaused DAGs only), have its file parsed again
+    (which registers the watcher), and wait until the triggerer's watcher has kept its first look at the jobs file."""
+    dag = "/api/v2/dags/savepoints_reconcile"
+    assert airflow.patch(dag, {"is_paused": False}).status_code == 200
+    reparse = httpx.put(
+        f"{airflow.url}/api/v2/parseDagFile/{airflow.get(dag).json()['file_token']}",
+        headers={"Authorization": f"Bearer {airflow.token}"},
+        timeout=HTTP_WAIT_S,
+    )
+    assert reparse.status_code in (200, 201), reparse.text
+    database = airflow.home / "airflow.db"
+
+    def kept() -> bool:
+        airflow.alive()
+        query = "SELECT 1 FROM asset_state_store WHERE key = ?"
+        connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)
+        with contextlib.closing(connection) as db, contextlib.suppress(sqlite3.OperationalError):  # locked: ask again
+            return db.execute(query, (FINGERPRINT,)).fetchone() is not None
+        return False
+
+    airflow.wait_for(kept, "the jobs file's watcher to take its first look (the asset state store)", timeout=180)
+
+
 def _declared_jobs_file(tmp_path: Path) -> Path:
     """The repository's jobs with one more, declared: `polite` (a stand-in driver, no Spark) should run v1."""
     (tmp_path / "polite.py").write_text(POLITE_JOB)
@@ -322,6 +370,17 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
             assert deployed.version == "v1" and state_of(polite, deployed) is State.RUNNING
             reconciled = records.read(polite.store.storage, "polite")
             assert reconciled.last_step is not None and "DEPLOY" in reconciled.last_step, reconciled
+
+            # a change to the jobs file runs the loop at once: the file's watcher in standalone's triggerer
+            _watch_the_jobs_file(airflow)
+            jobs_file.write_text(
+                jobs_file.read_text().replace('{ version = "v1" }', '{ version = "v1", state = "stopped" }')
+            )
+            _, states = airflow.finished_run("savepoints_reconcile", run_type="asset_triggered")
+            assert set(states) == {("apply", 0)}, states
+            assert state_of(polite, polite.deployments.get("polite", deployed.id)) is State.STOPPED
+            reconciled = records.read(polite.store.storage, "polite")
+            assert reconciled.last_step is not None and "STOP" in reconciled.last_step, reconciled
         finally:
             kill_every_deployment(polite)
 

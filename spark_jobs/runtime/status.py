@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -22,6 +23,8 @@ from pyspark.sql.streaming import StreamingQueryListener
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.records.deployment import DeploymentStatus, State
+from airflow_plugin.core.sinks import DELTA, delta, from_description
+from airflow_plugin.core.storage import open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.listener import (
@@ -90,10 +93,11 @@ def records_read(sources: list[dict[str, Any]]) -> int | None:
 def tally_unprocessed(seen: dict[str, int] | None, batch: int, rows: int, read: int | None) -> dict[str, int] | None:
     """The run's count of batches that read input by their offsets but processed no row (DeploymentStatus
     .unprocessed), after batch `batch` processed `rows` input rows having read `read` by its offsets. A batch
-    that processed rows ends the streak; one that read nothing (a no-data batch moving the watermark) leaves it."""
-    if rows > 0 and seen:
+    that processed rows ends the streak; one that read nothing (a no-data batch moving the watermark) leaves it.
+    `rows` is Spark's numInputRows, or -1 where the sink's own log shows that the batch wrote (`sink_wrote`)."""
+    if rows != 0 and seen:
         return {**seen, "streak": 0}
-    if rows > 0 or not read:
+    if rows != 0 or not read:
         return seen
     if not seen:
         return {"first": batch, "last": batch, "batches": 1, "streak": 1, "records": read}
@@ -106,6 +110,24 @@ def tally_unprocessed(seen: dict[str, int] | None, batch: int, rows: int, read: 
         "streak": seen.get("streak", 0) + 1,
         "records": records,
     }
+
+
+def sink_wrote(sink: str | None, progress: dict[str, Any]) -> bool:
+    """Whether the batch of `progress` wrote to a Delta sink (`sink`: Spark's description of it), by the table's
+    own log. Spark's numInputRows is not proof that a batch ran nothing: it counts 0 for batches whose plan it
+    cannot match to their sources, which a Delta sink may still have written. Only a Delta sink is asked."""
+    ref = from_description(sink)
+    started = progress.get("timestamp")
+    if ref is None or ref.kind != DELTA or not started:
+        return False
+    since_ms = int(datetime.fromisoformat(str(started).replace("Z", "+00:00")).timestamp() * 1000)
+    try:
+        return delta.wrote_batch(
+            open_storage(ref.location), str(progress.get("id")), int(progress["batchId"]), since_ms
+        )
+    except (SavepointsError, OSError, ValueError) as exc:  # unreadable now: Spark's count stands
+        log.warning("could not read the Delta log of %s for batch %s: %s", ref.location, progress.get("batchId"), exc)
+        return False
 
 
 def _finite(value: Any) -> float | None:
@@ -282,7 +304,10 @@ class ProgressListener(StreamingQueryListener):
         first = current.kafka_lag_first
         rows = int(progress.get("numInputRows") or 0)
         self._rate.add(rows)
-        unprocessed = tally_unprocessed(current.unprocessed, progress.get("batchId", -1), rows, records_read(sources))
+        read = records_read(sources)
+        sink = self.sink or (progress.get("sink") or {}).get("description")
+        wrote = rows == 0 and bool(read) and sink_wrote(sink, progress)
+        unprocessed = tally_unprocessed(current.unprocessed, progress.get("batchId", -1), -1 if wrote else rows, read)
         event_time = progress.get("eventTime") or {}  # min/max exist where the query defines a watermark
         first_rows = current.first_rows  # the first batch that read rows: where they began, and their newest
         if first_rows is None and rows > 0:
@@ -301,7 +326,7 @@ class ProgressListener(StreamingQueryListener):
             state_operators=state_operators(progress) or current.state_operators,
             batch_duration_ms=progress.get("batchDuration"),
             watermark=event_time.get("watermark"),
-            sink=self.sink or (progress.get("sink") or {}).get("description"),
+            sink=sink,
         )
         self._board.promote(State.STARTING, State.RUNNING)
 

@@ -173,6 +173,19 @@ def batches_after(table: Storage, query_id: str, version: int) -> list[int]:
     return sorted(write.batch_id for write in writes_after(table, version) if write.query_id == query_id)
 
 
+def wrote_batch(table: Storage, query_id: str, batch_id: int, since_ms: int) -> bool:
+    """Whether the table holds a commit of `query_id`'s batch `batch_id` made at or after `since_ms` (when that
+    batch began, on the clock of the driver that committed it): the batch wrote, whatever Spark's progress
+    counted of its rows. A commit of the same batch id made before (a run before a restore, whose txn makes
+    Delta skip the batch) is no such proof. Reads the newest commits only, back to `since_ms`."""
+    for commit in _newest_first(table):
+        if commit.timestamp_ms is not None and commit.timestamp_ms < since_ms:
+            return False
+        if commit.txns.get(query_id) == batch_id:
+            return commit.timestamp_ms is not None
+    return False
+
+
 def commit_times(table: Storage, query_id: str | None = None) -> list[float]:
     """When each of the table's versions was committed (its commitInfo's timestamp, epoch seconds), oldest
     first: how often the table gets output; with `query_id`, only that streaming query's commits."""

@@ -87,8 +87,10 @@ def test_the_kafka_broker_comes_from_flag_then_environment_then_jobs_file(
     assert declared.job("orders").kafka is None  # a job without a kafka table reads no broker
     assert declared.job("reads_kafka").kafka == KafkaSettings("file:9092", {"security.protocol": "SSL"}, 4.0)
     monkeypatch.setenv(KAFKA_ENV, "env:9092")
-    assert declared.kafka("reads_kafka") == KafkaSettings("env:9092", {"security.protocol": "SSL"}, 4.0)
-    assert declared.kafka("orders") == KafkaSettings("env:9092")
+    assert declared.kafka("orders") is None, "the environment is read once, when the settings are resolved"
+    environment = Settings(jobs_file=jobs).resolve()
+    assert environment.kafka("reads_kafka") == KafkaSettings("env:9092", {"security.protocol": "SSL"}, 4.0)
+    assert environment.kafka("orders") == KafkaSettings("env:9092")
     flagged = Settings(jobs_file=jobs, kafka=KafkaSettings("flag:9092")).resolve().job("reads_kafka")
     assert flagged.kafka == KafkaSettings("flag:9092", {"security.protocol": "SSL"}, 10.0)
     # the job's driver reads the broker checked: in its environment and its conf, never among the job's arguments

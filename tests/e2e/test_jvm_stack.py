@@ -25,10 +25,15 @@ from typing import Any
 
 import pytest
 
+from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.records.deployment import DeploymentStatus, State
+from airflow_plugin.core.sinks import delta as delta_sink
+from airflow_plugin.core.storage import LocalStorage
 from devtools import jvm
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.kafka import EmbeddedKafka, KafkaError
 from devtools.spark import local_spark
+from spark_jobs.runtime.status import ProgressListener, StatusBoard
 
 SPARK_GROUPS = ["spark-kafka", "s3a", "delta"]
 SPARK_CALL_TIMEOUT = 240  # one action on a cold JVM, 2 busy cores
@@ -224,6 +229,24 @@ def _stream_kafka(bootstrap: str, topic: str, checkpoint: str) -> int:
     return sum(progress["numInputRows"] for progress in started.recentProgress)
 
 
+def _word_count_into_delta(bootstrap: str, topic: str, root: str, cast: bool) -> list[dict[str, Any]]:
+    """A running word count of `topic` into a Delta table (complete mode), two records a batch; `cast`: a later
+    release that casts the count to text after the aggregation, which Delta casts back to the table's type.
+    Spark's progress of each batch."""
+    from pyspark.sql import functions as F
+
+    reader = _spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    lines = reader.option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 2).load()
+    words = lines.select(F.explode(F.split(F.col("value").cast("string"), " ")).alias("word"))
+    counts = words.groupBy("word").count()
+    if cast:
+        counts = counts.withColumn("count", F.col("count").cast("string"))
+    writer = counts.writeStream.outputMode("complete").format("delta").option("checkpointLocation", f"{root}/ckpt")
+    query = writer.trigger(availableNow=True).start(f"{root}/table")
+    query.awaitTermination(SPARK_CALL_TIMEOUT / 2)
+    return [json.loads(progress.json) for progress in query.recentProgress]
+
+
 def _parquet_round_trip(path: str) -> list[int]:
     _spark.range(5).write.parquet(path)
     return sorted(row.id for row in _spark.read.parquet(path).collect())
@@ -311,6 +334,33 @@ def test_a_gated_query_replays_a_batch_its_table_already_holds(
     assert result["removed"] and "logged, never committed" in result["refused"], result
     assert result["commits"] == [0, 1, 2], result
     assert result["rows"] == [("a", 2), ("x", 1), ("z", 1)], "every window once, batch 1's state counted"
+
+
+def test_batches_spark_counts_no_rows_for_but_delta_holds_are_not_taken_for_skipped(
+    spark_worker: Callable[..., Any], kafka: EmbeddedKafka, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """A new release that casts a column after its aggregation, into the Delta table the old one made: Delta
+    casts it back and writes every batch, but Spark's progress counts 0 input rows for them (it cannot match the
+    plan Delta ran to its sources). The runtime's listener asks the table's log and does not call them skipped;
+    the table holds each batch's counts."""
+    topic = new_topic()
+    kafka.produce(topic, ["a b", "a"])
+    spark_worker("_word_count_into_delta", kafka.bootstrap, topic, str(tmp_path), False)
+    kafka.produce(topic, ["b c", "a", "c", "c"])
+    progress = spark_worker("_word_count_into_delta", kafka.bootstrap, topic, str(tmp_path), True)
+    assert [p["batchId"] for p in progress] == [1, 2], progress
+    assert [p["numInputRows"] for p in progress] == [0, 0], "Spark's count this test is about (pyspark 4.2, Delta)"
+
+    deployments = Deployments(LocalStorage(tmp_path / "store"))
+    board = StatusBoard(deployments, "j", "d", DeploymentStatus(State.STARTING, time.time()))
+    listener = ProgressListener(board)
+    for each in progress:
+        listener.progress(each)
+    status = deployments.status("j", "d")
+    assert status is not None and status.unprocessed is None and status.skipping() is None, status.unprocessed
+    table = LocalStorage(tmp_path / "table")
+    query_id = progress[0]["id"]
+    assert delta_sink.last_batch(table, query_id, None) == 2, "both batches are in the table's log"
 
 
 def test_spark_reads_a_topic(

@@ -67,15 +67,30 @@ class Settings:
     keep_lease: bool = False  # leave the lease held after an operation: a later step of this holder goes on
 
     def resolve(self) -> Context:
-        return Context(self)
+        return Context(self, Environment.read())
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The environment variables settings come from, read once where settings are resolved (`Settings.resolve`):
+    nothing below reads them again."""
+
+    jobs_file: str | None = None  # $SAVEPOINTS_JOBS
+    store: str | None = None  # $SAVEPOINTS_STORE
+    kafka_bootstrap: str | None = None  # $SAVEPOINTS_KAFKA_BOOTSTRAP
+
+    @classmethod
+    def read(cls) -> Environment:
+        return cls(*(os.environ.get(name) or None for name in (JOBS_ENV, STORE_ENV, KAFKA_ENV)))
 
 
 class Context:
     """The jobs file and the store, resolved once per command, task or page request."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, environment: Environment | None = None) -> None:
         self.settings = settings
-        self.jobs_path: Path = jobs_file(settings.jobs_file)
+        self.environment = environment or Environment()
+        self.jobs_path: Path = jobs_file(settings.jobs_file or self.environment.jobs_file)
 
     @cached_property
     def jobs(self) -> dict[str, JobSpec]:
@@ -85,7 +100,7 @@ class Context:
     @property
     def jobs_file_given(self) -> bool:
         """Whether a jobs file was asked for (flag or environment) rather than the ./jobs.toml default."""
-        return bool(self.settings.jobs_file or os.environ.get(JOBS_ENV))
+        return bool(self.settings.jobs_file or self.environment.jobs_file)
 
     def declared_jobs(self) -> dict[str, JobSpec]:
         """The declared jobs, or none when no jobs file was asked for and ./jobs.toml does not exist (commands
@@ -106,7 +121,7 @@ class Context:
 
     def store_uri(self, job: str | None = None) -> str:
         """flag > $SAVEPOINTS_STORE > the job's store in the jobs file > the one store its jobs share."""
-        uri = self.settings.store or os.environ.get(STORE_ENV)
+        uri = self.settings.store or self.environment.store
         if not uri:
             jobs = self.declared_jobs()
             if job is not None and job in jobs:
@@ -137,18 +152,18 @@ class Context:
 
     def kafka(self, job: str) -> KafkaSettings | None:
         """The broker of a job's Kafka sources (a job of the store that the jobs file does not declare too)."""
-        return resolve_kafka(self.settings.kafka, self.declared_jobs().get(job))
+        return resolve_kafka(self.settings.kafka, self.declared_jobs().get(job), self.environment.kafka_bootstrap)
 
     def job(self, name: str) -> JobContext:
         spec = self.spec(name)
-        return JobContext(spec, self.store(name), self.settings)
+        return JobContext(spec, self.store(name), self.settings, self.environment)
 
     def snapshots_of(self, name: str) -> JobContext:
         """The context of a job whose snapshots a command works on: the declared job, or one known by name
         only (snapshots of any checkpoint can be taken with `savepoints create NAME --checkpoint LOCATION`)."""
         jobs = self.declared_jobs()
         spec = jobs[name] if name in jobs else JobSpec.undeclared(name)
-        return JobContext(spec, self.store(name), self.settings)
+        return JobContext(spec, self.store(name), self.settings, self.environment)
 
 
 class _HeldLease:
@@ -167,6 +182,7 @@ class JobContext:
     spec: JobSpec
     store: SnapshotStore
     settings: Settings = field(default_factory=Settings)
+    environment: Environment = field(default_factory=Environment)
     _held: _HeldLease = field(default_factory=_HeldLease, compare=False, repr=False)
 
     @property
@@ -176,7 +192,7 @@ class JobContext:
     @cached_property
     def kafka(self) -> KafkaSettings | None:
         """The broker its Kafka sources read, whose offsets every restore checks (None: none known)."""
-        return resolve_kafka(self.settings.kafka, self.spec)
+        return resolve_kafka(self.settings.kafka, self.spec, self.environment.kafka_bootstrap)
 
     @property
     def progress(self) -> Progress:
@@ -269,14 +285,14 @@ class JobContext:
         return replace(self, settings=replace(self.settings, progress=progress))
 
 
-def resolve_kafka(edge: KafkaSettings | None, spec: JobSpec | None) -> KafkaSettings | None:
-    """The broker's address: flag or connection > $SAVEPOINTS_KAFKA_BOOTSTRAP > the job's `kafka` table. Its
-    client settings come with the address from a connection, else from the jobs file."""
+def resolve_kafka(
+    edge: KafkaSettings | None, spec: JobSpec | None, environment: str | None = None
+) -> KafkaSettings | None:
+    """The broker's address: flag or connection > `environment` ($SAVEPOINTS_KAFKA_BOOTSTRAP) > the job's `kafka`
+    table. Its client settings come with the address from a connection, else from the jobs file."""
     declared = spec.kafka if spec is not None else None
     address = (
-        (edge.bootstrap_servers if edge else None)
-        or os.environ.get(KAFKA_ENV)
-        or (declared.bootstrap_servers if declared else None)
+        (edge.bootstrap_servers if edge else None) or environment or (declared.bootstrap_servers if declared else None)
     )
     if not address:
         return None

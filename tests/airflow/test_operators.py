@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import time
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,21 +19,27 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
-from airflow_plugin.core.errors import Refused
+from airflow_plugin.core.errors import Refused, UpgradeFailed
 from airflow_plugin.core.jobs.deploy import submit_spec
 from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.lease import acquire, airflow_holder, break_lease, read_lease
+from airflow_plugin.core.reconcile import record as reconcile_records
+from airflow_plugin.core.reconcile.plan import APPLY
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.sources.kafka import KAFKA_CONF, KAFKA_ENV
 from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades, new_upgrade_id
+from airflow_plugin.core.upgrades.steps import HOLDER, LEASE_SECONDS, UpgradeSettings
 from airflow_plugin.hooks.savepoints import SavepointsHook
 from airflow_plugin.operators.deployments import DeployJobOperator, StopJobOperator
 from airflow_plugin.operators.leases import ReleaseLeaseOperator
+from airflow_plugin.operators.reconcile import ApplyJobOperator
 from airflow_plugin.operators.snapshots import SavepointOperator, VerifySnapshotOperator
 from airflow_plugin.operators.upgrade import PreflightCheckOperator, RollbackOperator
 from airflow_plugin.sensors.health import DeploymentHealthSensor
 from airflow_plugin.triggers.health import DeploymentHealthTrigger
 from airflow_plugin.triggers.jobs_file import FINGERPRINT, JobsFileChangedTrigger, fingerprint
+from airflow_plugin.triggers.upgrade import UpgradeTrigger
 from tests.support.jobs import write_jobs
 from tests.support.synthetic import tree
 
@@ -609,3 +616,50 @@ def test_an_upgrade_nobody_approves_in_time_is_aborted_and_lets_the_job_go(tmp_p
     assert record.error is not None and "timeout has passed without a response" in record.error, record.error
     assert context["ti"].pushed["upgrade"]["phase"] == "ABORTED"
     assert read_lease(storage, "orders") is None, "the job is free again"
+
+
+def test_the_apply_operator_waits_for_its_upgrade_in_the_triggerer_and_records_how_it_ended(tmp_path: Path) -> None:
+    """The loop's upgrade (blue/green, green catching up) waits in Airflow's triggerer: the apply task defers to the
+    upgrade's trigger instead of holding a worker. Resumed after the upgrade ended (here: aborted meanwhile), it
+    records the version as failed under this declaration and fails, saying it is held."""
+    jobs = write_jobs(tmp_path, extra='desired = { version = "v2" }')
+    storage = open_storage(str(tmp_path / "store"))
+    records_ = Deployments(storage)
+    old = Deployment("dp-20261128T000000000Z-0001", "orders", "v1", str(tmp_path / "c1"))
+    new = Deployment("dp-20261128T000000000Z-0002", "orders", "v2", str(tmp_path / "c2"), restored_batch_id=9)
+    for deployment, batch in ((old, 12), (new, 9)):
+        records_.put(deployment)
+        records_.write_status(
+            "orders", deployment.id, DeploymentStatus(State.RUNNING, time.time(), last_batch_id=batch)
+        )
+    upgrade = Upgrade(
+        id=new_upgrade_id(),
+        job="orders",
+        to_version="v2",
+        mode="blue_green",
+        requested_by=f"{APPLY} (scheduler)",
+        old_deployment=old.id,
+        old_version="v1",
+        new_deployment=new.id,
+        settings=asdict(UpgradeSettings()),
+        deadline=time.time() + 600,
+    ).move(Phase.CATCHING_UP, "green started beside blue")
+    Upgrades(storage).put(upgrade)
+    acquire(storage, "orders", HOLDER + upgrade.id, "upgrade", LEASE_SECONDS).keep()
+    operator = ApplyJobOperator(task_id="apply", job="orders", jobs_file=str(jobs))
+    operator.aws_conn_id = operator.spark_conn_id = None
+
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute(task_context())
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, UpgradeTrigger) and trigger.upgrade_id == upgrade.id, trigger
+    assert deferred.value.method_name == "execute_complete"
+
+    ended = Upgrades(storage).get("orders", upgrade.id).move(Phase.ABORTED, "aborted by a person")
+    ended.error = "aborted by a person"
+    Upgrades(storage).put(ended)
+    break_lease(storage, "orders")  # an ended upgrade has let the job go
+    with pytest.raises(UpgradeFailed, match=r"ended ABORTED: aborted by a person; v2 is held until the jobs file"):
+        operator.execute_complete(task_context(), {"upgrade": upgrade.id, "status": "changed"})
+    kept = reconcile_records.read(storage, "orders")
+    assert "v2" in kept.failed_versions and kept.last_step is not None and "ABORTED" in kept.last_step, kept

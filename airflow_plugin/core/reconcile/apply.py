@@ -98,10 +98,15 @@ def _upgrade_seen(upgrade: Upgrade) -> UpgradeSeen:
     return UpgradeSeen(upgrade.id, str(upgrade.phase), upgrade.to_version, upgrade.requested_by.startswith(APPLY))
 
 
-def apply_job(ctx: JobContext, *, dry_run: bool = False) -> Applied:
-    """One job's step, planned and (unless `dry_run`) carried out."""
+def next_step(ctx: JobContext) -> Step:
+    """The job's step as the loop sees it now (`ctx`: the loop's, `loop_context`)."""
+    return plan(observe(ctx))
+
+
+def apply_job(ctx: JobContext, *, dry_run: bool = False, step: Step | None = None) -> Applied:
+    """One job's step, planned (unless `step`: planned already) and (unless `dry_run`) carried out."""
     ctx = loop_context(ctx)
-    step = plan(observe(ctx))
+    step = step or next_step(ctx)
     if dry_run or not step.action.acts:
         if not dry_run:
             _note(ctx, step)
@@ -143,17 +148,27 @@ def _act(ctx: JobContext, step: Step) -> Applied:
 
 def _upgrade(ctx: JobContext, step: Step) -> Applied:
     """Begin (or resume) the loop's upgrade and drive it to its end, outside this module's lease: the upgrade holds
-    the job's lease its own way. A version that does not go through (rolled back, aborted, blocked) is recorded
-    failed under this declaration."""
-    upgrades = Upgrades(ctx.store.storage)
+    the job's lease its own way."""
+    upgrade = upgrade_of(ctx, step)
+    if upgrade is None:
+        return Applied(step, "the upgrade ended meanwhile")
+    return upgrade_ended(ctx, run_upgrade(ctx, upgrade), step)
+
+
+def upgrade_of(ctx: JobContext, step: Step) -> Upgrade | None:
+    """The upgrade an UPGRADE step begins, or the one a RESUME_UPGRADE step goes on with (None: it ended meanwhile).
+    `ctx`: the loop's (`loop_context`), so that the upgrade is recorded as the loop's own."""
     if step.action is Action.RESUME_UPGRADE:
-        upgrade = upgrades.in_progress(ctx.name)
-        if upgrade is None:
-            return Applied(step, "the upgrade ended meanwhile")
-    else:
-        assert step.version is not None
-        upgrade = begin(ctx, step.version, mode=step.mode)
-    ended = run_upgrade(ctx, upgrade)
+        return Upgrades(ctx.store.storage).in_progress(ctx.name)
+    assert step.action is Action.UPGRADE and step.version is not None
+    return begin(ctx, step.version, mode=step.mode)
+
+
+def upgrade_ended(ctx: JobContext, ended: Upgrade, step: Step | None = None) -> Applied:
+    """Record what the loop's upgrade came to: DONE, the version is the last stable one; anything else (rolled back,
+    aborted, blocked), it is held under this declaration, and the step fails saying so. `step`: the one that began or
+    resumed it (None: one that waited elsewhere, in Airflow's triggerer)."""
+    step = step or Step(ctx.name, Action.UPGRADE, f"upgrade {ended.id} went on", version=ended.to_version)
     with ctx.operation("apply"):
         record = records.read(ctx.store.storage, ctx.name)
         if ended.phase is Phase.DONE:

@@ -6,17 +6,16 @@ driver is needed. Where each lives: layout.py; who reads and writes them: core/j
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from .. import layout
 from ..errors import IntegrityError
 from ..storage import Storage
-from ..timestamps import utc_now
+from ..timestamps import stamped_id, utc_now
 
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # seconds without a status update before a live state reads as LOST
 # consecutive batches that advanced their sources but processed no row before a deployment reads as skipping
@@ -39,8 +38,7 @@ class State(StrEnum):
 
 
 def new_deployment_id(now: datetime | None = None) -> str:
-    now = now or datetime.now(UTC)
-    return f"dp-{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{secrets.token_hex(2)}"
+    return stamped_id("dp", now)
 
 
 @dataclass

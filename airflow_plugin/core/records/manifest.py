@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -17,6 +16,7 @@ from ..guards.sink import start_bound
 from ..layout import blob_key, check_name, is_stored_content
 from ..sources import SourcePosition, positions
 from ..storage import check_key
+from ..timestamps import stamped_id
 
 # files as [path, size, sha256, mtime, key, offset]: the store object holding the content and where in it (a
 # pack holds many small files; a large file is one object at offset 0). The store's own format: blobs.py.
@@ -75,9 +75,7 @@ def parse_labels(value: Mapping[str, object] | Iterable[str] | str | None) -> di
 
 def new_snapshot_id(kind: Kind, now: datetime | None = None) -> str:
     """Sortable by time (UTC, milliseconds), unique by a random suffix: sp-20261121T055614123Z-3f9a."""
-    now = now or datetime.now(UTC)
-    prefix = "sp" if kind is Kind.SAVEPOINT else "ck"
-    return f"{prefix}-{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{secrets.token_hex(2)}"
+    return stamped_id("sp" if kind is Kind.SAVEPOINT else "ck", now)
 
 
 SINK_LOGS = "_savepoints/sinks/"  # manifest paths of sink logs kept with a snapshot; never restored into a checkpoint

@@ -19,16 +19,15 @@ status). Written whole on every change; the job's lease (held as `upgrade:<id>`)
 from __future__ import annotations
 
 import json
-import secrets
 from dataclasses import asdict, dataclass, field, fields
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from .. import layout
 from ..errors import IntegrityError, NotFound, SavepointsError
 from ..storage import Storage
-from ..timestamps import utc_now
+from ..timestamps import stamped_id, utc_now
 
 
 class Mode(StrEnum):
@@ -74,8 +73,7 @@ BEFORE_CUTOVER = frozenset({Phase.SAVEPOINTING, Phase.PREFLIGHT, Phase.MIGRATING
 
 
 def new_upgrade_id(now: datetime | None = None) -> str:
-    now = now or datetime.now(UTC)
-    return f"up-{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{secrets.token_hex(2)}"
+    return stamped_id("up", now)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from ..core.jobs.context import JobContext
+from ..core.jobs.operation import operation
 from ..core.lease import LeaseHeld
 from ..core.retention.policy import parse_policy
 from ..core.retention.prune import prune, retain_checkpoints
@@ -34,7 +35,7 @@ class RetentionOperator(SavepointsBaseOperator):
         dry_run = flag(self.dry_run)
         taken = [o.to_dict() for o in retain_checkpoints(ctx)] if self.checkpoints and not dry_run else []
         try:
-            with nullcontext() if dry_run else ctx.operation("prune"):
+            with nullcontext() if dry_run else operation(ctx, "prune"):
                 plan, result = prune(
                     ctx.store,
                     policy,

@@ -10,6 +10,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from airflow_plugin.core.jobs.operation import operation
+
 
 def work(store_uri: str, job: str, checkpoint: str, seed: int, rounds: int, out: str, env: dict[str, str]) -> None:
     os.environ.update(env)
@@ -46,7 +48,7 @@ def work(store_uri: str, job: str, checkpoint: str, seed: int, rounds: int, out:
                     delete_snapshot(store, job, target, force=True)
                     done.append({"op": op, "ids": [target]})
                 elif op == "prune":
-                    with context.operation("prune"):
+                    with operation(context, "prune"):
                         plan, _ = prune(store, policy, job=job, dry_run=True)
                         planned = [a.target for a in plan.snapshots]
                         left = set(execute(store, plan, policy).left_alone)

@@ -8,6 +8,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from ...core.jobs.context import Context
+from ...core.jobs.operation import operation
 from ...core.retention.policy import RetentionPolicy, parse_policy
 from ...core.retention.prune import prune, retain_checkpoints
 from ..options import add_concurrency_option, add_job, add_kafka_option
@@ -91,7 +92,7 @@ def run_prune(args: argparse.Namespace, ctx: Context) -> Output:
         for name, spec in jobs.items()
     }
     timeout = jobs[args.job].heartbeat_timeout if args.job in jobs else 30.0
-    with ctx.snapshots_of(args.job).operation("prune") if args.job and not args.dry_run else nullcontext():
+    with operation(ctx.snapshots_of(args.job), "prune") if args.job and not args.dry_run else nullcontext():
         plan, result = prune(
             ctx.store(args.job),
             default,

@@ -10,6 +10,7 @@ from ...core.errors import Refused
 from ...core.guards import source as source_guard
 from ...core.jobs.context import Context, JobContext
 from ...core.jobs.deploy import live_deployments
+from ...core.jobs.operation import operation
 from ...core.records.manifest import Kind, Trigger, parse_labels
 from ...core.sinks import DELTA, FILE, SinkRef
 from ...core.sinks import delta as delta_sink
@@ -216,7 +217,7 @@ def run_pin(args: argparse.Namespace, ctx: Context) -> Output:
 
 def run_restore(args: argparse.Namespace, ctx: Context) -> Output:
     job = ctx.snapshots_of(args.job)
-    with nullcontext() if args.dry_run else job.operation("restore"):
+    with nullcontext() if args.dry_run else operation(job, "restore"):
         return _restore(args, ctx, job)
 
 

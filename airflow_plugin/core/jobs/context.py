@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
 from ..errors import InvalidInput, NotFound
-from ..lease import DEFAULT_TTL, Lease, acquire, default_holder
+from ..lease import DEFAULT_TTL
 from ..parallel import DEFAULT_CONCURRENCY
 from ..progress import NullProgress, Progress
-from ..records.deployment import Deployment
 from ..sinks.delta import CONF_PREFIX as DELTA_CONF
 from ..snapshots.store import SnapshotStore
 from ..sources.kafka import KAFKA_CONF, KAFKA_ENV, KafkaSettings
@@ -166,14 +163,6 @@ class Context:
         return JobContext(spec, self.store(name), self.settings, self.environment)
 
 
-class _HeldLease:
-    """The lease an operation of this job context holds, so that operations nested in it (a rollback's
-    stop and deploy) run under it instead of asking for it again."""
-
-    def __init__(self) -> None:
-        self.lease: Lease | None = None
-
-
 @dataclass(frozen=True)
 class JobContext:
     """Everything one operation on one job needs, resolved: its spec, its store, S3 access, the
@@ -183,7 +172,6 @@ class JobContext:
     store: SnapshotStore
     settings: Settings = field(default_factory=Settings)
     environment: Environment = field(default_factory=Environment)
-    _held: _HeldLease = field(default_factory=_HeldLease, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -258,28 +246,6 @@ class JobContext:
     def checkpoint_location(self, deployment_id: str) -> str:
         """Each deployment's own live checkpoint location."""
         return f"{self.spec.checkpoint_root.rstrip('/')}/{self.name}/{deployment_id}"
-
-    @contextmanager
-    def operation(self, name: str) -> Iterator[list[Deployment] | None]:
-        """Hold the job's lease (core/lease.py) while an operation changes the job: a second operation on
-        the same job, from anyone else, is refused at once (exit 4) naming the holder. Nested operations
-        share the lease of the outermost one. Yields the job's deployments as the operation found them on
-        taking the lease (what it decides on, read once); None in a nested one (the outer one may have
-        changed them since: read them)."""
-        if self._held.lease is not None:
-            self._held.lease.check()
-            yield None
-            return
-        holder = self.settings.holder or default_holder()
-        lease = acquire(self.store.storage, self.name, holder, name, self.settings.lease_ttl)
-        self._held.lease = lease
-        try:
-            with lease:
-                yield self.deployments.list(self.name)
-                if self.settings.keep_lease:
-                    lease.keep()
-        finally:
-            self._held.lease = None
 
     def with_progress(self, progress: Progress) -> JobContext:
         return replace(self, settings=replace(self.settings, progress=progress))

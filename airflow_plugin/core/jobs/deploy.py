@@ -37,6 +37,7 @@ from .context import JobContext
 from .fresh_start import build_of, fresh_start
 from .launcher import SubmitSpec, alive, on_this_host
 from .observe import state_of
+from .operation import operation
 from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, repartition
 from .snapshot import snapshot_deployment
 from .spec import DEFAULT_RESTORE, VersionSpec
@@ -207,13 +208,13 @@ def deploy(ctx: JobContext, request: DeployRequest) -> Deployment:
     version = ctx.spec.launchable(request.version)
     if request.partitions is not None and request.partitions < 1:
         raise InvalidInput(f"cannot deploy with {request.partitions} state partitions: give a positive number")
-    with ctx.operation("deploy") as found:
+    with operation(ctx, "deploy") as found:
         return _deploy(ctx, request, version, deployments_listed(ctx, found))
 
 
 def deployments_listed(ctx: JobContext, found: list[Deployment] | None) -> list[Deployment]:
     """The job's deployments under its lease: as the operation found them on taking it, read in a nested one
-    (see JobContext.operation). The steps of one deploy decide on this one read."""
+    (see jobs/operation.py). The steps of one deploy decide on this one read."""
     return ctx.deployments.list(ctx.name) if found is None else found
 
 

@@ -18,6 +18,7 @@ from .deploy import live_deployments
 from .deployments import describe, new_request_id
 from .launcher import force_kill
 from .observe import observe_deployment, state_of
+from .operation import operation
 from .snapshot import snapshot_deployment
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def stop(
 ) -> StopResult:
     """Ask the running deployment (or the given one) to stop at a batch boundary and wait for STOPPED. If it
     does not stop in time the request is withdrawn, the job keeps running, and nothing is deleted."""
-    with ctx.operation("stop"):
+    with operation(ctx, "stop"):
         return _stop(ctx, savepoint, drain, timeout, labels, pin, deployment_id)
 
 
@@ -159,7 +160,7 @@ def _wait_stopped(ctx: JobContext, deployment: Deployment, timeout: float) -> St
 def kill(ctx: JobContext, deployment_id: str | None = None) -> Deployment:
     """Force-kill the job's live or LOST deployment (SIGKILL of its process group) and mark it FAILED:
     the given one, else the newest."""
-    with ctx.operation("kill"):
+    with operation(ctx, "kill"):
         return _kill(ctx, deployment_id)
 
 

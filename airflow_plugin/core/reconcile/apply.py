@@ -18,6 +18,7 @@ from ..jobs.context import Context, JobContext
 from ..jobs.deploy import DeployRequest, deploy
 from ..jobs.launcher import alive, on_this_host
 from ..jobs.observe import observe_deployment
+from ..jobs.operation import operation
 from ..jobs.savepoint import take_savepoint
 from ..jobs.stop import kill
 from ..lease import default_holder
@@ -114,7 +115,7 @@ def apply_job(ctx: JobContext, *, dry_run: bool = False, step: Step | None = Non
     try:
         if step.action in (Action.UPGRADE, Action.RESUME_UPGRADE):
             return _upgrade(ctx, step)
-        with ctx.operation("apply") as found:
+        with operation(ctx, "apply") as found:
             step = plan(observe(ctx, listed=found))  # decided again, under the lease
             if not step.action.acts or step.action in (Action.UPGRADE, Action.RESUME_UPGRADE):
                 return Applied(step, "changed while the lease was taken: look again at the next apply")
@@ -169,7 +170,7 @@ def upgrade_ended(ctx: JobContext, ended: Upgrade, step: Step | None = None) -> 
     aborted, blocked), it is held under this declaration, and the step fails saying so. `step`: the one that began or
     resumed it (None: one that waited elsewhere, in Airflow's triggerer)."""
     step = step or Step(ctx.name, Action.UPGRADE, f"upgrade {ended.id} went on", version=ended.to_version)
-    with ctx.operation("apply"):
+    with operation(ctx, "apply"):
         record = records.read(ctx.store.storage, ctx.name)
         if ended.phase is Phase.DONE:
             record.last_stable_version = ended.to_version
@@ -198,7 +199,7 @@ def _note(ctx: JobContext, step: Step) -> None:
     if running is None or record.last_stable_version == running:
         return
     try:
-        with ctx.operation("apply"):
+        with operation(ctx, "apply"):
             record.last_stable_version = running
             records.write(ctx.store.storage, record)
     except SavepointsError as exc:
@@ -264,7 +265,7 @@ def describe_declared(job: str, declared: dict[str, Any]) -> str:
 
 def set_pause(ctx: JobContext, paused: bool) -> Reconciled:
     """A person takes the job over (`apply --pause`: the loop leaves it alone) or gives it back (`--resume`)."""
-    with ctx.operation("apply"):
+    with operation(ctx, "apply"):
         record = records.read(ctx.store.storage, ctx.name)
         who = ctx.requested_by or default_holder()
         record.paused_by, record.paused_at = (who, utc_now()) if paused else (None, None)
@@ -275,7 +276,7 @@ def set_pause(ctx: JobContext, paused: bool) -> Reconciled:
 def retry(ctx: JobContext) -> Reconciled:
     """A person asks the loop to try again what it holds: the versions that failed, and a spent restart budget (the
     restarts stay recorded; the budget counts from now)."""
-    with ctx.operation("apply"):
+    with operation(ctx, "apply"):
         record = records.read(ctx.store.storage, ctx.name)
         record.failed_versions.clear()
         record.budget_from = time.time()

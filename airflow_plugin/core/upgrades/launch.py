@@ -10,7 +10,7 @@
                     changed since the pre-restore) and its query started; the downtime no longer includes the JVM
                     and session start-up, nor moving the bulk of the state
 
-Each runs under the job's lease (`ctx.operation`): the upgrade holds it, so these nest in it."""
+Each runs under the job's lease (jobs/operation.py): the upgrade holds it, so these nest in it."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ from ..jobs.deploy import (
 from ..jobs.deployments import new_request_id
 from ..jobs.fresh_start import build_of, fresh_start
 from ..jobs.observe import state_of
+from ..jobs.operation import operation
 from ..jobs.spec import VersionSpec
 from ..jobs.startup import launch_deployment, wait_for_state, wait_until_started
 from ..records.deployment import ControlRequest, Deployment, State, new_deployment_id
@@ -61,7 +62,7 @@ def launch_beside(
     `--seed`: a replay's or a migration's start) with `initial_state` (a migration's), or from the start of its
     sources. Under the job's lease: the upgrade holds it."""
     version = ctx.spec.launchable(version_name)
-    with ctx.operation("deploy") as found:
+    with operation(ctx, "deploy") as found:
         listed = deployments_listed(ctx, found)
         earlier = earlier_attempt(ctx, listed)
         if earlier is not None:
@@ -117,7 +118,7 @@ def prestart(
     `activate` moves only what changed since. No sink is checked or rewound here: the old version still
     runs; `activate` guards the sink against the snapshot it starts from."""
     version = ctx.spec.launchable(version_name)
-    with ctx.operation("deploy") as found:
+    with operation(ctx, "deploy") as found:
         return _prestart(ctx, version, wait_seconds, prerestore, deployments_listed(ctx, found))
 
 
@@ -163,7 +164,7 @@ def activate(
 ) -> Deployment:
     """Restore state into a pre-started deployment's location and start its query. Refused while any
     other deployment of the job is live (stop the old version first) or if it is not in STANDBY."""
-    with ctx.operation("deploy") as found:
+    with operation(ctx, "deploy") as found:
         listed = deployments_listed(ctx, found)
         return _activate(ctx, deployment_id, restore, wait_seconds, rewind_sink, accept_source_gap, listed)
 

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import Refused, SavepointsError
 from ..jobs.context import JobContext
 from ..jobs.deploy import DeployRequest, deploy, live_deployments
+from ..jobs.operation import operation
 from ..jobs.stop import kill, stop
 from ..records.deployment import Deployment, State
 
@@ -58,7 +59,7 @@ def _retire(ctx: JobContext, deployment: Deployment, state: State, timeout: floa
 def rollback(
     ctx: JobContext, snapshot_id: str | None, *, stop_timeout: float | None = None, rewind_sink: bool = True
 ) -> RollbackResult:
-    with ctx.operation("rollback"):
+    with operation(ctx, "rollback"):
         return _rollback(ctx, snapshot_id, stop_timeout, rewind_sink)
 
 

@@ -26,6 +26,7 @@ from ..jobs.context import JobContext
 from ..jobs.health import Health, Verdict, assess
 from ..jobs.launcher import driver_ended
 from ..jobs.observe import observe_deployment, state_of
+from ..jobs.operation import operation
 from ..jobs.snapshot import snapshot_deployment
 from ..jobs.stop import KILLED, kill, running_deployment, stop, stop_request_id
 from ..lease import LeaseHeld, LeaseLost
@@ -472,7 +473,7 @@ def advance(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         return upgrade
     step_ctx = step_context(ctx, upgrade)
     handler = HANDLERS[upgrade.phase]
-    with step_ctx.operation("upgrade"):
+    with operation(step_ctx, "upgrade"):
         try:
             upgrade = handler(step_ctx, upgrade)
         except (StoreUnavailable, BrokerUnavailable, LeaseHeld, LeaseLost):
@@ -680,7 +681,7 @@ def clear_leftovers(ctx: JobContext, upgrade: Upgrade) -> str:
     settings = UpgradeSettings.of(upgrade.settings)
     done = []
     step = step_context(ctx, upgrade, keep=False)  # the upgrade's own holder: its steps' operations nest in it
-    with step.operation("upgrade"):
+    with operation(step, "upgrade"):
         for deployment_id in (upgrade.old_deployment, upgrade.new_deployment):
             if not deployment_id:
                 continue
@@ -802,5 +803,5 @@ def _save(ctx: JobContext, upgrade: Upgrade) -> None:
 
 def _release(ctx: JobContext, upgrade: Upgrade) -> None:
     """The upgrade ended: its lease goes (taken and released by the same holder)."""
-    with step_context(ctx, upgrade, keep=False).operation("upgrade"):
+    with operation(step_context(ctx, upgrade, keep=False), "upgrade"):
         pass

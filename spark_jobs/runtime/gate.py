@@ -36,15 +36,19 @@ same deployment (a second driver attempt) starts from it (runner.py)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from airflow_plugin.core.records.deployment import BLUE, GREEN, SOLE, STAGING, ControlRequest
 from airflow_plugin.core.sinks.delta import is_table
@@ -275,7 +279,8 @@ class GatedWriter:
         writer = writer.option("txnAppId", self.query_id).option("txnVersion", batch_id)
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
-                writer.save(path)
+                with commit_lock(path):
+                    writer.save(path)
                 return
             except Exception as exc:  # Delta's concurrent-modification errors come through py4j
                 if not LOST_RACE.search(str(exc)[:2000]) or attempt == WRITE_ATTEMPTS:
@@ -289,3 +294,28 @@ class GatedWriter:
         if self._query_id is None:
             self._query_id = str(json.loads(open_storage(self.checkpoint).read("metadata"))["id"])
         return self._query_id
+
+
+COMMIT_LOCK = "_savepoints_commit.lock"  # beside a local table's log ("_": neither Delta nor VACUUM reads it)
+
+
+@contextmanager
+def commit_lock(table: str) -> Iterator[None]:
+    """Delta needs a store where only one writer can create a log version (its storage docs' "mutual exclusion"). A
+    local file system gives that within one JVM only: Hadoop checks that the version is absent, then renames onto it.
+    The two drivers of a blue/green upgrade commit to one table from two JVMs, and both could write one version, the
+    second over the first (seen: a checksum error on the log, and a commit gone). On a local table (both drivers on
+    one host) they take turns through an exclusive lock of a file beside the log, which the kernel drops with a
+    driver that dies. Other stores need a LogStore that gives mutual exclusion (docs/guarantees.md)."""
+    scheme = urlsplit(table).scheme
+    if scheme not in ("", "file"):
+        yield
+        return
+    root = Path(urlsplit(table).path if scheme else table)
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / COMMIT_LOCK).open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

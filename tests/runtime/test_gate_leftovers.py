@@ -6,6 +6,8 @@ drivers and a table: tests/e2e/test_blue_green.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,10 +24,12 @@ from airflow_plugin.core.records.manifest import Kind, Manifest, SnapshotStatus,
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
 from spark_jobs.runtime.args import parse_args
 from spark_jobs.runtime.control import ControlChannel
-from spark_jobs.runtime.gate import ACTIONS, DeltaTarget, GatedWriter, GateState
+from spark_jobs.runtime.gate import ACTIONS, COMMIT_LOCK, DeltaTarget, GatedWriter, GateState
 from spark_jobs.runtime.runner import Runner
 from spark_jobs.runtime.status import StatusBoard
 from tests.support.jobs import write_jobs
+
+REPO = Path(__file__).resolve().parents[2]
 
 UPGRADE = "up-20260101T000000000Z-aaaa"
 
@@ -132,3 +136,34 @@ def test_a_snapshot_taken_while_gated_is_restored_writing_every_window_after_its
     assert green.restored_gate == {"after": 60_000}
     assert "a restore writes only the windows ending after 1970-01-01T00:01:00Z" in str(green.gate_note())
     assert taken(after=None, until=None).gate_note() is None
+
+
+def test_the_two_drivers_of_a_local_table_take_turns_to_commit(tmp_path: Path) -> None:
+    """Hadoop's local file system creates a Delta log version by a check and then a rename, which two JVMs can both
+    pass: the blue and green drivers take turns through a lock beside the log. Another process's commit waits while
+    one holds it, and goes on once it is released, or once its holder died."""
+    table = f"file:{tmp_path / 'table'}"
+    waiter = [
+        sys.executable,
+        "-c",
+        "import sys; from spark_jobs.runtime.gate import commit_lock\n"
+        "with commit_lock(sys.argv[1]): print('committing', flush=True)",
+        table,
+    ]
+    for release in ("release", "die"):
+        holder = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from spark_jobs.runtime.gate import commit_lock\n"
+             "with commit_lock(sys.argv[1]):\n print('held', flush=True); sys.stdin.readline()", table],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
+        )  # fmt: skip
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        other = subprocess.Popen(waiter, stdout=subprocess.PIPE, text=True, cwd=REPO)
+        with pytest.raises(subprocess.TimeoutExpired):
+            other.wait(timeout=2)  # its commit waits: a wrong lock would let it through here
+        if release == "release":
+            holder.communicate("\n", timeout=30)
+        else:
+            holder.kill()
+            holder.wait()
+        assert other.communicate(timeout=30)[0].strip() == "committing"
+    assert (tmp_path / "table" / COMMIT_LOCK).exists() and not (tmp_path / "table" / "_delta_log").exists()

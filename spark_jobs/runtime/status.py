@@ -7,6 +7,7 @@ heartbeat can never overwrite a newer state, and nothing overwrites a terminal o
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -24,7 +25,7 @@ from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.records.deployment import DeploymentStatus, State
 from airflow_plugin.core.sinks import DELTA, delta, from_description
-from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.listener import (
@@ -122,12 +123,16 @@ def sink_wrote(sink: str | None, progress: dict[str, Any]) -> bool:
         return False
     since_ms = int(datetime.fromisoformat(str(started).replace("Z", "+00:00")).timestamp() * 1000)
     try:
-        return delta.wrote_batch(
-            open_storage(ref.location), str(progress.get("id")), int(progress["batchId"]), since_ms
-        )
+        return delta.wrote_batch(_table(ref.location), str(progress.get("id")), int(progress["batchId"]), since_ms)
     except (SavepointsError, OSError, ValueError) as exc:  # unreadable now: Spark's count stands
         log.warning("could not read the Delta log of %s for batch %s: %s", ref.location, progress.get("batchId"), exc)
         return False
+
+
+@functools.lru_cache(maxsize=4)
+def _table(location: str) -> Storage:
+    """The sink table's storage, opened once per driver (an S3 client is not made for every batch)."""
+    return open_storage(location)
 
 
 def _finite(value: Any) -> float | None:

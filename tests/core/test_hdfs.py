@@ -39,6 +39,7 @@ def test_the_storage_contract_on_hdfs(tmp_path: Path, hadoop_client: MiniHadoop)
     with pytest.raises(Conflict):
         storage.create("lease", b"theirs")
     assert storage.read("lease") == b"mine"
+    assert [info.key for info in storage.list("", start_after="commits/0")] == ["lease"]
     with pytest.raises(Refused, match="compare-and-swap"):
         storage.replace("lease", b"x", storage.read_with_token("lease")[1])
 

@@ -45,6 +45,23 @@ def test_write_read_list_stat_delete(storage: Storage, tmp_path: Path) -> None:
     assert sorted(i.key for i in storage.list()) == ["a/b/2", "up/file"]
 
 
+def test_a_listing_can_start_after_a_key(storage: Storage) -> None:
+    """What a Delta log's reader asks for what is new: the keys after the newest it saw, in key order (S3: one
+    ListObjectsV2 with StartAfter, whose pages hold only those)."""
+    for key in ("log/00.json", "log/01.crc", "log/01.json", "log/02.json", "log/_last", "other/03.json"):
+        storage.write(key, b"x")
+    assert [i.key for i in storage.list("log/", start_after="log/01.json")] == ["log/02.json", "log/_last"]
+    assert [i.key for i in storage.list("log/", start_after="log/01")] == [
+        "log/01.crc",
+        "log/01.json",
+        "log/02.json",
+        "log/_last",
+    ], "a key's stem: every file of that version and after"
+    assert [i.key for i in storage.list("log/", start_after="log/_last")] == []
+    assert [i.key for i in storage.list("log/", start_after="a")] == [i.key for i in storage.list("log/")]
+    assert [i.key for i in storage.child("log").list(start_after="01.json")] == ["02.json", "_last"]
+
+
 def test_unsafe_keys_are_refused(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path)
     for key in ("../escape", "/abs", "a//b", "a/./b", ""):

@@ -69,8 +69,10 @@ class Storage(ABC):
     uri: str  # for messages and manifests; never carries credentials
 
     @abstractmethod
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """Every object whose key starts with `prefix` (recursive), keys relative to the root."""
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
+        """Every object whose key starts with `prefix` (recursive), keys relative to the root; with `start_after`,
+        only keys that sort after it (S3: StartAfter, so that a listing of a growing directory, a Delta log, asks
+        for what is new and not for all of it)."""
 
     @abstractmethod
     def stat(self, key: str) -> ObjectInfo | None: ...

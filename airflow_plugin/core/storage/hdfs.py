@@ -117,10 +117,11 @@ class HdfsStorage(Storage):
 
     # -- reading
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
+        # `start_after` filters here: WebHDFS's LISTSTATUS answers a directory whole, from the NameNode's memory
         directory, _, _ = prefix.rpartition("/")
         start = posixpath.join(self.root, directory) if directory else self.root
-        yield from (info for info in self._walk(start) if info.key.startswith(prefix))
+        yield from (info for info in self._walk(start) if info.key.startswith(prefix) and info.key > start_after)
 
     def _walk(self, directory: str) -> Iterator[ObjectInfo]:
         try:

@@ -39,8 +39,9 @@ class LocalStorage(Storage):
     def local_path(self, key: str) -> Path:
         return self._path(key)
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        # Walk only the deepest directory the prefix names, then filter by the rest of the prefix.
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
+        # Walk only the deepest directory the prefix names, then filter by the rest of the prefix (and stat only
+        # the files after `start_after`).
         directory, _, _ = prefix.rpartition("/")
         start = self.root / directory if directory else self.root
         if not start.is_dir():
@@ -50,7 +51,7 @@ class LocalStorage(Storage):
             rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
             for name in sorted(filenames):
                 key = name if rel_dir == "." else f"{rel_dir}/{name}"
-                if not key.startswith(prefix):
+                if not key.startswith(prefix) or key <= start_after:
                     continue
                 try:
                     st = os.stat(os.path.join(dirpath, name))

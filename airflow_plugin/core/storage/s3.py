@@ -278,11 +278,12 @@ class S3Storage(Storage):
             future.result()
             return future.meta.etag
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
         root = f"{self.prefix}/" if self.prefix else ""
         paginator = self.client.get_paginator("list_objects_v2")
+        after = {"StartAfter": root + start_after} if start_after else {}
         with self._errors("list", prefix):
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=root + prefix):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=root + prefix, **after):
                 for obj in page.get("Contents", ()):
                     if obj["Key"].endswith("/"):
                         continue  # a directory marker (S3A writes them for mkdirs): not a file

@@ -2,23 +2,22 @@
 
 jobs/<job>/lease.json = {job, holder, operation, acquired_at, renewed_at, expires_at, ttl_s, token}
 
-`acquire` creates the record only if it is absent (Storage.create). A record whose `expires_at` has
-passed belongs to a holder that stopped renewing (crashed, killed), and one whose holder is a process of this
-host that no longer exists (`holder_gone`) acts no more: either is taken over only if it is still the record
-that was read (Storage.replace with its token), so of two takers exactly one wins. A live
-record refuses with the holder, the operation and their age. `token` is a random id of one acquisition,
-unchanged by renewals: every held record's content is unique to its writer, which the store relies on
-(base.py). The released record is the one shared content: a retried release that finds it has released.
+`acquire` creates the record only if it is absent (Storage.create). A record whose `expires_at` has passed belongs
+to a holder that stopped renewing (crashed, killed), and one whose holder is a process of this boot and PID
+namespace that no longer exists (`holder_gone`: a pid means nothing elsewhere) acts no more: either is taken over
+only if it is still the record that was read (Storage.replace with its token), so of two takers exactly one wins. A
+live record refuses with the holder, the operation and their age. `token` is a random id of one acquisition,
+unchanged by renewals: every held record's content is unique to its writer, which the store relies on (base.py). The
+released record is the one shared content: a retried release that finds it has released.
 
-`Lease` is a context manager: a background thread renews every ttl/3 (a replace with the current token,
-so a lease broken or taken over by someone else is noticed at the next renewal), and the lease is
-released at the end: replaced, only if unchanged, by the job's released record (`LeaseRecord.released`:
-one content per job, expired, holder "(released)"). Readers see no lease in it. The next `acquire` takes it
-in one request where the store derives a token from the content (S3: its MD5 ETag), a replace naming the
-released record's token without reading it.
+`Lease` is a context manager: a background thread renews every ttl/3 (a replace with the current token, so a lease
+broken or taken over by someone else is noticed at the next renewal), and the lease is released at the end:
+replaced, only if unchanged, by the job's released record (`LeaseRecord.released`: one content per job, expired,
+holder "(released)"). Readers see no lease in it. The next `acquire` takes it in one request where the store derives
+a token from the content (S3: its MD5 ETag), a replace naming the released record's token without reading it.
 
-A lost lease sets `lost`; `check()` raises LeaseLost, and so does leaving the block. Expiry compares the
-holder's clock (expires_at) with the reader's: keep ttl well above the clock skew between hosts.
+A lost lease sets `lost`; `check()` raises LeaseLost, and so does leaving the block. Expiry compares the holder's
+clock (expires_at) with the reader's: keep ttl well above the clock skew between hosts.
 
 Pure engine code: no airflow, no pyspark."""
 
@@ -39,6 +38,7 @@ from typing import Any
 from .errors import Conflict, IntegrityError, InvalidInput, NotFound, Refused
 from .layout import JOBS, is_valid_name, lease_key
 from .parallel import run_parallel
+from .process import Liveness, ProcessId
 from .storage import Storage
 
 log = logging.getLogger(__name__)
@@ -59,28 +59,21 @@ class LeaseLost(Refused):
 
 
 def default_holder() -> str:
-    """user@host:pid of this process."""
+    """user@host:<process> of this process, its process named as `ProcessId.key` (pid, boot, PID namespace, start
+    time): the host name is for people, the rest tells whether the holder still runs (`holder_gone`)."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no user name for this uid (containers)
         user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}:{os.getpid()}"
+    return f"{user}@{socket.gethostname()}:{ProcessId.current().key}"
 
 
 def holder_gone(holder: str) -> bool:
-    """Whether `holder` (as `default_holder` names one) is a process of this host that no longer exists, so
-    what it left behind is orphaned. False for anything else: another host, an Airflow run, a live process (or
-    a new process that reuses its pid: then only time tells)."""
-    user_host, sep, pid = holder.rpartition(":")
-    if not sep or not pid.isdigit() or user_host.rpartition("@")[2] != socket.gethostname():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's live process
-        return False
-    return False
+    """Whether `holder` (as `default_holder` names one) is a process of this boot and PID namespace that no longer
+    exists, so what it left behind is orphaned. False for anything else: a process this one cannot see (another
+    machine, another container on this host, whatever its host name), an Airflow run, a live process."""
+    process = ProcessId.parse(holder.rpartition(":")[2])
+    return process is not None and process.look() is Liveness.GONE
 
 
 def airflow_holder(dag_id: str, run_id: str) -> str:
@@ -322,7 +315,7 @@ def acquire(storage: Storage, job: str, holder: str, operation: str, ttl: float 
         except FileNotFoundError:
             continue
         current = LeaseRecord.from_json(data, f"{storage.uri}/{key}")
-        orphaned = holder_gone(current.holder)  # its process of this host is gone: it acts no more
+        orphaned = holder_gone(current.holder)  # its process (one this one can see) is gone: it acts no more
         if not current.expired() and current.holder != holder and not orphaned:
             raise _held(storage, job, current)
         record = LeaseRecord.new(job, holder, operation, ttl, _now())

@@ -6,8 +6,6 @@ on one catalog, and the deployment index with its final heartbeats."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -28,6 +26,7 @@ from airflow_plugin.core.snapshots.lifecycle import set_pinned
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import LocalStorage
 from tests.support.catalogs import listed, manifest, truth, write_unmarked
+from tests.support.processes import ended_process
 
 JOB = "orders"
 
@@ -44,9 +43,7 @@ OPS = st.lists(
 def gone_holder() -> str:
     """A holder whose process of this host has just ended: its marks are dead at once. Made where it is used:
     pids wrap (32,768 here), so one taken at collection may belong to a live process by the time a test runs."""
-    process = subprocess.Popen([sys.executable, "-c", "pass"])
-    process.wait()
-    return f"{default_holder().rpartition(':')[0]}:{process.pid}"
+    return f"{default_holder().rpartition(':')[0]}:{ended_process().key}"
 
 
 def check_invariant(store: SnapshotStore) -> None:

@@ -4,7 +4,6 @@ no error) as a pure verdict, and `check_health` reading it from a store."""
 from __future__ import annotations
 
 import io
-import socket
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +20,7 @@ from airflow_plugin.core.jobs.spec import JobSpec
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import LocalStorage
+from tests.support.processes import gone_handle
 
 NOW = 1_800_000_000.0
 
@@ -60,7 +60,7 @@ def test_verdicts(status: DeploymentStatus | None, verdict: Verdict, reason: str
 
 
 def test_a_driver_whose_process_is_gone_is_unhealthy_at_once() -> None:
-    gone = _deployment(mode="local", pid=2**22 + 17, host=socket.gethostname())
+    gone = _deployment(**gone_handle())
     status = DeploymentStatus(State.RUNNING, NOW - 1, last_batch_id=99)
     assert assess(gone, status, min_batches=1, heartbeat_timeout=30, now=NOW).verdict is Verdict.UNHEALTHY
 

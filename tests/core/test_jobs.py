@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,14 +18,16 @@ from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DEFAULT_RESTORE, DeployRequest, deploy, submit_spec
 from airflow_plugin.core.jobs.deployments import Deployments, observed_state
 from airflow_plugin.core.jobs.fresh_start import build_of
-from airflow_plugin.core.jobs.launcher import cluster_ids, redact
+from airflow_plugin.core.jobs.launcher import cluster_ids, process_seen, redact
 from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.lease import read_lease
+from airflow_plugin.core.process import Liveness
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.sources.kafka import KAFKA_CONF, KAFKA_ENV
 from airflow_plugin.core.storage import open_storage
 from tests.support.jobs import STUBBORN_JOB, write_jobs
+from tests.support.processes import elsewhere_handle, gone_handle
 from tests.support.synthetic import add_batch, write_checkpoint
 
 
@@ -122,16 +125,17 @@ def test_a_heartbeat_that_stops_reads_as_lost() -> None:
     assert observed_state(deployment, fresh, timeout=30) is State.RUNNING
     assert observed_state(deployment, stale, timeout=30) is State.LOST
     assert observed_state(deployment, DeploymentStatus(State.STOPPED, time.time() - 999), timeout=30) is State.STOPPED
-    import socket
-
     gone = Deployment(
         id="dp-2",
         job="orders",
         version="v1",
         checkpoint="c",
-        launcher={"mode": "local", "pid": 2**22 + 17, "host": socket.gethostname()},
+        launcher=gone_handle(),
     )
     assert observed_state(gone, fresh, timeout=30) is State.LOST  # its driver process is gone
+    elsewhere = replace(gone, launcher=elsewhere_handle())  # another container's: its heartbeat speaks for it
+    assert observed_state(elsewhere, fresh, timeout=30) is State.RUNNING
+    assert observed_state(elsewhere, stale, timeout=30) is State.LOST
 
 
 def test_launcher_helpers() -> None:
@@ -256,11 +260,9 @@ def test_kill_force_stops_a_job_that_ignores_stop(tmp_path: Path, capsys: pytest
     assert main(["stop", "orders", "--jobs", jobs, "--timeout", "2"]) == 10
     capsys.readouterr()
     record = Deployments(open_storage(str(tmp_path / "store"))).get("orders", deployment)
-    from airflow_plugin.core.jobs.launcher import alive
-
-    assert alive(record.launcher)
+    assert process_seen(record.launcher) is Liveness.ALIVE
     assert main(["kill", "orders", "--jobs", jobs]) == 0
-    assert not alive(record.launcher)
+    assert process_seen(record.launcher) is Liveness.GONE
     assert main(["status", "orders", "--jobs", jobs, "--json"]) == 0
     [row] = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert row["state"] == "FAILED" and row["error"].startswith("KILLED")

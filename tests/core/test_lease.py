@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -30,9 +30,11 @@ from airflow_plugin.core.lease import (
     lease_key,
     read_lease,
 )
+from airflow_plugin.core.process import ProcessId
 from airflow_plugin.core.storage import Storage, open_storage
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.faulty_s3 import FaultyS3
+from tests.support.processes import ended_process
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = "orders"
@@ -170,18 +172,20 @@ def test_an_expired_lease_of_a_killed_holder_is_taken_over_by_exactly_one(store:
 
 def test_a_live_lease_whose_holder_process_of_this_host_is_gone_is_taken_over_at_once(store: str) -> None:
     """A command killed with SIGKILL leaves its lease unexpired: its next run takes it over without waiting out
-    the ttl, since a process of this host that no longer exists acts no more. A live process's lease, and one of
-    another host, are still refused until they expire."""
+    the ttl, since a process this one can see (same boot, same PID namespace) that no longer exists acts no more. A
+    live process's lease, one of another PID namespace (a container on this host: its pid says nothing here) and
+    one named the old way (a host and a pid alone) are still refused until they expire."""
     storage = open_storage(store)
     host = socket.gethostname()
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    for holder in (f"ann@{host}:{os.getpid()}", f"ann@elsewhere:{gone.pid}"):
+    gone = ended_process()
+    here = ProcessId.current()
+    other_container = replace(gone, namespace="1")
+    for holder in (f"ann@{host}:{here.key}", f"ann@{host}:{other_container.key}", f"ann@{host}:{gone.pid}"):
         acquire(storage, JOB, holder, "apply", ttl=600)
         with pytest.raises(LeaseHeld, match=holder):
             acquire(storage, JOB, "bob@desk:2", "stop", ttl=60)
         break_lease(storage, JOB)
-    acquire(storage, JOB, f"ann@{host}:{gone.pid}", "apply", ttl=600)  # killed: never released
+    acquire(storage, JOB, f"ann@elsewhere:{gone.key}", "apply", ttl=600)  # killed: never released; any host name
     with acquire(storage, JOB, "bob@desk:2", "stop", ttl=60) as taken:
         held = read_lease(storage, JOB)
         assert held is not None and held.holder == "bob@desk:2" and held.token == taken.record.token

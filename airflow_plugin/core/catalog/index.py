@@ -94,7 +94,7 @@ class Mark:
     """A writer's notice that it is changing record `id`: readers read that record themselves."""
 
     id: str
-    holder: str  # user@host:pid (lease.py): a mark of a process of this host that is gone is dead at once
+    holder: str  # user@host:<process> (lease.py): a mark of a process seen gone is dead at once
     at: float  # seconds since the epoch, the writer's clock
     nonce: str = field(default_factory=lambda: secrets.token_hex(4))
 

@@ -18,6 +18,7 @@ from .. import layout
 from ..catalog.deployments import DeploymentEntry, deployment_index
 from ..catalog.index import Known, RecordIndex
 from ..errors import Conflict, NotFound
+from ..process import Liveness
 from ..records.deployment import (
     BLUE,
     DEFAULT_HEARTBEAT_TIMEOUT,
@@ -150,7 +151,7 @@ def observed_state(
     """What a deployment really is at `now` (default: now): its heartbeat's state, LOST when the heartbeat
     is stale, and LOST at once when its local driver process is known to be gone (a SIGKILL leaves RUNNING
     behind)."""
-    from .launcher import alive, on_this_host
+    from .launcher import process_seen
 
     now = time.time() if now is None else now
     if status is None:
@@ -159,7 +160,7 @@ def observed_state(
             state = State.LOST
     else:
         state = status.effective_state(timeout, now)
-    if state.live and on_this_host(deployment.launcher) and not alive(deployment.launcher):
+    if state.live and process_seen(deployment.launcher) is Liveness.GONE:
         return State.LOST
     return state
 

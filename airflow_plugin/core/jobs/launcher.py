@@ -21,10 +21,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from ..errors import LaunchFailed
+from ..process import Liveness, ProcessId
 from ..spark_app import check_pyspark_files, loopback_env, spark_submit_binary
 from . import yarn
 
@@ -91,15 +93,7 @@ def redact(command: list[str]) -> list[str]:
     return shown
 
 
-def _start_time(pid: int) -> str | None:
-    """The process start time (clock ticks since boot, /proc/<pid>/stat field 22): tells a reused pid apart."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-_children: dict[int, subprocess.Popen[bytes]] = {}  # reaped by alive() so they do not linger as zombies
+_children: dict[int, subprocess.Popen[bytes]] = {}  # reaped by process_seen() so they do not linger as zombies
 
 
 def launch(spec: SubmitSpec, log_path: Path, build: CommandBuilder = default_command) -> dict[str, Any]:
@@ -137,35 +131,34 @@ def launch(spec: SubmitSpec, log_path: Path, build: CommandBuilder = default_com
         "mode": "cluster" if deploy_mode == "cluster" else manager,
         "master": master,
         "deploy_mode": deploy_mode,
-        "host": socket.gethostname(),  # a pid means something only on this host
-        "pid": process.pid,
-        "started": _start_time(process.pid),
+        "host": socket.gethostname(),  # for people: a pid means something only in its boot and PID namespace
+        **ProcessId.of(process.pid).to_dict(),  # pid, boot_id, pid_namespace, started
         "log": str(log_path),
         "command": redact(command),
     }
 
 
-def on_this_host(handle: dict[str, Any]) -> bool:
-    return bool(handle.get("pid")) and handle.get("mode") != "cluster" and handle.get("host") == socket.gethostname()
+def driver_process(handle: dict[str, Any]) -> ProcessId | None:
+    """The driver process a local or client-mode launch started (None: a cluster's, or no pid recorded)."""
+    return None if handle.get("mode") == "cluster" else ProcessId.from_handle(handle)
 
 
 def _option(command: list[str], name: str) -> str | None:
     return command[command.index(name) + 1] if name in command[:-1] else None
 
 
-def alive(handle: dict[str, Any]) -> bool:
-    """Whether the process of a local/client-mode handle still runs (and is the one we started)."""
-    pid = handle.get("pid")
-    if not pid or handle.get("host", socket.gethostname()) != socket.gethostname():
-        return False
-    child = _children.get(pid)
-    if child is not None and child.poll() is not None:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z" and (handle.get("started") in (None, _start_time(pid)))
+def process_seen(handle: dict[str, Any]) -> Liveness:
+    """Whether the driver process of a local/client-mode handle runs: ALIVE or GONE where this process can look
+    (the same boot and PID namespace: `ProcessId.look`), else UNKNOWN (another machine or container, a cluster's
+    driver): only the heartbeat and the fence (core/jobs/fence.py) speak for it then."""
+    process = driver_process(handle)
+    if process is None:
+        return Liveness.UNKNOWN
+    seen = process.look()
+    child = _children.get(process.pid)
+    if seen is Liveness.ALIVE and child is not None and child.poll() is not None:  # ours, ended: reaped now
+        return Liveness.GONE
+    return seen
 
 
 def exit_code(handle: dict[str, Any]) -> int | None:
@@ -228,36 +221,42 @@ def yarn_application(handle: dict[str, Any]) -> str | None:
 
 
 def driver_ended(handle: dict[str, Any]) -> bool | None:
-    """Whether a driver is known to have ended: its process gone (a local or client-mode driver of this host), its
-    YARN application ended. None where this host cannot tell (a cluster-mode application of another manager, a
-    driver on another host): only its own last status says so then."""
+    """Whether a driver is known to have ended: its process gone (a local or client-mode driver this process can
+    see), its YARN application ended. None where this process cannot tell (a cluster-mode application of another
+    manager, a driver on another machine or in another container): only its own last status says so then."""
     if (app_id := yarn_application(handle)) is not None:
         report = yarn.application_report(app_id)
         return None if report is None else report.ended
-    if not on_this_host(handle):
-        return None
-    return not alive(handle)
+    seen = process_seen(handle)
+    return None if seen is Liveness.UNKNOWN else seen is Liveness.GONE
 
 
-def force_kill(handle: dict[str, Any]) -> bool:
+class Killed(StrEnum):
+    KILLED = "killed"
+    ENDED = "already ended"
+    UNREACHABLE = "cannot be killed from here"  # another machine or container: fence it instead (jobs/fence.py)
+
+
+def force_kill(handle: dict[str, Any]) -> Killed:
     """End a job by force: the whole process group of a local/client-mode job (SIGKILL), a YARN application
-    through YARN's ResourceManager. Returns whether anything was killed."""
+    through YARN's ResourceManager. UNREACHABLE for a driver this process cannot see (`process_seen`)."""
     if (app_id := yarn_application(handle)) is not None:
         manager = yarn.resource_manager()
         report = manager.application(app_id)
         if report is None or report.ended:
-            return False
+            return Killed.ENDED
         manager.kill(app_id)
-        return True
+        return Killed.KILLED
     if handle.get("mode") == "cluster":
         raise LaunchFailed(
             f"force-kill of a {handle.get('master')} cluster-mode application is not done from here: "
             f"use the cluster's tools (ids: {cluster_ids(log_tail(handle, 200))})"
         )
-    if not alive(handle):
-        return False
+    seen = process_seen(handle)
+    if seen is not Liveness.ALIVE:
+        return Killed.ENDED if seen is Liveness.GONE else Killed.UNREACHABLE
     os.killpg(handle["pid"], signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while alive(handle) and time.monotonic() < deadline:
+    while process_seen(handle) is Liveness.ALIVE and time.monotonic() < deadline:
         time.sleep(0.05)
-    return True
+    return Killed.KILLED

@@ -6,6 +6,8 @@ engine, the Airflow layer and the job runtime ask this module.
     jobs/<job>/deployments/<deployment_id>/status.json           its heartbeat (written by the job runtime)
     jobs/<job>/deployments/<deployment_id>/control/<request>.json  requests to the running job (stop, start)
     jobs/<job>/lease.json                                        the job lease: one operation at a time
+    jobs/<job>/writers.json                                      the fence: the deployments that may commit the job's
+                                                                 output now, and its generation (core/jobs/fence.py)
     jobs/<job>/catalog/snapshots.json.gz                         the job's snapshot catalog: what listing needs of
                                                                  each manifest, kept beside them (core/catalog/index.py)
     jobs/<job>/catalog/deployments.json.gz                       the job's deployment index: every record, and the
@@ -148,6 +150,10 @@ def reconcile_key(job: str) -> str:
 
 def lease_key(job: str) -> str:
     return job_prefix(job) + "lease.json"
+
+
+def writers_key(job: str) -> str:
+    return job_prefix(job) + "writers.json"
 
 
 def job_of(key: str) -> str | None:

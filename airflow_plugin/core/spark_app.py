@@ -5,6 +5,7 @@ for a SparkSession started inside this Python, that `$SPARK_HOME`'s Spark is pys
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -12,6 +13,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,3 +154,72 @@ def run_spark_tool(
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
         raise SparkToolFailed(f"Spark tool {name} failed (exit {result.returncode}):\n{tail}")
     return result.stdout
+
+
+FENCE_SOURCES = "runtime/jvm"  # in the spark_jobs package: the driver's fence (spark_jobs/runtime/fence.py)
+FENCE_MANAGER = "savepoints.fence.FencedCheckpointFileManager"
+CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
+FENCE_DELEGATE_CONF = "spark.savepoints.fence.delegate"  # a manager the job's own conf named: ours wraps it
+
+
+def _spark_jars() -> Path:
+    """The jars of the Spark that spark-submit runs: `$SPARK_HOME`'s, else the installed pyspark's."""
+    if home := os.environ.get("SPARK_HOME"):
+        return Path(home) / "jars"
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise LaunchFailed("pyspark is not installed: install spark-savepoints with its [spark] extra")
+    return Path(next(iter(spec.submodule_search_locations))) / "jars"
+
+
+def _javac() -> str:
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "javac") if home and (Path(home) / "bin" / "javac").exists() else None
+    found = found or shutil.which("javac")
+    if found is None:
+        raise LaunchFailed(
+            "javac not found: the drivers' fence (a few Java classes of spark_jobs/runtime/jvm/) is compiled on first "
+            "use against Spark's jars; install a JDK 17 (Debian/Ubuntu: `apt-get install -y openjdk-17-jdk-headless`) "
+            "or set JAVA_HOME to one"
+        )
+    return found
+
+
+def fence_jar(cache: Path | None = None) -> Path:
+    """The drivers' fence as a jar, compiled once per source and Spark version into the user's cache
+    (`$XDG_CACHE_HOME/spark-savepoints/`, else `~/.cache/...`) and reused: `make setup` builds it ahead."""
+    sources_dir = tool_path("x").parent.parent / FENCE_SOURCES
+    sources = sorted(sources_dir.rglob("*.java"))
+    jars = _spark_jars()
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.relative_to(sources_dir).as_posix().encode() + b"\0" + source.read_bytes())
+    digest.update(str(jars_version(jars.parent)).encode())
+    cache = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "spark-savepoints"
+    jar = cache / f"savepoints-fence-{digest.hexdigest()[:16]}.jar"
+    if jar.exists():
+        return jar
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".fence-") as work:
+        classes = Path(work) / "classes"
+        command = [_javac(), "--release", "17", "-nowarn", "-d", str(classes), "-cp", f"{jars}/*", *map(str, sources)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise LaunchFailed(f"could not compile the drivers' fence ({' '.join(command[:2])} ...):\n{done.stderr}")
+        built = Path(work) / jar.name
+        with zipfile.ZipFile(built, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+            for item in sorted(classes.rglob("*.class")):
+                archive.write(item, item.relative_to(classes).as_posix())
+        os.replace(built, jar)  # atomic: a concurrent launch finds the whole jar or none
+    return jar
+
+
+def fenced_conf(conf: dict[str, str]) -> dict[str, str]:
+    """A deployment driver's Spark conf with its fence: the jar added to `spark.jars`, Spark's checkpoint file
+    manager wrapped by the fenced one (which delegates to the manager the job's conf named, if any)."""
+    jars = [jar for jar in conf.get("spark.jars", "").split(",") if jar]
+    fenced = {**conf, "spark.jars": ",".join([*jars, str(fence_jar())]), CHECKPOINT_MANAGER_CONF: FENCE_MANAGER}
+    if (own := conf.get(CHECKPOINT_MANAGER_CONF)) and own != FENCE_MANAGER:
+        fenced[FENCE_DELEGATE_CONF] = own
+    return fenced

@@ -7,7 +7,7 @@ it does not know goes to the job's own `build` function, unchanged and in order.
              [--heartbeat-interval SECONDS] [--poll-interval SECONDS]   (plain seconds, or a DURATION)
              [--preflight SCHEMA_PROBE_LOCATION] [--standby]
              [--gate-staging LOCATION] [--gate-after MS] [--gate-until MS]
-             [--seed JSON] [--initial-state URI] [--migration JSON]
+             [--seed JSON] [--initial-state URI] [--migration JSON] [--fence-interval SECONDS]
              <job-specific args>
 
 A DURATION is the engine's one grammar (airflow_plugin/core/durations.py, the jobs file's too): a number and
@@ -15,7 +15,8 @@ ms, s, m, h, d or w, or the unit spelled out ("90 seconds", "2 days").
 
 The hidden options are the engine's: --preflight, --standby and --gate-* (see RuntimeArgs); --seed (a start at
 given Kafka positions and watermark: seed.py), --initial-state (a transformWithState's initial state: initial.py)
-and --migration (the migration run of an upgrade: migration.py).
+and --migration (the migration run of an upgrade: migration.py); --fence-interval (a deployment's driver: how long
+its fence holds after each read of the job's writers record: fence.py).
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ class RuntimeArgs:
     initial_state: str | None = None
     # A migration run (migration.py): instead of running the job, make and check the new version's initial state
     migration: MigrationRequest | None = None
+    # A deployment's driver: how long its fence holds after a read of the job's writers record (fence.py); None:
+    # not fenced (a pre-flight, a migration run, a driver started by hand)
+    fence_interval: float | None = None
 
 
 def seconds_option(option: str) -> Callable[[str], float]:
@@ -125,6 +129,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=Seed.from_json, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--initial-state", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--migration", type=MigrationRequest.from_json, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--fence-interval", type=seconds_option("--fence-interval"), default=None, help=argparse.SUPPRESS
+    )
     return parser
 
 
@@ -150,5 +157,6 @@ def parse_args(argv: list[str]) -> tuple[RuntimeArgs, list[str]]:
         seed=known.seed,
         initial_state=known.initial_state,
         migration=known.migration,
+        fence_interval=known.fence_interval,
     )
     return runtime, rest

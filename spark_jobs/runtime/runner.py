@@ -35,6 +35,7 @@ from .args import RuntimeArgs, Trigger, parse_args, parse_duration
 from .control import ControlChannel, boundary_wait, stop_at_batch_boundary
 from .delivery import DeliveryPlan, DeliveryRefused, StreamingJob, plan
 from .failure import Failure, describe
+from .fence import FENCE_REFUSAL, FENCED, DriverFence, Fenced
 from .gate import ACTIONS as GATE_ACTIONS
 from .gate import SOLE, STAGING, WITHDRAWALS, GatedWriter, GateState
 from .initial import INITIAL_STATE_CONF
@@ -99,10 +100,12 @@ class Runner:
         self.control = ControlChannel(self.deployments, args.job, args.deployment, handled)
         self.listener = ProgressListener(self.board)
         self.gated: GatedWriter | None = None
+        fence = args.fence_interval
+        self.fence = DriverFence(self.deployments.storage, args.job, args.deployment, fence) if fence else None
 
     def run(self, session: Callable[[], SparkSession]) -> int:
         self.board.update()  # STARTING, before the session: creating one takes seconds
-        heartbeat = Heartbeat(self.board, self.args.heartbeat_interval).start()
+        heartbeat = Heartbeat(self.board, self.args.heartbeat_interval, self.fence).start()
         listening = False
         try:
             self.spark = session()
@@ -118,6 +121,10 @@ class Runner:
             log.error("%s", exc)
             self.board.finish(State.FAILED, error_class=exc.error_class, error_message=str(exc))
             return EXIT_REFUSED
+        except Fenced as exc:  # another driver writes the job's output now (fence.py): nothing more is committed
+            log.error("%s", exc)
+            self.board.finish(State.FAILED, error_class=exc.error_class, error_message=str(exc))
+            return EXIT_FAILED
         except MigrationFailed as exc:  # the run's report (status.migration) says what was compared
             log.error("%s", exc)
             self.board.finish(State.FAILED, error_class=exc.error_class, error_message=str(exc))
@@ -128,6 +135,8 @@ class Runner:
             return EXIT_USAGE
         except Exception as exc:  # any failure of the job ends as FAILED with its class, not as a traceback
             failure = describe(exc)
+            if self.fence is not None and (self.fence.superseded or FENCE_REFUSAL in failure.message):
+                failure = Failure(FENCED, self.fence.superseded or failure.message)  # the JVM's fence refused a commit
             log.error("query failed: [%s] %s", failure.error_class, failure.message)
             self._fail(failure)
             return EXIT_FAILED
@@ -367,6 +376,8 @@ class Runner:
             .option("checkpointLocation", delivery.checkpoint)
             .trigger(**trigger.spark_kwargs())
         )
+        if self.fence is not None and not self.fence.armed:  # a writer from its first commit on (a standby: now)
+            self.fence.arm(self.spark)
         query = writer.start()
         self.listener.follow(str(query.id))
         self.board.update(query_id=str(query.id), run_id=str(query.runId))
@@ -377,6 +388,9 @@ class Runner:
         """Wait for the query to end by itself (available-now; raises on failure) or for a stop request,
         which is honoured at a batch boundary. Returns the honoured request."""
         while not query.awaitTermination(self.args.poll_interval):
+            if self.fence is not None and self.fence.superseded:  # idle input commits nothing that would fail
+                query.stop()
+                raise Fenced(self.fence.superseded)
             self._note_running(query)
             request = self.control.next_request("stop", *GATE_ACTIONS)
             if request is not None and request.action in GATE_ACTIONS:  # decided between two batches

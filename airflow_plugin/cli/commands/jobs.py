@@ -220,8 +220,8 @@ def run_savepoint(args: argparse.Namespace, ctx: Context) -> Output:
 
 def run_kill(args: argparse.Namespace, ctx: Context) -> Output:
     job = ctx.job(args.job)
-    deployment = kill(job)
+    result = kill(job)
     return Output(
-        {"job": job.name, "deployment": deployment.id, "state": "FAILED"},
-        lambda: say(f"killed deployment {deployment.id} of job {job.name}"),
+        {"job": job.name, "deployment": result.deployment.id, "state": "FAILED", "killed": str(result.killed)},
+        lambda: say(result.said),
     )

@@ -27,15 +27,17 @@ from typing import NamedTuple
 
 from ..errors import CheckpointError, InvalidInput, NoState, NotFound, Refused
 from ..guards.sink import execute_rewind
+from ..process import Liveness
 from ..records.deployment import Deployment, DeploymentStatus, State, new_deployment_id
 from ..records.manifest import Kind, Manifest, SnapshotStatus, Trigger
 from ..snapshots.checkpoint import read_restart_point
 from ..snapshots.restore import RestorePlan, execute_restore, plan_restore
-from ..spark_app import tool_path
+from ..spark_app import fenced_conf, tool_path
 from ..timestamps import utc_now
 from .context import JobContext
+from .fence import admit, fence_interval
 from .fresh_start import build_of, fresh_start
-from .launcher import SubmitSpec, alive, on_this_host
+from .launcher import SubmitSpec, process_seen
 from .observe import state_of
 from .operation import operation
 from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, repartition
@@ -281,6 +283,7 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, liste
             log.info("rescaled the state of %s to %d partitions (batch %d)", deployment.id, rescale_to, batch)
 
     spec = submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, gate_args(source))
+    admit(ctx, deployment)  # the job's one writer from now on: any driver before it commits nothing more
     launch_deployment(ctx, deployment, spec)
     wait_until_started(ctx, deployment, request.wait_seconds)
     return deployment
@@ -326,7 +329,7 @@ def refuse_while_live(ctx: JobContext, listed: list[Deployment], besides: str | 
     for deployment, state in live_deployments(ctx, listed):
         if deployment.id == besides:
             continue
-        gone = on_this_host(deployment.launcher) and not alive(deployment.launcher)
+        gone = process_seen(deployment.launcher) is Liveness.GONE
         if state.live or not gone:  # a LOST one elsewhere might still write the sink
             raise Refused(
                 f"job {ctx.name} already has deployment {deployment.id} in state {state}: stop it first "
@@ -378,6 +381,7 @@ def submit_spec(
             job.trigger_interval,
             "--delivery",
             job.delivery,
+            *(("--fence-interval", f"{fence_interval(job.heartbeat_timeout):g}") if lasting else ()),
             *runtime_args,
             *job.args,
             *version.args,
@@ -385,6 +389,12 @@ def submit_spec(
         master=job.spark_master,
         deploy_mode=job.deploy_mode,
         name=f"{job.name}-{version.name}-{deployment_id}",
-        conf={**ctx.spark_conf(), **ctx.child_conf(), **conf},
+        conf=fenced_conf({**ctx.spark_conf(), **ctx.child_conf(), **conf})
+        if lasting
+        else {
+            **ctx.spark_conf(),
+            **ctx.child_conf(),
+            **conf,
+        },
         env=ctx.child_env(lasting=lasting),
     )

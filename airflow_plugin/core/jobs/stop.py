@@ -16,7 +16,8 @@ from ..timestamps import utc_now
 from .context import JobContext
 from .deploy import live_deployments
 from .deployments import describe, new_request_id
-from .launcher import force_kill
+from .fence import FENCED, leave_out, wait_fenced
+from .launcher import Killed, force_kill
 from .observe import observe_deployment, state_of
 from .operation import operation
 from .snapshot import snapshot_deployment
@@ -157,29 +158,56 @@ def _wait_stopped(ctx: JobContext, deployment: Deployment, timeout: float) -> St
     return None
 
 
-def kill(ctx: JobContext, deployment_id: str | None = None) -> Deployment:
-    """Force-kill the job's live or LOST deployment (SIGKILL of its process group) and mark it FAILED:
-    the given one, else the newest."""
+@dataclass(frozen=True)
+class KillResult:
+    deployment: Deployment
+    killed: Killed  # KILLED, ENDED (already gone), UNREACHABLE (fenced instead)
+
+    @property
+    def said(self) -> str:
+        """What was done, for a person."""
+        if self.killed is Killed.UNREACHABLE:
+            return (
+                f"fenced deployment {self.deployment.id} of job {self.deployment.job}: its driver cannot be killed "
+                "from here (another machine or container); it is left out of the job's writers and can commit "
+                "nothing more. End its process where it runs"
+            )
+        how = "killed" if self.killed is Killed.KILLED else "marked FAILED (its driver had already ended)"
+        return f"{how} deployment {self.deployment.id} of job {self.deployment.job}"
+
+
+def kill(ctx: JobContext, deployment_id: str | None = None) -> KillResult:
+    """End the job's live or LOST deployment by force (SIGKILL of its process group, YARN's kill) and mark it FAILED:
+    the given one, else the newest. A driver this process cannot reach is fenced instead (jobs/fence.py): left
+    out of the job's writers, and waited for until it can commit no more."""
     with operation(ctx, "kill"):
         return _kill(ctx, deployment_id)
 
 
-def _kill(ctx: JobContext, deployment_id: str | None) -> Deployment:
+def _kill(ctx: JobContext, deployment_id: str | None) -> KillResult:
     candidates = [(d, s) for d, s in live_deployments(ctx) if deployment_id in (None, d.id)]
     if not candidates:
         which = f"deployment {deployment_id}" if deployment_id else "deployment"
         raise Refused(f"job {ctx.name} has no running or lost {which} to kill")
     deployment, _ = candidates[-1]
-    force_kill(deployment.launcher)
+    killed = force_kill(deployment.launcher)
     previous = ctx.deployments.status(ctx.name, deployment.id)
-    killed = {"state": State.FAILED, "updated_at": time.time(), "error_class": KILLED}
-    killed["error_message"] = "force-killed by `savepoints kill`"
+    ended: dict[str, Any] = {"state": State.FAILED, "updated_at": time.time(), "error_class": KILLED}
+    ended["error_message"] = "force-killed by `savepoints kill`"
+    if killed is Killed.UNREACHABLE:
+        change = leave_out(ctx, deployment, f"`savepoints kill` by {ctx.requested_by} could not reach its driver")
+        wait_fenced(ctx, [deployment.id], change.written_at)
+        ended["error_class"] = FENCED
+        ended["error_message"] = (
+            f"fenced by `savepoints kill` (generation {change.record.generation}): its driver could not be reached "
+            "from here, and can commit nothing more"
+        )
     # the rest of its last status stays (its gate and answers: what it wrote, what it was asked)
-    ended = replace(previous, **killed) if previous else DeploymentStatus(**killed)  # type: ignore[arg-type]
-    ctx.deployments.write_status(ctx.name, deployment.id, ended)
+    status = replace(previous, **ended) if previous else DeploymentStatus(**ended)
+    ctx.deployments.write_status(ctx.name, deployment.id, status)
     deployment.retired_at = utc_now()
     ctx.deployments.put(deployment)
-    return deployment
+    return KillResult(deployment, killed)
 
 
 def job_status(ctx: JobContext, *, retired: int | None = None) -> tuple[list[dict[str, Any]], int]:

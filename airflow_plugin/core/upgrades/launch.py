@@ -35,6 +35,7 @@ from ..jobs.deploy import (
     why_fresh,
 )
 from ..jobs.deployments import new_request_id
+from ..jobs.fence import admit
 from ..jobs.fresh_start import build_of, fresh_start
 from ..jobs.observe import state_of
 from ..jobs.operation import operation
@@ -105,6 +106,8 @@ def launch_beside(
             args += ("--seed", json.dumps(seed, separators=(",", ":"))) if seed else ()
             args += ("--initial-state", initial_state) if initial_state else ()
         spec = submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, args)
+        # a writer beside the old version, whose gate keeps their windows apart (runtime/gate.py)
+        admit(ctx, deployment, beside=[d.id for d, state in live_deployments(ctx, listed) if state.live])
         launch_deployment(ctx, deployment, spec)
         wait_until_started(ctx, deployment, wait_seconds)
         return deployment
@@ -206,6 +209,7 @@ def _activate(
     ctx.deployments.put(deployment)
     conf = {k: v for k, v in (plan.spark_conf if plan else {}).items() if k.startswith("spark.sql.")}
     gate = source.restored_gate if source else None  # what the restored deployment writes of a gated one's windows
+    admit(ctx, deployment)  # the old version stopped: the job's one writer from now on
     start = ControlRequest(id=new_request_id(), action="start", conf=conf, gate=gate)
     ctx.deployments.request(ctx.name, deployment_id, start)
     wait_until_started(ctx, deployment, wait_seconds)

@@ -157,11 +157,11 @@ restart = {{ delay = 0 }}
         )
         wait_for(lambda: _newest(ctx) != first.id, "the restart's deployment", timeout=240)
         second = _newest(ctx)
-        writers, _ = read_writers(ctx.store.storage, "counts")
+        wait_for(lambda: _state(ctx, second) is State.RUNNING, "the new driver to run", timeout=240)
+        writers, _ = read_writers(ctx.store.storage, "counts")  # admitted before its launch
         assert not writers.admits(first.id) and writers.admits(second), writers
         assert first.id in writers.fenced
         assert time.monotonic() - paused_at > 12 + 8  # stale (12 s), then fenced (two thirds of 12 s) before it
-        wait_for(lambda: _state(ctx, second) is State.RUNNING, "the new driver to run", timeout=240)
         feed.more(3)
         start_batch = (ctx.deployments.status("counts", second) or _nothing).last_batch_id or 0
         wait_for(

@@ -18,6 +18,7 @@ setup: uv-bootstrap
 	@$(UV) run --frozen python -m devtools.java >/dev/null
 	@bash devtools/install_debian.sh mvn maven "make setup resolves the JVM jars with it (devtools/jvm.py)"
 	@$(UV) run --frozen python -m devtools.jvm  # the JVM jars (Kafka, S3A, Delta, mini Hadoop): Maven, once
+	@$(UV) run --frozen python -c "from airflow_plugin.core.spark_app import fence_jar; fence_jar()"  # the drivers' fence, compiled once
 
 demo: setup  # the core lifecycle in a few minutes: deploy, savepoint, retention, a blue/green upgrade, exactly-once
 	$(UV) run --frozen python -m devtools.demo

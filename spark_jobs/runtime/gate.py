@@ -39,7 +39,10 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import os
 import re
+import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,9 +53,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from airflow_plugin.core.errors import Conflict
 from airflow_plugin.core.records.deployment import BLUE, GREEN, SOLE, STAGING, ControlRequest
 from airflow_plugin.core.sinks.delta import is_table
-from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.storage import Storage, open_storage
 
 from .failpoints import failpoint
 
@@ -109,12 +113,16 @@ class DeltaTarget:
 
 Answer = Callable[[ControlRequest, str], None]  # a request and "accepted" or why it was declined
 Wants = Callable[[str | None], str | None]  # why an upgrade no longer wants its requests applied; None: it does
+# called right before each Delta write, with what it writes: raises when this driver may no longer commit (its fence)
+FenceCheck = Callable[[str], None]
 
 
 class GatedWriter:
     """The `foreachBatch` function of a gated Delta job. The runner hands it the gate's requests (`handle`);
     it reports the gate after every change (`report`), answers each request (`answer`) and asks the store
-    whether a request's upgrade still wants it (`wants`)."""
+    whether a request's upgrade still wants it (`wants`). Right before each Delta write, in its turn at the table
+    (`commit_lock`), it calls `fence_check` (the driver's fence), and names itself `holder` (its deployment) in
+    the table's commit lock."""
 
     def __init__(
         self,
@@ -125,9 +133,14 @@ class GatedWriter:
         report: Callable[[GateState], None],
         answer: Answer,
         wants: Wants,
+        *,
+        fence_check: FenceCheck | None = None,
+        holder: str | None = None,
     ) -> None:
         self.spark, self.target, self.gate, self.checkpoint = spark, target, gate, checkpoint
         self._report, self._answer, self._wants = report, answer, wants
+        self._fence_check = fence_check
+        self._holder = holder
         self._publishing: ControlRequest | None = None  # a publish waiting for the next batch
         self._lock = threading.Lock()  # held by a batch from start to end: requests are decided between batches
         self._query_id: str | None = None
@@ -273,20 +286,35 @@ class GatedWriter:
         log.info("published at batch %d: windows ending after %s come from this deployment", batch_id, iso(t))
 
     def _append(self, rows: DataFrame, path: str, batch_id: int) -> None:
-        """Append with Delta's idempotent batch write; a commit that lost a race with the other version's is
-        tried again (Delta skips it if it got in after all)."""
+        """Append with Delta's idempotent batch write, in this driver's turn at the table; a commit that lost a race
+        with the other version's, or whose turn ended before it did, is tried again (Delta skips it if it got in
+        after all)."""
         writer = rows.write.format("delta").mode("append").options(**self.target.options)
         writer = writer.option("txnAppId", self.query_id).option("txnVersion", batch_id)
+        # two drivers write the live table only while one is blue and the other green (an upgrade's cutover)
+        shared = path == self.target.path and self.gate.role in (BLUE, GREEN)
+        holder = self._holder or f"query {self.query_id}"
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
-                with commit_lock(path):
+                failpoint("before-commit-turn")  # a test lines the two drivers up here: both commit at once
+                with commit_lock(path, holder=holder, shared=shared) as turn:
+                    turn.check()  # still this driver's turn, right before the write
+                    if self._fence_check is not None:
+                        self._fence_check(f"batch {batch_id} to {path}")
                     writer.save(path)
-                return
+                if turn.lost is None:
+                    return
+                why = f"its turn at the table ended before the commit did ({turn.lost})"
+            except CommitTurnLost as exc:
+                why = str(exc)
             except Exception as exc:  # Delta's concurrent-modification errors come through py4j
                 if not LOST_RACE.search(str(exc)[:2000]) or attempt == WRITE_ATTEMPTS:
                     raise
-                log.warning("batch %d: the Delta commit lost a race (%s); trying again", batch_id, str(exc)[:200])
-                time.sleep(0.2 * attempt)
+                why = f"the Delta commit lost a race ({str(exc)[:200]})"
+            if attempt == WRITE_ATTEMPTS:
+                raise CommitTurnLost(f"batch {batch_id} to {path}: {why}, {attempt} times")
+            log.warning("batch %d to %s: %s; trying again", batch_id, path, why)
+            time.sleep(0.2 * attempt)
 
     @property
     def query_id(self) -> str:
@@ -296,22 +324,65 @@ class GatedWriter:
         return self._query_id
 
 
-COMMIT_LOCK = "_savepoints_commit.lock"  # beside a local table's log ("_": neither Delta nor VACUUM reads it)
+COMMIT_LOCK = "_savepoints_commit.lock"  # beside a table's log ("_": neither Delta nor VACUUM reads it)
+LOCK_TTL = 60.0  # seconds a turn lasts unless renewed; its holder renews it every third of that while it commits
+LOCK_WAIT = 900.0  # the longest a commit waits for the other driver's turn to end; then its batch fails
+POLL = (0.05, 1.0)  # a waiting driver looks at the lock this often, at first and at most
+STORE_LOCKED = ("s3", "s3a")  # Delta's LogStore there (S3SingleDriverLogStore) excludes writers within one JVM only
+
+
+class CommitTurnLost(Exception):
+    """This driver's turn at a table ended before its write did (its lock was taken over, or not renewed lately)."""
+
+
+class CommitLockHeld(Exception):
+    """The other driver held the table's commit lock, renewing it, for longer than a commit waits (`LOCK_WAIT`)."""
+
+
+class Turn:
+    """A driver's turn at a table, as `commit_lock` yields it: `check()` right before the write raises when the turn
+    is over; `lost`, once it ended, says why another driver may have committed during it (None: none could)."""
+
+    lost: str | None = None
+
+    def check(self) -> None:
+        """Nothing to check where the turn needs no lock object (a local flock, one writer, HDFS)."""
 
 
 @contextmanager
-def commit_lock(table: str) -> Iterator[None]:
-    """Delta needs a store where only one writer can create a log version (its storage docs' "mutual exclusion"). A
-    local file system gives that within one JVM only: Hadoop checks that the version is absent, then renames onto it.
-    The two drivers of a blue/green upgrade commit to one table from two JVMs, and both could write one version, the
-    second over the first (seen: a checksum error on the log, and a commit gone). On a local table (both drivers on
-    one host) they take turns through an exclusive lock of a file beside the log, which the kernel drops with a
-    driver that dies. Other stores need a LogStore that gives mutual exclusion (docs/guarantees.md)."""
-    scheme = urlsplit(table).scheme
-    if scheme not in ("", "file"):
-        yield
+def commit_lock(
+    table: str, *, holder: str = "", shared: bool = True, ttl: float = LOCK_TTL, wait: float = LOCK_WAIT
+) -> Iterator[Turn]:
+    """A turn at the Delta table `table`: Delta needs a store where only one writer can create a log version (its
+    storage docs' "mutual exclusion"). The two drivers of a blue/green upgrade (also replay, migrate) commit to one
+    table from two JVMs, and both could write one version, the second over the first (seen: a checksum error on the
+    log, and a commit gone).
+
+    - a local table (both drivers on one host): Hadoop checks that the version is absent, then renames onto it, which
+      excludes writers within one JVM only; the drivers take turns through an exclusive lock of a file beside the log,
+      which the kernel drops with a driver that dies;
+    - S3: Delta's default LogStore checks, then PUTs, likewise within one JVM only; while `shared` (two drivers may
+      write the table), they take turns through a lock object beside the log (`StoreLock`), made of S3's conditional
+      writes; the upgrade's mode (core/upgrades/mode.py) refuses two writers where the pre-flight found none;
+    - HDFS renames atomically, never over a file: Delta's own put-if-absent holds across JVMs, no lock."""
+    scheme = urlsplit(table).scheme.lower()
+    if scheme in ("", "file"):
+        with _file_lock(Path(urlsplit(table).path if scheme else table)):
+            yield Turn()
         return
-    root = Path(urlsplit(table).path if scheme else table)
+    if scheme not in STORE_LOCKED or not shared:
+        yield Turn()
+        return
+    who = holder or f"{socket.gethostname()}:{os.getpid()}"
+    lock = StoreLock(open_storage(table), who, ttl=ttl, wait=wait).acquire()
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+@contextmanager
+def _file_lock(root: Path) -> Iterator[None]:
     root.mkdir(parents=True, exist_ok=True)
     with (root / COMMIT_LOCK).open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -319,3 +390,143 @@ def commit_lock(table: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class StoreLock(Turn):
+    """A turn at a table in a store whose own writes exclude other JVMs from nothing (S3): the object
+    `<table>/_savepoints_commit.lock`, holding its holder, a token of its own and an expiry.
+
+    Taken by a conditional create (If-None-Match: *); renewed every third of its ttl by a thread while the commit runs
+    (a conditional replace of the version it wrote last); released by a conditional delete of that version. A driver
+    that finds it held waits, and takes over a lock whose holder stopped renewing it by a conditional replace of the
+    version it found: of two takers one wins. Whether the holder stopped is judged on the taker's clock alone: it takes
+    over once the lock stayed unchanged for the holder's ttl while it watched, so no two hosts' clocks need agree. The
+    holder counts its turn from before the write that made or renewed it, so its turn ends before any taker's begins;
+    `check` before its write refuses a turn not renewed for half the ttl, or no longer the lock's version (one
+    conditional GET)."""
+
+    def __init__(self, storage: Storage, holder: str, *, ttl: float = LOCK_TTL, wait: float = LOCK_WAIT) -> None:
+        self.storage, self.holder, self.ttl, self.wait = storage, holder, ttl, wait
+        self.token = secrets.token_hex(8)  # the content of each of its writes is its own (storage/base.py)
+        self.lost = None
+        self._version = ""  # the lock's version (ETag) this driver wrote last
+        self._until = 0.0  # this driver's turn ends then (time.monotonic), unless renewed
+        self._renewals = 0
+        self._guard = threading.Lock()  # the renewal thread and the writer's check
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"{self.storage.uri}/{COMMIT_LOCK}"
+
+    def acquire(self) -> StoreLock:
+        deadline = time.monotonic() + self.wait
+        watched: tuple[str, float] | None = None  # the version found, and since when it has not changed (this clock)
+        pause = POLL[0]
+        while True:
+            sent = time.monotonic()
+            try:
+                return self._hold(self.storage.create(COMMIT_LOCK, self._record()), sent)
+            except Conflict:
+                pass
+            try:
+                found, version = self.storage.read_with_token(COMMIT_LOCK)
+            except FileNotFoundError:
+                continue  # released in between: create it
+            now = time.monotonic()
+            if watched is None or watched[0] != version:
+                watched = (version, now)  # taken or renewed meanwhile: watched afresh
+            elif now - watched[1] >= _ttl(found, self.ttl):
+                try:
+                    taken = self.storage.replace(COMMIT_LOCK, self._record(), version)
+                except Conflict:
+                    watched = None  # another taker won, or its holder renewed it after all
+                    continue
+                log.warning("took over %s from %s: not renewed for %.0fs", self.uri, _describe(found), now - watched[1])
+                return self._hold(taken, now)
+            if now > deadline:
+                raise CommitLockHeld(f"{self.uri} was held for more than {self.wait:.0f}s by {_describe(found)}")
+            time.sleep(pause)
+            pause = min(pause * 1.5, POLL[1])
+
+    def check(self) -> None:
+        with self._guard:
+            if self.lost is None:
+                try:
+                    changed = self.storage.read_if_changed(COMMIT_LOCK, self._version)
+                except FileNotFoundError:
+                    changed = (b"", "")
+                if changed is not None:
+                    self.lost = f"{self.uri} was taken over: it is now {_describe(changed[0])}"
+            if self.lost is None and (left := self._until - time.monotonic()) < self.ttl / 2:
+                # not renewed lately (the store out of reach, this process paused): a taker may come any moment
+                raise CommitTurnLost(f"{self.uri} was last renewed {self.ttl - left:.0f}s ago")
+        if self.lost is not None:
+            raise CommitTurnLost(f"this driver's turn is over: {self.lost}")
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        try:
+            if not self.storage.delete_if(COMMIT_LOCK, self._version):
+                self.lost = self.lost or f"{self.uri} was removed by someone else"
+        except Conflict:
+            self.lost = self.lost or self._taken_over()
+        except Exception as exc:  # the commit is in; the lock expires by itself (the other driver waits that long)
+            log.warning("could not release %s (it expires in %.0fs): %s", self.uri, self.ttl, exc)
+
+    def _hold(self, version: str, since: float) -> StoreLock:
+        self._version, self._until = version, since + self.ttl
+        self._renewer = threading.Thread(target=self._renew, name="commit-lock-renewal", daemon=True)
+        self._renewer.start()
+        return self
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            with self._guard:
+                if self.lost is not None:
+                    return
+                self._renewals += 1
+                sent = time.monotonic()
+                try:
+                    self._version = self.storage.replace(COMMIT_LOCK, self._record(), self._version)
+                    self._until = sent + self.ttl
+                except Conflict:
+                    self.lost = self._taken_over()
+                    return
+                except Exception as exc:  # the store out of reach: the turn runs out unless a later renewal gets in
+                    log.warning("could not renew %s: %s", self.uri, exc)
+
+    def _taken_over(self) -> str:
+        try:
+            now = _describe(self.storage.read(COMMIT_LOCK))
+        except FileNotFoundError:
+            now = "gone"
+        except Exception as exc:  # only to say who took it
+            now = f"unknown ({exc})"
+        return f"{self.uri} was taken over: it is now {now}"
+
+    def _record(self) -> bytes:
+        expires = int((time.time() + self.ttl) * 1000)  # for people: takers judge by their own clock (above)
+        record = {"holder": self.holder, "host": socket.gethostname(), "pid": os.getpid(), "token": self.token}
+        record |= {"renewal": self._renewals, "ttl_seconds": self.ttl, "expires_at": iso(expires)}
+        return json.dumps(record).encode()
+
+
+def _ttl(record: bytes, default: float) -> float:
+    """The ttl the lock's holder promised to renew within (a record that does not say: ours)."""
+    try:
+        return float(json.loads(record)["ttl_seconds"])
+    except (ValueError, KeyError, TypeError):
+        return default
+
+
+def _describe(record: bytes) -> str:
+    try:
+        held = json.loads(record)
+        where = f"{held['host']}:{held['pid']}"
+        return f"{held['holder']} ({where}, renewal {held['renewal']}, expires {held['expires_at']})"
+    except (ValueError, KeyError, TypeError):
+        return "an unreadable record" if record else "nothing (removed)"

@@ -23,7 +23,8 @@ from spark_jobs.runtime.gate import BLUE, GREEN, LOST_RACE, SOLE, STAGING, Delta
 from tests.support.jobs import write_jobs
 
 TABLE = "DeltaSink[s3a://lake/output]"
-GATE = {"column": "window_end", "role": "sole"}
+# the pre-flight found the table's S3 honouring conditional writes: the drivers' commit lock can be made of them
+GATE = {"column": "window_end", "role": "sole", "conditional_writes": True}
 # what the runtime reads from the example job's plan (spark_jobs/runtime/shape.py)
 WINDOWS = {
     "watermarks": [{"column": "event_time", "delay_ms": 60_000}],
@@ -83,6 +84,43 @@ def test_blue_green_falls_back_to_stop_restore_with_the_reason(changes: dict[str
     assert chosen.mode is Mode.STOP_RESTORE and why in chosen.reasons[Mode.BLUE_GREEN]
     asked = decide("blue_green", seen(**changes))
     assert asked.mode is None and asked.blocked is not None and why in asked.blocked
+
+
+UNTRIED = {"column": "window_end", "role": "sole"}  # what a pre-flight that tried nothing reports
+IGNORED = "s3://lake/output took a create of a key that exists (If-None-Match) as if it were unconditional"
+
+
+@pytest.mark.parametrize(
+    ("sink", "gate", "why"),
+    [
+        (TABLE, UNTRIED, "the pre-flight did not try them"),
+        (TABLE, {**UNTRIED, "conditional_writes": IGNORED}, IGNORED),
+        ("DeltaSink[s3://lake/output]", {**UNTRIED, "conditional_writes": "trying them failed (AccessDenied)"}, ""),
+        ("DeltaSink[gs://lake/output]", GATE, "there is no commit lock for a gs:// table"),
+    ],
+)
+def test_two_versions_at_once_are_refused_where_their_drivers_cannot_take_turns_at_the_table(
+    sink: str, gate: dict[str, Any], why: str
+) -> None:
+    """Delta's default LogStore on S3 lets two JVMs write one log version (a commit lost): blue/green, replay and
+    migrate need the runtime's commit lock, made of the table's conditional writes; where the pre-flight did not
+    find them honoured, `auto` takes stop_restore, and an asked-for mode that runs both versions is blocked."""
+    changes = {"old_sink": sink, "new_sink": sink, "new_gate": gate}
+    chosen = decide(None, seen(**changes))
+    reason = chosen.reasons[Mode.BLUE_GREEN]
+    assert chosen.mode is Mode.STOP_RESTORE and why in reason and "cannot take turns at committing to" in reason
+    for mode in ("blue_green", "replay"):
+        asked = decide(mode, seen(replay_reason="replays 5 records", **changes))
+        assert asked.mode is None and "cannot take turns at committing" in str(asked.blocked), mode
+    rebuilt = decide(None, seen(state_problem="renamed", migrate="jobs.m:f", kafka_only=True, **changes))
+    assert rebuilt.mode is None and "cannot take turns at committing" in str(rebuilt.blocked)
+
+
+@pytest.mark.parametrize("table", ["/lake/output", "file:/lake/output", "hdfs://nn:8020/lake/output"])
+def test_local_and_hdfs_tables_need_no_lock_object(table: str) -> None:
+    """A local table's drivers take turns through a file lock (one host), HDFS renames atomically."""
+    sink = f"DeltaSink[{table}]"
+    assert decide(None, seen(old_sink=sink, new_sink=sink, new_gate=UNTRIED)).mode is Mode.BLUE_GREEN
 
 
 def test_a_second_driver_is_checked_against_free_memory_only_on_a_local_master() -> None:

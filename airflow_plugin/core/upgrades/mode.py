@@ -14,7 +14,13 @@ sink, whose log takes one writer; update or complete mode, which rewrites window
 upgrades by stop_restore, which is possible whenever the new version takes over the old state. When it cannot (a new
 grouping key, another operator), the state is rebuilt or converted instead, beside the old version and through the
 same gate: `migrate` where the version declares a migration function, `replay` where the source still holds
-the records the new state needs (replay.py); otherwise the upgrade is blocked, saying what would unblock it."""
+the records the new state needs (replay.py); otherwise the upgrade is blocked, saying what would unblock it.
+
+Every mode that runs two versions at once (blue_green, replay, migrate) also needs their two drivers to take turns
+at committing to the table (`commit_problem`): Delta's log takes one writer per version only where the store's
+put-if-absent holds across JVMs (HDFS) or the runtime's commit lock stands in for it (spark_jobs/runtime/gate.py
+`commit_lock`: a file lock on a local table, a lock object made of conditional writes on S3, which the pre-flight
+tries on the table's store)."""
 
 from __future__ import annotations
 
@@ -22,7 +28,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from ..sinks import DELTA, from_description
 from .record import Mode
 
 DEFAULT_DRIVER_MEMORY = 1 << 30  # Spark's spark.driver.memory default, 1g
@@ -75,10 +83,51 @@ def blue_green_problem(seen: Observed) -> str | None:
         return f"the versions gate on different columns ({old_gate['column']} and {new_gate['column']})"
     if seen.old_sink != seen.new_sink:
         return f"the versions write different tables ({seen.old_sink} and {seen.new_sink})"
+    if (problem := commit_problem(seen.new_sink, new_gate)) is not None:
+        return problem
     column = str(new_gate["column"])
     versions = (("the running version", seen.old_shape), ("the new version", seen.new_shape))
     problems = [p for which, shape in versions if (p := window_problem(shape, which, column))]
     return "; ".join(problems) if problems else room_for_two(seen)
+
+
+LOCAL = ("", "file")  # the drivers (one host) take turns through a file lock beside the log
+ATOMIC = ("hdfs",)  # a rename never overwrites: Delta's own put-if-absent holds across JVMs
+STORE_LOCKED = ("s3", "s3a")  # a lock object in the table's storage, made of conditional writes
+CONDITIONAL_WRITES = "conditional_writes"  # the pre-flight's finding in the new gate: True, or why not
+
+
+def lock_store(sink: str | None) -> str | None:
+    """The location of a Delta table whose drivers take turns through a lock object in its storage (on S3), which
+    works only where that storage honours conditional writes (what the pre-flight tries); None otherwise."""
+    ref = from_description(sink)
+    if ref is None or ref.kind != DELTA or urlsplit(ref.location).scheme.lower() not in STORE_LOCKED:
+        return None
+    return ref.location
+
+
+def commit_problem(sink: str | None, gate: dict[str, Any]) -> str | None:
+    """Why two drivers cannot take turns at committing to the version's Delta table (both could write one version
+    of its log, the second over the first: a commit lost), None where they can: a local table (a file lock), HDFS
+    (atomic rename), S3 where the pre-flight found the table's storage honouring conditional writes (the lock
+    object: gate.py `StoreLock`). Delta's default LogStore on S3 excludes other writers within one JVM only."""
+    ref = from_description(sink)
+    if ref is None or ref.kind != DELTA:
+        return None  # not a Delta table: the gate refuses it already
+    scheme = urlsplit(ref.location).scheme.lower()
+    if scheme in LOCAL + ATOMIC:
+        return None
+    apart = f"two drivers cannot take turns at committing to {ref.location} (both could write one version of its log)"
+    if scheme not in STORE_LOCKED:
+        return f"{apart}: there is no commit lock for a {scheme}:// table"
+    checked = gate.get(CONDITIONAL_WRITES)
+    if checked is True:
+        return None
+    why = checked if isinstance(checked, str) else "the pre-flight did not try them"
+    return (
+        f"{apart}: on S3 they take turns through a lock object in the table's storage, made of conditional writes "
+        f"(If-None-Match, If-Match), and {why}"
+    )
 
 
 SPLITTABLE = ("time window aggregation", "deduplication")  # what a plan may hold for its windows to be split at T

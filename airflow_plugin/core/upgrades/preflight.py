@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..errors import BrokerUnavailable, Refused, SourceGap
+from ..errors import BrokerUnavailable, Conflict, Refused, SourceGap
 from ..guards import source as source_guard
 from ..jobs.context import JobContext
 from ..jobs.deploy import submit_spec
@@ -38,6 +38,7 @@ from ..snapshots.restore import execute_restore, plan_restore
 from ..sources.kafka import Broker
 from ..sources.subscription import topic_changes
 from ..storage import Storage
+from .mode import CONDITIONAL_WRITES, lock_store
 
 log = logging.getLogger(__name__)
 
@@ -330,6 +331,8 @@ def preflight(
         if status is not None:
             report.sink, report.gate, report.replay = status.sink, status.gate, status.replay
             report.query_shape = status.query_shape
+            if report.gate and report.gate.get("column") and (table := lock_store(report.sink)) is not None:
+                report.gate = {**report.gate, CONDITIONAL_WRITES: conditional_writes(ctx.open(table))}
         if run.state is not State.STOPPED:
             report.error_class = run.error_class
             report.reason = incomplete_state(manifest, str(run.error_class), run.detail, run.first_line)
@@ -365,6 +368,38 @@ def preflight(
         report.seconds = round(time.monotonic() - started, 3)
         for location in (spark_check, probe):
             location.delete([info.key for info in location.list("")])
+
+
+PROBE = "_savepoints_commit.probe"  # beside the drivers' commit lock (gate.py COMMIT_LOCK), removed at once
+
+
+def conditional_writes(table: Storage) -> bool | str:
+    """Whether a table's storage honours the conditional writes its drivers' commit lock is made of during an
+    upgrade (spark_jobs/runtime/gate.py `StoreLock`): True, or what it did instead. Tried on a key of its own."""
+    key = f"{PROBE}-{secrets.token_hex(4)}"
+    other = '"00000000000000000000000000000000"'  # a version the key never has
+    attempts = (
+        ("a create of a key that exists (If-None-Match)", lambda: table.create(key, b"second")),
+        ("a replace naming another version (If-Match)", lambda: table.replace(key, b"third", other)),
+        ("a delete naming another version (If-Match)", lambda: table.delete_if(key, other)),
+    )
+    try:
+        token = table.create(key, secrets.token_hex(16).encode())
+        for what, attempt in attempts:
+            try:
+                attempt()
+            except Conflict:
+                continue
+            return f"{table.uri} took {what} as if it were unconditional"
+        table.delete_if(key, token)
+        return True
+    except Exception as exc:  # an error answer (not implemented, access denied): nothing to build a lock on
+        return f"trying them on {table.uri} failed ({exc})"
+    finally:
+        try:
+            table.delete([key])
+        except Exception as exc:
+            log.warning("could not remove %s/%s: %s", table.uri, key, exc)
 
 
 def incomplete_state(manifest: Manifest, error_class: str, detail: str, first_line: str) -> str | None:

@@ -216,7 +216,14 @@ def status_table(rows: Sequence[dict[str, Any]]) -> Table:
             r["job"],
             r["deployment"],
             r["version"],
-            r["state"] + (" UNHEALTHY" if r.get("unhealthy") else "") + (f" ({r['gate']})" if r.get("gate") else ""),
+            r["state"]
+            + (" UNHEALTHY" if r.get("unhealthy") else "")
+            + (f" ({r['gate']})" if r.get("gate") else "")
+            + (
+                f" (driver: {r['driver']})"
+                if r.get("driver") in ("gone", "cannot tell") and r["state"] != "STOPPED"
+                else ""
+            ),
             seconds_ago(r["heartbeat_age_s"]),
             dash(r["last_batch_id"]),
             "-" if r["rows_per_second"] is None else f"{r['rows_per_second']:.0f}",

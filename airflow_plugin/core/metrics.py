@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from .catalog.snapshots import SnapshotEntry
 from .errors import SavepointsError
 from .jobs.context import Context, JobContext
+from .jobs.deployments import driver_seen
 from .jobs.observe import observe_deployment
 from .jobs.spec import RUNNING
 from .lease import read_lease
@@ -50,6 +51,7 @@ class DeploymentFigures:
     state: str
     status: DeploymentStatus | None
     heartbeat_age_s: float | None
+    driver: str | None = None  # its process as the scraper sees it: alive, gone, cannot tell (None: a cluster's)
 
 
 @dataclass
@@ -117,7 +119,8 @@ def job_figures(ctx: JobContext, now: float | None = None) -> JobFigures:
             continue
         status, state = observe_deployment(ctx, deployment)
         age = round(status.age(now), 3) if status else None
-        figures.deployments.append(DeploymentFigures(deployment.id, deployment.version, str(state), status, age))
+        seen = driver_seen(deployment)
+        figures.deployments.append(DeploymentFigures(deployment.id, deployment.version, str(state), status, age, seen))
     entries = ctx.store.list(ctx.name)
     for kind in Kind:
         last = _last(entries, kind, now)
@@ -207,6 +210,11 @@ def families(figures: Figures) -> list[Metric]:
     heartbeat = _gauge(
         "savepoints_deployment_heartbeat_age", "Seconds since the deployment's last heartbeat", dep, "seconds"
     )
+    driver = _gauge(
+        "savepoints_deployment_driver_visible",
+        "1 if the scraping process can see whether the driver's process runs (same boot and PID namespace), else 0",
+        dep,
+    )
     batch = _gauge("savepoints_deployment_last_committed_batch", "The last batch the query committed", dep)
     duration = _gauge("savepoints_deployment_batch_duration", "How long the last batch took", dep, "seconds")
     rate = _gauge("savepoints_deployment_rows_per_second", "Input rows per second over the last minute", dep)
@@ -294,6 +302,8 @@ def families(figures: Figures) -> list[Metric]:
             s = d.status
             if d.heartbeat_age_s is not None:
                 heartbeat.add_metric(labels, d.heartbeat_age_s)
+            if d.driver is not None:
+                driver.add_metric(labels, 0 if d.driver == "cannot tell" else 1)
             if s is None:
                 continue
             _maybe(batch, labels, s.last_batch_id)
@@ -336,8 +346,8 @@ def families(figures: Figures) -> list[Metric]:
         measured.add_metric([usage.store], _epoch(usage.measured_at))
     scrape.add_metric([], figures.seconds)
     return [
-        up, state, heartbeat, batch, duration, rate, rows, lag, state_rows, gate_role, gate_dropped, age, snap_batch,
-        size, uploaded, snap_rows, snap_state, period, failed, failed_at, restarts, restarts_left, desired,
+        up, state, heartbeat, driver, batch, duration, rate, rows, lag, state_rows, gate_role, gate_dropped, age,
+        snap_batch, size, uploaded, snap_rows, snap_state, period, failed, failed_at, restarts, restarts_left, desired,
         lease_age, lease_ttl, lease_expired,
         store_bytes, store_objects, orphans, measured, scrape,
     ]  # fmt: skip

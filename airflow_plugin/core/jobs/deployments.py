@@ -213,6 +213,14 @@ def gate_summary(gate: dict[str, Any] | None) -> str | None:
     return f"{role}{upgrade}: writes the windows ending after {gate.get('after_at')}"
 
 
+def driver_seen(deployment: Deployment) -> str | None:
+    """Whether the deployment's driver process runs, as this process can tell: "alive", "gone" or "cannot tell"
+    (another machine or container: its heartbeat speaks for it); None for a driver of a cluster manager."""
+    from .launcher import driver_process, process_seen
+
+    return str(process_seen(deployment.launcher)) if driver_process(deployment.launcher) else None
+
+
 def describe(deployment: Deployment, status: DeploymentStatus | None, state: State) -> dict[str, Any]:
     """A deployment as people and DAGs see it: `savepoints status` rows, the CLI's JSON, task XComs and the
     savepoints page all use this one shape."""
@@ -221,6 +229,7 @@ def describe(deployment: Deployment, status: DeploymentStatus | None, state: Sta
         "deployment": deployment.id,
         "version": deployment.version,
         "state": str(state),
+        "driver": driver_seen(deployment),
         "checkpoint": deployment.checkpoint,
         "restored_from": deployment.restored_from,
         "restored_batch_id": deployment.restored_batch_id,

@@ -420,6 +420,8 @@ function renderDeployments(rows) {
           d.unhealthy ? [" ", badge("UNHEALTHY")] : null,
           d.error || d.unhealthy ? el("div", { class: "error-text small" }, d.error || d.unhealthy) : null,
           d.gate ? el("div", { class: "small gate" }, d.gate) : null,
+          d.driver === "cannot tell" || (d.driver === "gone" && d.state !== "STOPPED")
+            ? el("div", { class: "small" }, `driver process: ${d.driver} from here`) : null,
         ),
         el("td", { class: "num" }, d.heartbeat_age_s === null ? "none" : `${age(d.heartbeat_age_s)} ago`),
         el("td", { class: "num" }, num(d.last_batch_id)),

@@ -115,15 +115,17 @@ def tally_unprocessed(seen: dict[str, int] | None, batch: int, rows: int, read: 
 
 def sink_wrote(sink: str | None, progress: dict[str, Any]) -> bool:
     """Whether the batch of `progress` wrote to a Delta sink (`sink`: Spark's description of it), by the table's
-    own log. Spark's numInputRows is not proof that a batch ran nothing: it counts 0 for batches whose plan it
-    cannot match to their sources, which a Delta sink may still have written. Only a Delta sink is asked."""
+    own log: the query's commit of the batch made since it began (delta.LogWatch: told by the log's versions
+    against what this driver saw before the batch, not by other hosts' clocks). Spark's numInputRows is not proof
+    that a batch ran nothing: it counts 0 for batches whose plan it cannot match to their sources, which a Delta
+    sink may still have written. Only a Delta sink is asked."""
     ref = from_description(sink)
     started = progress.get("timestamp")
     if ref is None or ref.kind != DELTA or not started:
         return False
     since_ms = int(datetime.fromisoformat(str(started).replace("Z", "+00:00")).timestamp() * 1000)
     try:
-        return delta.wrote_batch(_table(ref.location), str(progress.get("id")), int(progress["batchId"]), since_ms)
+        return _watch(ref.location, str(progress.get("id"))).wrote(int(progress["batchId"]), since_ms)
     except (SavepointsError, OSError, ValueError) as exc:  # unreadable now: Spark's count stands
         log.warning("could not read the Delta log of %s for batch %s: %s", ref.location, progress.get("batchId"), exc)
         return False
@@ -133,6 +135,13 @@ def sink_wrote(sink: str | None, progress: dict[str, Any]) -> bool:
 def _table(location: str) -> Storage:
     """The sink table's storage, opened once per driver (an S3 client is not made for every batch)."""
     return open_storage(location)
+
+
+@functools.lru_cache(maxsize=4)
+def _watch(location: str, query_id: str) -> delta.LogWatch:
+    """What this driver saw of the sink table's log for its query, kept between batches: each batch's look lists
+    only what is new, and this run's commits are told from earlier runs' by their versions."""
+    return delta.LogWatch(_table(location), query_id)
 
 
 def _finite(value: Any) -> float | None:

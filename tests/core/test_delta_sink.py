@@ -6,6 +6,7 @@ tests/e2e/test_s3a_checkpoints.py."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from airflow_plugin.core.sinks import DELTA, SinkRef, delta, from_description
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
-from airflow_plugin.core.storage import LocalStorage
+from airflow_plugin.core.storage import LocalStorage, ObjectInfo
 from tests.support.synthetic import QUERY_ID, write_checkpoint
 
 Q1, Q2 = "query-one", "query-two"
@@ -214,3 +215,69 @@ def test_a_table_created_after_the_snapshot_is_refused_with_nothing_written(tmp_
     with pytest.raises(Refused, match=r"did not exist at snapshot .*move the table aside"):
         plan_restore(store, "orders", manifest.id, LocalStorage(target), rewind_sink=True)
     assert not target.exists() and delta.commit_keys(LocalStorage(table)) == {0: "_delta_log/" + "0" * 20 + ".json"}
+
+
+class Clock:
+    """The driver's clock, in ms, moved by the test."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> float:
+        return self.ms / 1000
+
+
+def test_a_look_made_after_a_batch_began_does_not_tell_it_by_versions(tmp_path: Path) -> None:
+    """The listener runs behind the query: its check of batch 1 looks at the log after batch 2 began and committed.
+    For batch 2 that look is no "before": batch 2 is told by its commit's stamp (this driver's clock). Batch 3
+    began after a look, and is told by the version of its commit alone, whatever its stamp."""
+    table = tmp_path / "table"
+    write(table, 0, Q1, 1, at_ms=50_000)
+    write(table, 1, Q1, 2, at_ms=56_000)  # batch 2 began at 55 s
+    clock = Clock(60_000)
+    watch = delta.LogWatch(LocalStorage(table), Q1, clock)
+    assert watch.wrote(1, 40_000)
+    clock.ms = 62_000
+    assert watch.wrote(2, 55_000), "taken for Delta's skip if the look at 60 s were a look before the batch"
+    write(table, 2, Q1, 3, at_ms=1)  # whatever the stamp
+    clock.ms = 64_000
+    assert watch.wrote(3, 63_000)
+    clock.ms = 66_000
+    assert not watch.wrote(4, 65_000), "no commit of batch 4"
+
+
+def test_the_first_look_starts_at_the_newest_checkpoint_and_reads_below_it_by_name(tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    for version in range(13):
+        write(table, version, Q1 if version != 12 else Q2, version, at_ms=100_000 + version)
+    (table / "_delta_log" / "_last_checkpoint").write_text(json.dumps({"version": 12, "size": 3}))
+    (table / "_delta_log" / "_sidecars").mkdir()
+    for n in range(20):  # a V2 checkpoint's parts: they sort after every version's files, and are not listed
+        (table / "_delta_log" / "_sidecars" / f"{n:04d}.parquet").write_bytes(b"PAR1")
+    listed: list[str] = []
+
+    class Listing(LocalStorage):
+        def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
+            for info in super().list(prefix, start_after):
+                listed.append(info.key)
+                yield info
+
+    watch = delta.LogWatch(Listing(table), Q1, Clock(200_000))
+    assert watch.wrote(11, 100_000)  # at version 11, below the checkpoint's: read by its name
+    assert listed == [delta.commit_key(12), delta.LAST_CHECKPOINT]
+
+
+def test_told_by_stamps_a_read_down_the_log_ends_before_the_batch_began_less_the_allowance(tmp_path: Path) -> None:
+    """Before its first look the driver has only stamps: a commit stamped before the batch began by more than
+    SKEW_MS came before it, and so did every older one (here the query's commit of the batch, an earlier run's,
+    stamped on a clock far ahead). One gone from the log (Delta's cleanup) cannot tell either."""
+    table = tmp_path / "table"
+    began = 10 * MINUTE
+    write(table, 0, Q1, 5, at_ms=began + 1)
+    write(table, 1, Q2, 0, at_ms=began - delta.SKEW_MS + 1)
+    assert delta.LogWatch(LocalStorage(table), Q1, Clock(began + 5_000)).wrote(5, began), "within the allowance"
+    write(table, 2, Q2, 1, at_ms=began - delta.SKEW_MS - 1)
+    assert not delta.LogWatch(LocalStorage(table), Q1, Clock(began + 5_000)).wrote(5, began)
+    (table / "_delta_log" / f"{1:020d}.json").unlink()
+    write(table, 2, Q2, 1, at_ms=began)
+    assert not delta.LogWatch(LocalStorage(table), Q1, Clock(began + 5_000)).wrote(5, began)

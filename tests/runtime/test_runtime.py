@@ -24,7 +24,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -43,7 +42,6 @@ from spark_jobs.runtime.control import ControlChannel
 from spark_jobs.runtime.delivery import check, plan
 from spark_jobs.runtime.failure import describe
 from spark_jobs.runtime.status import ProgressListener, StatusBoard, kafka_lag, records_read
-from tests.core.test_delta_sink import write as delta_write
 
 ROOT = Path(__file__).resolve().parents[2]
 WINDOWED = ROOT / "spark_jobs" / "jobs" / "windowed"
@@ -320,37 +318,6 @@ def test_the_listener_counts_batches_that_read_input_but_processed_none(tmp_path
         )
         == 1
     )
-
-
-def test_a_batch_spark_counts_no_rows_for_is_not_counted_when_the_delta_log_shows_it_wrote(tmp_path: Path) -> None:
-    """Spark's numInputRows is 0 for batches whose plan it cannot match to their sources, though they ran: a
-    Delta sink's log tells. A commit of the query's batch made since the batch began: it wrote. One made before
-    (the run before a restore, whose txn makes Delta skip the batch), or none: it processed nothing."""
-    table = tmp_path / "table"
-    deployments = Deployments(open_storage(str(tmp_path / "store")))
-    board = StatusBoard(deployments, "j", "d", DeploymentStatus(State.STARTING, time.time()))
-    listener = ProgressListener(board)
-    listener.sink = f"DeltaSink[{table}]"
-    began = 1_800_000_000_000  # ms
-
-    def batch(number: int) -> dict[str, Any]:
-        start, end = {"events": {"0": number * 10}}, {"events": {"0": number * 10 + 10}}
-        kafka = {"description": "KafkaV2[Subscribe[events]]", "startOffset": start, "endOffset": end}
-        at = datetime.fromtimestamp((began + number * 1000) / 1000, UTC).isoformat().replace("+00:00", "Z")
-        return {"id": "q", "batchId": number, "numInputRows": 0, "sources": [kafka], "timestamp": at}
-
-    delta_write(table, 0, "q", 1, at_ms=began + 1_000 + 40)  # batch 1 wrote: after it began
-    listener.progress(batch(1))
-    delta_write(table, 1, "q", 2, at_ms=began - 60_000)  # batch 2: an earlier run's commit, Delta skipped it
-    listener.progress(batch(2))
-    status = deployments.status("j", "d")
-    assert status.unprocessed == {"first": 2, "last": 2, "batches": 1, "streak": 1, "records": 10}, status.unprocessed
-    listener.progress(batch(3))  # no commit at all
-    status = deployments.status("j", "d")
-    assert status.unprocessed is not None and status.unprocessed["streak"] == 2 and status.skipping() is not None
-    delta_write(table, 2, "q", 4, at_ms=began + 4_000 + 15)
-    listener.progress(batch(4))
-    assert deployments.status("j", "d").skipping() is None, "a batch that wrote ends the streak"
 
 
 def test_control_channel_hands_out_each_request_once(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ its Parquet checkpoints, so no Parquet reader is needed):
     stay until VACUUM, and `RESTORE ... TO VERSION AS OF <the version before the rewind>` undoes it.
     RESTORE does not roll back the txn ids (the query's id would still skip those batches), so the restored
     checkpoint gets a new query id (restore.py rewrites its `metadata`): Delta then writes every batch after
-    N again, once, on top of version N.
+    N again, once, on top of version N;
+  - in the running driver, batch after batch (`LogWatch`): whether a batch Spark counted no rows for wrote.
 
 The log is read as a log of several writers: during a blue/green upgrade the old and the new version of the job
 commit in turns, so "which batches did query Q commit" passes other queries' commits. A walk from the newest commit
@@ -28,8 +29,10 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+import time
 import uuid
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,8 @@ LOG_DIR = "_delta_log/"
 # at another query's commit older than the asked-about batch's planning by more than this
 SKEW_MS = 300_000
 _COMMIT = re.compile(r"^(\d{20})\.json$")
+LAST_CHECKPOINT = LOG_DIR + "_last_checkpoint"  # Delta's pointer to the newest checkpoint: {"version": V, ...}
+CACHED_COMMITS = 64  # a LogWatch keeps the commits it read (and its looks), for the next batch's question
 CONF_PREFIX = "spark.databricks.delta."  # the job's Delta settings: its drivers' and the rewind's
 # Delta commands (RESTORE) need Delta's session extension and catalog; the jars come from the job's spark.jars
 SESSION_CONF = {
@@ -69,10 +74,15 @@ class Write:
     batch_id: int
 
 
-def commit_keys(table: Storage) -> dict[int, str]:
-    """The table's commit files by version (checkpoints, checksums and temporary files left out)."""
+def commit_key(version: int) -> str:
+    return f"{LOG_DIR}{version:020d}.json"
+
+
+def commit_keys(table: Storage, start_after: str = "") -> dict[int, str]:
+    """The table's commit files by version (checkpoints, checksums and temporary files left out); with
+    `start_after`, those whose keys sort after it (the listing asks only for them)."""
     found = {}
-    for info in table.list(LOG_DIR):
+    for info in table.list(LOG_DIR, start_after):
         if match := _COMMIT.match(info.key[len(LOG_DIR) :]):
             found[int(match[1])] = info.key
     return dict(sorted(found.items()))
@@ -173,19 +183,6 @@ def batches_after(table: Storage, query_id: str, version: int) -> list[int]:
     return sorted(write.batch_id for write in writes_after(table, version) if write.query_id == query_id)
 
 
-def wrote_batch(table: Storage, query_id: str, batch_id: int, since_ms: int) -> bool:
-    """Whether the table holds a commit of `query_id`'s batch `batch_id` made at or after `since_ms` (when that
-    batch began, on the clock of the driver that committed it): the batch wrote, whatever Spark's progress
-    counted of its rows. A commit of the same batch id made before (a run before a restore, whose txn makes
-    Delta skip the batch) is no such proof. Reads the newest commits only, back to `since_ms`."""
-    for commit in _newest_first(table):
-        if commit.timestamp_ms is not None and commit.timestamp_ms < since_ms:
-            return False
-        if commit.txns.get(query_id) == batch_id:
-            return commit.timestamp_ms is not None
-    return False
-
-
 def commit_times(table: Storage, query_id: str | None = None) -> list[float]:
     """When each of the table's versions was committed (its commitInfo's timestamp, epoch seconds), oldest
     first: how often the table gets output; with `query_id`, only that streaming query's commits."""
@@ -241,6 +238,124 @@ def writes_after(table: Storage, version: int) -> list[Write]:
         held += [Write(v, query, batch) for query, batch in commit.txns.items()]
         held_at[v] = list(held)
     return held
+
+
+class LogWatch:
+    """Whether a streaming query's batches wrote to its Delta table, asked by the query's own driver batch after
+    batch (spark_jobs/runtime/status.py): a commit of the query's batch N (the txn (query id, N)) made since batch N
+    began means it wrote; one made before (an earlier run's, whose txn makes Delta skip the batch) does not.
+
+    Told by the order of the log's versions, not by clocks: each look notes this driver's time once it has listed
+    and the newest version it saw; a batch that began after a look wrote iff the query's commit of it is at a later
+    version. A batch that began before any look (the first asked of a run, or one that began while the listener was
+    behind) is told by time: its commit stamped at or after the batch began. If this batch made it, the stamp is
+    this driver's own clock (Delta stamps a commit's commitInfo on the committing driver); an earlier run's stamp is
+    another host's, and a clock ahead by more than the time since that commit takes its batch for written, never
+    the reverse. The read down the log to that commit passes other writers' commits and stops at one stamped before
+    the batch began by more than SKEW_MS: it, and all below it, came before the batch.
+
+    Cheap on an object store: the first look lists the log from its newest checkpoint (`_last_checkpoint`), every
+    later one only the keys after the newest version seen; commits are read by name, newest first, as far down as
+    the answer needs, and kept (a version's content never changes)."""
+
+    def __init__(self, table: Storage, query_id: str, clock: Callable[[], float] = time.time) -> None:
+        self.table = table
+        self.query_id = query_id
+        self._clock = clock  # this driver's clock: what Spark's progress timestamps are on
+        self._newest: int | None = None  # the newest version the last look saw (-1: none at all)
+        # (ms when a look had listed, the newest version it saw); bounded: an old look lost only costs a batch its
+        # answer by versions
+        self._looks: deque[tuple[int, int]] = deque(maxlen=CACHED_COMMITS)
+        self._commits: dict[int, Commit] = {}
+
+    def wrote(self, batch_id: int, began_ms: int) -> bool:
+        """Whether the table holds the query's commit of `batch_id` made since `began_ms` (when the batch began, on
+        this driver's clock: Spark's progress timestamp). Asked in batch order."""
+        baseline = self._seen_before(began_ms)
+        newest = self._look()
+        if baseline is not None:
+            return self._committed_after(batch_id, baseline, newest)
+        return self._stamped_since(batch_id, began_ms, newest)
+
+    def _seen_before(self, began_ms: int) -> int | None:
+        """The newest version a look had seen before `began_ms`: every commit up to it came before the batch. The
+        looks older than it are dropped (later batches begin later)."""
+        while len(self._looks) > 1 and self._looks[1][0] <= began_ms:
+            self._looks.popleft()
+        return self._looks[0][1] if self._looks and self._looks[0][0] <= began_ms else None
+
+    def _look(self) -> int:
+        """List the commits after the newest one seen (the first time: from the newest checkpoint on) and note the
+        newest version now."""
+        if self._newest is None:
+            start_after = self._checkpoint_stem()
+        else:
+            start_after = commit_key(self._newest) if self._newest >= 0 else ""
+        newest = max(self._listed(start_after), default=-1 if self._newest is None else self._newest)
+        self._newest = newest
+        self._looks.append((int(self._clock() * 1000), newest))
+        return newest
+
+    def _listed(self, start_after: str) -> list[int]:
+        """The versions of the commits listed after `start_after`. The listing ends at the first key past them: what
+        sorts after the digits (`_last_checkpoint`, the `_sidecars/` of V2 checkpoints) is not listed every time, as
+        every backend lists a directory in key order and S3 asks for a next page only when it is read."""
+        versions = []
+        for info in self.table.list(LOG_DIR, start_after):
+            name = info.key[len(LOG_DIR) :]
+            if name[:1] > "9":
+                break
+            if match := _COMMIT.match(name):
+                versions.append(int(match[1]))
+        return versions
+
+    def _checkpoint_stem(self) -> str:
+        """Where the first listing starts: the newest checkpoint's version (Delta writes one every ten commits by
+        default), whose files sort after this stem; the whole log when the table has none."""
+        try:
+            version = int(json.loads(self.table.read(LAST_CHECKPOINT))["version"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return ""
+        return f"{LOG_DIR}{version:020d}"
+
+    def _commit(self, version: int) -> Commit | None:
+        """Version `version` of the log, read once; None when its file is not there (Delta's log cleanup)."""
+        commit = self._commits.get(version)
+        if commit is None:
+            try:
+                commit = read_commit(self.table, version, commit_key(version))
+            except FileNotFoundError:
+                return None
+            self._commits[version] = commit
+            while len(self._commits) > CACHED_COMMITS:  # the oldest go first: later questions read newer ones
+                del self._commits[min(self._commits)]
+        return commit
+
+    def _down(self, newest: int, down_to: int) -> Iterator[tuple[Commit, int | None]]:
+        """The commits from `newest` down to `down_to` (excluded), each with the query's batch in it, until one is
+        missing. Callers stop at the query's commit of a batch at or below the one asked about: the query's batch ids
+        grow with its commits' versions (Delta commits only a batch above its newest txn), so that of the batch asked
+        about is not older."""
+        for version in range(newest, down_to, -1):
+            commit = self._commit(version)
+            if commit is None:
+                return
+            yield commit, commit.txns.get(self.query_id)
+
+    def _committed_after(self, batch_id: int, baseline: int, newest: int) -> bool:
+        for _, batch in self._down(newest, baseline):
+            if batch is not None and batch <= batch_id:
+                return batch == batch_id
+        return False  # none after `baseline`: Delta skipped it (its commit is older) or nothing committed it
+
+    def _stamped_since(self, batch_id: int, began_ms: int, newest: int) -> bool:
+        for commit, batch in self._down(newest, -1):
+            stamp = commit.timestamp_ms
+            if batch is not None and batch <= batch_id:
+                return batch == batch_id and stamp is not None and stamp >= began_ms
+            if stamp is not None and stamp < began_ms - SKEW_MS:
+                return False  # made before the batch began, even on a skewed clock: so was everything older
+        return False
 
 
 def describe_writes(writes: list[Write]) -> str:

@@ -15,11 +15,12 @@ from airflow_plugin.cli.main import main
 from airflow_plugin.core.errors import InvalidInput
 from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deployments import Deployments
-from airflow_plugin.core.jobs.launcher import alive
+from airflow_plugin.core.jobs.launcher import process_seen
 from airflow_plugin.core.jobs.observe import state_of
 from airflow_plugin.core.jobs.spec import Desired, RestartPolicy, load_jobs
 from airflow_plugin.core.layout import reconcile_key
 from airflow_plugin.core.lease import acquire
+from airflow_plugin.core.process import Liveness
 from airflow_plugin.core.reconcile import record as records
 from airflow_plugin.core.reconcile.plan import (
     Action,
@@ -197,7 +198,7 @@ def test_apply_starts_a_declared_job_restarts_it_after_a_kill_and_stops_within_i
     def sigkill(deployment_id: str) -> None:
         launcher = records_.get("orders", deployment_id).launcher
         os.killpg(launcher["pid"], signal.SIGKILL)
-        wait_for(lambda: not alive(launcher), "the driver to die")
+        wait_for(lambda: process_seen(launcher) is not Liveness.ALIVE, "the driver to die")
 
     def applied(*argv: str) -> dict[str, object]:
         assert main(["apply", *argv, "--jobs", jobs, "--json"]) == 0
@@ -292,7 +293,7 @@ def test_apply_killed_on_either_side_of_a_restarts_deploy_leaves_one_driver_and_
     def sigkill_driver(deployment_id: str) -> None:
         launcher = records_.get("orders", deployment_id).launcher
         os.killpg(launcher["pid"], signal.SIGKILL)
-        wait_for(lambda: not alive(launcher), "the driver to die")
+        wait_for(lambda: process_seen(launcher) is not Liveness.ALIVE, "the driver to die")
 
     def apply_killed_at_record_write(number: int) -> None:
         reached = proxy.stall_write(number, to=f"/{reconcile_key('orders')}")

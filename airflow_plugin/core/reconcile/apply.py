@@ -16,12 +16,13 @@ from typing import Any
 from ..errors import NotFound, SavepointsError, UpgradeFailed
 from ..jobs.context import Context, JobContext
 from ..jobs.deploy import DeployRequest, deploy
-from ..jobs.launcher import alive, on_this_host
+from ..jobs.launcher import process_seen
 from ..jobs.observe import observe_deployment
 from ..jobs.operation import operation
 from ..jobs.savepoint import take_savepoint
 from ..jobs.stop import kill
 from ..lease import default_holder
+from ..process import Liveness
 from ..records.deployment import Deployment
 from ..timestamps import utc_now
 from ..upgrades.record import Phase, Upgrade, Upgrades
@@ -91,7 +92,7 @@ def _seen(ctx: JobContext, deployment: Deployment) -> Seen:
         error=status.error_message if status else None,
         updated_at=status.updated_at if status else None,
         last_batch_id=status.last_batch_id if status else None,
-        gone=on_this_host(deployment.launcher) and not alive(deployment.launcher),
+        gone=process_seen(deployment.launcher) is Liveness.GONE,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from airflow_plugin.core.layout import reconcile_key
 from airflow_plugin.core.lease import acquire
 from airflow_plugin.core.process import Liveness
 from airflow_plugin.core.reconcile import record as records
+from airflow_plugin.core.reconcile.apply import apply_job, next_step
 from airflow_plugin.core.reconcile.plan import (
     Action,
     Observed,
@@ -31,14 +33,17 @@ from airflow_plugin.core.reconcile.plan import (
     restart_delay,
 )
 from airflow_plugin.core.reconcile.record import Reconciled, Restart
-from airflow_plugin.core.records.deployment import DeploymentStatus, State
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.records.manifest import Kind
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.store import SnapshotStore
+from airflow_plugin.core.storage import open_storage
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.faulty_s3 import FaultyS3
 from devtools.forked import cli
 from devtools.windowed import wait_for
 from tests.support.jobs import POLITE_JOB, kill_every_deployment, write_jobs
+from tests.support.synthetic import write_checkpoint
 
 NOW = 1_800_000_000.0
 POLICY = RestartPolicy(attempts=3, window=3600, delay=10, max_delay=300)
@@ -127,6 +132,17 @@ def test_a_failed_or_lost_driver_is_restarted_after_its_delay_within_the_budget(
     assert killed.action is Action.RESTART, "the loop killed it to restart it: the restart goes on, at once"
 
 
+def test_after_a_stop_the_job_continues_from_its_latest_state_not_from_the_first_starts_restore() -> None:
+    """Issue 51 (4): `desired.restore` is a first start's; after a person's stop without a savepoint, an older
+    savepoint would give a Kafka sink its output again and be refused by a file sink on every run."""
+    desired = Desired(version="v1", restore="latest-savepoint")
+    first = plan(_observed(None, desired=desired))
+    assert (first.action, first.restore) == (Action.DEPLOY, "latest-savepoint")
+    again = plan(_observed(_seen(State.STOPPED), desired=desired))
+    assert (again.action, again.version, again.restore) == (Action.DEPLOY, "v1", "latest-state")
+    assert "latest-savepoint" in again.reason and "first start" in again.reason, again.reason
+
+
 def test_the_restart_delay_doubles_up_to_its_cap_with_the_same_jitter_for_one_failure() -> None:
     first, again = restart_delay(POLICY, 0, "dp-a"), restart_delay(POLICY, 0, "dp-a")
     assert first == again and 8 <= first <= 12
@@ -176,6 +192,28 @@ def test_the_declaration_defaults_and_its_fingerprint(tmp_path: Path) -> None:
     other = load_jobs(str(write_jobs(tmp_path, extra='desired = { version = "v1" }')))["orders"]
     assert jobs.fingerprint == again.fingerprint != other.fingerprint
     assert load_jobs(str(write_jobs(tmp_path)))["orders"].desired is None
+
+
+# ------------------------------------------------------------------------------- apply, a store, no driver
+
+
+def test_a_job_stopped_without_a_savepoint_is_deployed_from_its_state_not_an_older_savepoint(tmp_path: Path) -> None:
+    """Issue 51 (4), observed from a store: `restore = "latest-savepoint"` declared, an older savepoint (batch 4),
+    and a person's `savepoints stop` without one (the stopped deployment's checkpoint is at batch 19): the next
+    apply deploys from the latest state, which the deploy finds in that checkpoint, not from the savepoint."""
+    declared = 'desired = { version = "v1", restore = "latest-savepoint" }'
+    job = Settings(jobs_file=str(write_jobs(tmp_path, extra=declared))).resolve().job("orders")
+    older = write_checkpoint(tmp_path / "older", batches=5)
+    create_snapshot(job.store, open_storage(str(older)), SnapshotRequest(job="orders", job_version="v1"))
+    assert next_step(job).restore == "latest-savepoint", "a first start: nothing ran yet"
+    deployments = Deployments(job.store.storage)
+    stopped = Deployment("dp-20260101T000000000Z-0001", "orders", "v1", str(write_checkpoint(tmp_path / "c", 20)))
+    deployments.put(stopped)
+    deployments.write_status("orders", stopped.id, DeploymentStatus(State.STOPPED, time.time(), last_batch_id=19))
+    step = next_step(job)
+    assert (step.action, step.version, step.restore) == (Action.DEPLOY, "v1", "latest-state"), step
+    assert "latest-savepoint is a first start's only" in step.reason, step.reason
+    assert apply_job(job, dry_run=True).step == step
 
 
 # ---------------------------------------------------------------------------------- apply, real processes

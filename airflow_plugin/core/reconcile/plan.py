@@ -13,7 +13,10 @@ The rules, in order:
                                                 the budget spent (`restart.attempts` in `restart.window`):
                                                 BUDGET_SPENT; before its delay: WAIT; else RESTART from its
                                                 latest state (a LOST driver not surely gone is killed first)
-    nothing ran, or the last one was stopped    DEPLOY the desired version (`desired.restore` for a first start)
+    nothing ran yet                             DEPLOY the desired version from `desired.restore`
+    the last one was stopped                    DEPLOY the desired version from its latest state: a stop (a
+                                                person's, without a savepoint) leaves newer state than any
+                                                savepoint `desired.restore` may name
     running another version than desired       that version failed under this declaration: HOLD; else UPGRADE
     running the desired version                NOTHING (it is the last stable version)"""
 
@@ -148,9 +151,15 @@ def plan(seen: Observed) -> Step:
         return Step(job, Action.WAIT, f"{deployment.id} is {deployment.state}")
     if deployment is not None and deployment.state in (State.FAILED, State.LOST):
         return _after_failure(seen, deployment)
-    if deployment is None or deployment.state is State.STOPPED:
-        what = "nothing ran yet" if deployment is None else f"{deployment.id} was stopped"
-        return Step(job, Action.DEPLOY, what, version=desired.version, restore=desired.restore)
+    if deployment is None:
+        return Step(job, Action.DEPLOY, "nothing ran yet", version=desired.version, restore=desired.restore)
+    if deployment.state is State.STOPPED:
+        # desired.restore is a first start's: after a stop without a savepoint an older snapshot would write its
+        # batches' output again (Kafka, foreachBatch) or be refused on every run (a file or Delta sink)
+        why = f"{deployment.id} was stopped: from its latest state"
+        if desired.restore != DEFAULT_RESTORE:
+            why += f" (desired.restore {desired.restore} is a first start's only)"
+        return Step(job, Action.DEPLOY, why, version=desired.version, restore=DEFAULT_RESTORE)
     # RUNNING
     if deployment.version != desired.version:
         failed_under = record.failed_versions.get(desired.version)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.cli.main import main
-from airflow_plugin.core.errors import InvalidInput
-from airflow_plugin.core.jobs.context import Settings
+from airflow_plugin.core.errors import InvalidInput, NoState
+from airflow_plugin.core.jobs.context import JobContext, Settings
 from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.launcher import process_seen
 from airflow_plugin.core.jobs.observe import state_of
@@ -23,7 +23,7 @@ from airflow_plugin.core.layout import reconcile_key
 from airflow_plugin.core.lease import acquire
 from airflow_plugin.core.process import Liveness
 from airflow_plugin.core.reconcile import record as records
-from airflow_plugin.core.reconcile.apply import apply_job, next_step
+from airflow_plugin.core.reconcile.apply import apply_job, declared_status, describe_declared, next_step, retry
 from airflow_plugin.core.reconcile.plan import (
     Action,
     Observed,
@@ -143,6 +143,36 @@ def test_after_a_stop_the_job_continues_from_its_latest_state_not_from_the_first
     assert "latest-savepoint" in again.reason and "first start" in again.reason, again.reason
 
 
+def test_a_restart_whose_deploy_failed_counts_against_the_budget_and_waits_its_delay() -> None:
+    """Issue 51 (6): a restart refused at deploy time (no state, a source gap) leaves the failed deployment the
+    newest; the next look waits its delay, the budget counts it, and the same refusal again is held."""
+    refused = "NoState: job orders has 1 earlier deployment(s) but no state to take over"
+
+    def tried(*ats: float, error: str | None = refused, budget_from: float | None = None) -> Reconciled:
+        attempts = [Restart(at, "dp-1", "x", 7, None, error=error) for at in ats]
+        return Reconciled("orders", restarts=attempts, budget_from=budget_from)
+
+    waiting = plan(_observed(_seen(State.FAILED, error="STREAM_FAILED"), record=tried(NOW - 1)))
+    assert waiting.action is Action.WAIT and waiting.not_before is not None, waiting
+    assert NOW + 10 <= waiting.not_before <= NOW + 30, "the second restart's delay, from the first one's attempt"
+    due = plan(_observed(_seen(State.FAILED, error="STREAM_FAILED"), record=tried(NOW - 60)))
+    assert due.action is Action.RESTART and "restart 2 of 3" in due.reason, due.reason
+
+    earlier = Restart(NOW - 500, "dp-0", "x", 7, "dp-1")  # another failure's restart, in the window
+    other = Reconciled("orders", restarts=[earlier, *tried(NOW - 400, NOW - 300).restarts])
+    spent = plan(_observed(_seen(State.FAILED, error="STREAM_FAILED"), record=other))
+    assert spent.action is Action.BUDGET_SPENT and refused in spent.reason, spent.reason
+    repeated = plan(_observed(_seen(State.FAILED), record=tried(NOW - 400, NOW - 200, NOW - 100)))
+    assert repeated.action in (Action.HOLD, Action.BUDGET_SPENT) and refused in repeated.reason, repeated.reason
+
+    killed = plan(_observed(_seen(State.FAILED, error="KILLED"), record=tried(NOW - 100)))
+    assert killed.action is Action.RESTART, "its KILLED is the loop's own kill before a deploy that failed"
+    pending = plan(_observed(_seen(State.FAILED), record=tried(NOW - 1, error=None)))
+    assert pending.action is Action.RESTART, "killed between recording the restart and its deploy: goes on at once"
+    retried = plan(_observed(_seen(State.FAILED), record=tried(NOW - 400, NOW - 200, NOW - 100, budget_from=NOW - 50)))
+    assert retried.action is Action.RESTART, "`apply --retry`: the budget and the refusals count from then"
+
+
 def test_the_restart_delay_doubles_up_to_its_cap_with_the_same_jitter_for_one_failure() -> None:
     first, again = restart_delay(POLICY, 0, "dp-a"), restart_delay(POLICY, 0, "dp-a")
     assert first == again and 8 <= first <= 12
@@ -214,6 +244,59 @@ def test_a_job_stopped_without_a_savepoint_is_deployed_from_its_state_not_an_old
     assert (step.action, step.version, step.restore) == (Action.DEPLOY, "v1", "latest-state"), step
     assert "latest-savepoint is a first start's only" in step.reason, step.reason
     assert apply_job(job, dry_run=True).step == step
+
+
+# --------------------------------------------------------------------------------- apply, a real refusal
+
+
+def test_a_restart_refused_at_deploy_counts_against_the_budget_waits_and_is_held(tmp_path: Path) -> None:
+    """Issue 51 (6), through `apply_job` and a real deploy: the failed deployment left no state to take over (no
+    committed batch, no snapshot), so its restart's deploy is refused (NoState) and it stays the newest. Each
+    refused restart is an attempt: recorded with its error, counted by the budget, followed by its delay; the same
+    refusal 3 times is held for a person, and a spent budget names it. No driver is launched."""
+    restart = 'restart = {{ attempts = {attempts}, delay = "{delay}", max_delay = "1 minute" }}'
+
+    def declare(attempts: int, delay: str) -> JobContext:
+        extra = f'desired = {{ version = "v1" }}\n{restart.format(attempts=attempts, delay=delay)}'
+        return Settings(jobs_file=str(write_jobs(tmp_path, extra=extra))).resolve().job("orders")
+
+    job = declare(5, "10s")
+    deployments = Deployments(job.store.storage)
+    failed = Deployment("dp-20260101T000000000Z-0001", "orders", "v1", str(tmp_path / "checkpoints/none-committed"))
+    deployments.put(failed)
+    crashed = DeploymentStatus(State.FAILED, time.time() - 60, error_class="STREAM_FAILED", error_message="boom")
+    deployments.write_status("orders", failed.id, crashed)
+
+    def attempts() -> list[Restart]:
+        return records.read(job.store.storage, "orders").restarts
+
+    refused = apply_job(job)
+    assert refused.step.action is Action.RESTART and isinstance(refused.error, NoState), refused
+    [attempt] = attempts()
+    assert (attempt.failed, attempt.deployment) == (failed.id, None) and (attempt.error or "").startswith("NoState: ")
+    waiting = apply_job(job)
+    assert waiting.step.action is Action.WAIT and waiting.ok, "the next restart waits its delay, from the refusal"
+    assert waiting.step.not_before is not None and waiting.step.not_before >= attempt.at + 16
+    assert "NoState" in waiting.step.reason and len(attempts()) == 1
+
+    job = declare(5, "0s")
+    for _ in range(2):
+        again = apply_job(job)
+        assert again.step.action is Action.RESTART and isinstance(again.error, NoState), again
+    held = apply_job(job)
+    assert held.step.action is Action.HOLD and "refused 3 times: NoState" in held.step.reason, held.step.reason
+    assert [r.error == attempt.error for r in attempts()] == [True] * 3, "one attempt each, the same refusal"
+    assert [d.id for d in deployments.list("orders")] == [failed.id], "nothing launched"
+    status = declared_status(job)
+    assert status is not None and (status["restarts"], status["restarts_failed"], status["restarts_left"]) == (3, 3, 2)
+    assert "3 restart(s) (3 failed), 2 left in the window" in describe_declared("orders", status)
+
+    job = declare(3, "0s")
+    spent = apply_job(job)
+    assert spent.step.action is Action.BUDGET_SPENT and "NoState" in spent.step.reason, spent.step.reason
+    assert declared_status(job)["restarts_left"] == 0  # type: ignore[index]
+    retry(job)  # `apply --retry`: the budget and the refusals count from now
+    assert apply_job(job).step.action is Action.RESTART and len(attempts()) == 4
 
 
 # ---------------------------------------------------------------------------------- apply, real processes

@@ -136,14 +136,24 @@ def _act(ctx: JobContext, step: Step) -> Applied:
         return _done(ctx, record, step, f"deployed {step.version} as {deployment.id}")
     assert step.action is Action.RESTART and step.failed is not None
     failed = step.failed
-    restart = next((r for r in record.restarts if r.failed == failed.id and r.deployment is None), None)
+    restart = next((r for r in record.restarts if r.failed == failed.id and r.pending), None)
     if restart is None:  # recorded before anything is done: a kill below is the loop's own, and counts once
         restart = Restart(time.time(), failed.id, step.reason, failed.last_batch_id)
         record.restarts.append(restart)
         records.write(ctx.store.storage, record)
-    if step.kill_first:
-        kill(ctx, failed.id)
-    deployment = deploy(ctx, DeployRequest(step.version, restore=step.restore or ""))
+    try:
+        if step.kill_first:
+            kill(ctx, failed.id)
+        deployment = deploy(ctx, DeployRequest(step.version, restore=step.restore or ""))
+    except Exception as exc:
+        # the attempt failed (the deploy refused: no state, a source gap; the kill): recorded with its error, it
+        # counts against the budget and the next one waits its delay, instead of going on at every apply
+        restart.error = f"{type(exc).__name__}: {exc}"
+        try:
+            _done(ctx, record, step, f"restart of {failed.id} failed: {restart.error}")
+        except SavepointsError as unwritten:  # the store failing too: the attempt stays pending, tried again
+            log.warning("%s: the failed restart is not recorded: %s", ctx.name, unwritten)
+        raise
     restart.deployment = deployment.id
     return _done(ctx, record, step, f"restarted {failed.id} as {deployment.id} from its latest state")
 
@@ -242,7 +252,8 @@ def declared_status(ctx: JobContext, now: float | None = None) -> dict[str, Any]
     return {
         "desired": f"{desired.version} {desired.state}",
         "last_stable_version": kept.last_stable_version,
-        "restarts": len(kept.restarts),
+        "restarts": len(kept.restarts),  # every attempt, one whose deploy failed too: what the budget counts
+        "restarts_failed": sum(1 for r in kept.restarts if r.error),
         "restarts_left": max(0, policy.attempts - len(recent)),
         "last_restart": asdict(kept.restarts[-1]) if kept.restarts else None,
         "held_versions": sorted(v for v, under in kept.failed_versions.items() if under == ctx.spec.fingerprint),
@@ -256,7 +267,8 @@ def describe_declared(job: str, declared: dict[str, Any]) -> str:
     parts = [f"{job}: desired {declared['desired']}"]
     if declared["last_stable_version"]:
         parts.append(f"last stable {declared['last_stable_version']}")
-    parts.append(f"{declared['restarts']} restart(s), {declared['restarts_left']} left in the window")
+    failed = f" ({declared['restarts_failed']} failed)" if declared.get("restarts_failed") else ""
+    parts.append(f"{declared['restarts']} restart(s){failed}, {declared['restarts_left']} left in the window")
     if declared["held_versions"]:
         parts.append(f"held: {', '.join(declared['held_versions'])} (`savepoints apply {job} --retry`)")
     if declared["paused_by"]:

@@ -8,11 +8,16 @@ The rules, in order:
     an upgrade in progress                      the loop's own: RESUME_UPGRADE; a person's: WAIT for it
     desired stopped                             a live deployment: STOP (with a savepoint); else NOTHING
     a deployment starting or stopping           WAIT: look again at the next apply
-    the newest deployment FAILED or LOST        a failure no restart mends (a guard's refusal, an incompatible
-                                                state, a script the runtime refused, a person's kill): HOLD;
-                                                the budget spent (`restart.attempts` in `restart.window`):
-                                                BUDGET_SPENT; before its delay: WAIT; else RESTART from its
-                                                latest state (a LOST driver not surely gone is killed first)
+    the newest deployment FAILED or LOST        a restart recorded and then cut short (the loop was killed
+                                                before its deploy): RESTART at once, counted once; a failure
+                                                no restart mends (a guard's refusal, an incompatible state, a
+                                                script the runtime refused, a person's kill): HOLD; the budget
+                                                spent (`restart.attempts` in `restart.window`, every attempt
+                                                counted, one whose deploy was refused too): BUDGET_SPENT; its
+                                                restarts refused at deploy with the same error 3 times: HOLD;
+                                                before its delay (from the failure, or from the last attempt):
+                                                WAIT; else RESTART from its latest state (a LOST driver not
+                                                surely gone is killed first)
     nothing ran yet                             DEPLOY the desired version from `desired.restore`
     the last one was stopped                    DEPLOY the desired version from its latest state: a stop (a
                                                 person's, without a savepoint) leaves newer state than any
@@ -23,7 +28,7 @@ The rules, in order:
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from ..jobs.spec import DEFAULT_RESTORE, STOPPED, Desired, RestartPolicy
@@ -45,6 +50,9 @@ NOT_RETRYABLE = frozenset(
 NOT_RETRYABLE_PREFIXES = ("SCRIPT_", "STATE_STORE_", "STATE_SCHEMA", "INCOMPATIBLE_")  # a script refused; a state
 # the version cannot read
 JITTER = 0.2  # each delay is drawn in +-20% around its exponential value, the same for one failure every time
+# restarts of one failed deployment refused at deploy with the same error this many times in a row: the deploy is
+# refused for a reason a restart does not change (no state, a source gap), held for a person before the budget
+SAME_REFUSALS = 3
 
 
 class Action(StrEnum):
@@ -187,28 +195,45 @@ def _after_failure(seen: Observed, failed: Seen) -> Step:
     why = f"{failed.id} ({failed.version}) is {failed.state}" + (
         f": {failed.error_class}" if failed.error_class else ""
     )
-    ours = any(r.failed == failed.id for r in record.restarts)  # the loop began restarting it (a kill of its own)
-    if not ours and not retryable(failed.error_class):
-        return Step(
-            job, Action.HOLD, f"{why}, which a restart does not mend: a person looks (`savepoints status {job}`)"
-        )
+    tried = [r for r in record.restarts if r.failed == failed.id]  # the loop's attempts to restart this one
     recent = record.counted(policy, seen.now)
-    if not ours and len(recent) >= policy.attempts:
-        return Step(
-            job,
-            Action.BUDGET_SPENT,
-            f"{why}; restarted {len(recent)} times in the last {policy.window:g} s (restart.attempts "
-            f"{policy.attempts}): left {failed.state} for a person",
-        )
-    due = (failed.updated_at or seen.now) + restart_delay(policy, len(recent), failed.id)
-    if not ours and seen.now < due:
-        return Step(job, Action.WAIT, f"{why}; restart {len(recent) + 1} due in {due - seen.now:.0f} s", not_before=due)
-    return Step(
+    restart = Step(
         job,
         Action.RESTART,
-        f"{why}; restart {len(recent) + (0 if ours else 1)} of {policy.attempts} in the window",
+        "",
         version=failed.version,
         restore=DEFAULT_RESTORE,
         failed=failed,
         kill_first=failed.state is State.LOST and not failed.gone,
     )
+    if any(r.pending for r in tried):  # recorded, then the loop was killed before its deploy: it goes on, counted once
+        return replace(restart, reason=f"{why}; its restart {len(recent)} of {policy.attempts} goes on")
+    # once the loop tried, a KILLED is its own kill of a LOST driver, and the failure one it judged retryable
+    if not tried and not retryable(failed.error_class):
+        return Step(
+            job, Action.HOLD, f"{why}, which a restart does not mend: a person looks (`savepoints status {job}`)"
+        )
+    refused = tried[-1].error if tried else None
+    said = f"; the last restart failed: {refused}" if refused else ""
+    if len(recent) >= policy.attempts:
+        return Step(
+            job,
+            Action.BUDGET_SPENT,
+            f"{why}; restarted {len(recent)} times in the last {policy.window:g} s (restart.attempts "
+            f"{policy.attempts}){said}: left {failed.state} for a person",
+        )
+    since = [r for r in tried if r.at >= (record.budget_from or 0)][-SAME_REFUSALS:]
+    if len(since) == SAME_REFUSALS and refused and all(r.error == refused for r in since):
+        return Step(
+            job,
+            Action.HOLD,
+            f"{why}; its restart was refused {SAME_REFUSALS} times: {refused}: a restart does not mend it, a person "
+            f"looks (then `savepoints apply {job} --retry`)",
+        )
+    last = max([failed.updated_at or seen.now, *(r.at for r in tried)])  # a refused restart waits its delay too
+    due = last + restart_delay(policy, len(recent), failed.id)
+    if seen.now < due:
+        return Step(
+            job, Action.WAIT, f"{why}; restart {len(recent) + 1} due in {due - seen.now:.0f} s{said}", not_before=due
+        )
+    return replace(restart, reason=f"{why}; restart {len(recent) + 1} of {policy.attempts} in the window{said}")

@@ -1,7 +1,8 @@
-"""What the reconcile loop keeps of a job, in the store (`jobs/<job>/reconcile.json`): its restarts (when, why,
-from which batch), the last version that ran healthy, the versions that failed for a given jobs file (not tried
-again until the file changes or a person asks), and a person's pause (the loop leaves the job alone). Written whole;
-the job's lease makes one writer at a time (apply.py writes it only while it holds the lease)."""
+"""What the reconcile loop keeps of a job, in the store (`jobs/<job>/reconcile.json`): its restart attempts (when,
+why, from which batch, what came of each), the last version that ran healthy, the versions that failed for a given
+jobs file (not tried again until the file changes or a person asks), and a person's pause (the loop leaves the job
+alone). Written whole; the job's lease makes one writer at a time (apply.py writes it only while it holds the
+lease)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,20 @@ from ..storage import Storage
 
 @dataclass
 class Restart:
+    """One attempt to restart a failed deployment, recorded before anything is done. Its outcome: `deployment`
+    (started), `error` (its kill or deploy failed: the failed deployment stays the newest), or neither (pending:
+    the loop was killed in between; the next run goes on with it, and it counts once)."""
+
     at: float  # epoch seconds
     failed: str  # the deployment that failed or was lost
     why: str  # its state and error
     from_batch: int | None  # the batch its latest state resumes after
     deployment: str | None = None  # the one started in its place
+    error: str | None = None  # why the attempt failed ("NoState: ..."): it counts against the budget all the same
+
+    @property
+    def pending(self) -> bool:
+        return self.deployment is None and self.error is None
 
 
 @dataclass
@@ -45,7 +55,10 @@ class Reconciled:
             data = json.loads(raw)
             known = {f.name for f in fields(cls)}
             record = cls(**{k: v for k, v in data.items() if k in known})
-            record.restarts = [Restart(**r) for r in data.get("restarts", [])]
+            attempt = {f.name for f in fields(Restart)}
+            record.restarts = [
+                Restart(**{k: v for k, v in r.items() if k in attempt}) for r in data.get("restarts", [])
+            ]
         except (ValueError, TypeError) as exc:
             raise IntegrityError(
                 f"{where} is corrupt ({exc}): delete it; the loop starts over with no restart"

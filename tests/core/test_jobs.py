@@ -23,9 +23,12 @@ from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.lease import read_lease
 from airflow_plugin.core.process import Liveness
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
+from airflow_plugin.core.records.manifest import Kind, Manifest, SnapshotStatus, Trigger, new_snapshot_id
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.sources.kafka import KAFKA_CONF, KAFKA_ENV
 from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.timestamps import utc_now
 from tests.support.jobs import STUBBORN_JOB, write_jobs
 from tests.support.processes import elsewhere_handle, gone_handle
 from tests.support.synthetic import add_batch, write_checkpoint
@@ -84,11 +87,24 @@ def test_failing_spark_submit_reports_its_log_in_the_status(tmp_path: Path, caps
     assert "boom: the input directory is not configured" in captured.err
     [row] = json.loads(main(["status", "orders", "--jobs", jobs, "--json"]) == 0 and capsys.readouterr().out)
     assert row["state"] == "FAILED" and "boom" in row["error"] and row["error"].startswith("LAUNCH_FAILED")
-    assert row["restored_from"] is None and "never ran" in row["fresh_start"]
-    # now it has history but no state (no snapshot, no committed batch): refused, not silently fresh
+    assert row["restored_from"] is None and "never committed a batch" in row["fresh_start"]
+    # issue 53 (1): it has history but nothing was ever committed (no snapshot, no committed batch): nothing to lose,
+    # so the next deploy (its arguments fixed) starts fresh too, and says so
+    app.write_text(STUBBORN_JOB)
+    assert main(["deploy", "orders", "--jobs", jobs, "--json", "--restore", "latest-state"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["restored_from"] is None and "never committed a batch" in second["fresh_start"], second
+    assert main(["kill", "orders", "--jobs", jobs]) == 0
+    capsys.readouterr()
+    # a snapshot was taken of the job at some point (it failed): it had state, which latest-state cannot take over
+    store = SnapshotStore(open_storage(str(tmp_path / "store")))
+    failed = Manifest(
+        new_snapshot_id(Kind.SAVEPOINT), "orders", Kind.SAVEPOINT, Trigger.MANUAL, SnapshotStatus.FAILED, "x", utc_now()
+    )
+    store.add(failed)
     assert main(["deploy", "orders", "--jobs", jobs, "--restore", "latest-state"]) == 3
     error = capsys.readouterr().err
-    assert "job orders has 1 earlier deployment(s) but no state to take over" in error
+    assert "job orders has 2 earlier deployment(s) but no state to take over" in error
     assert "deploy with --restore none for a fresh start" in error
 
 

@@ -34,10 +34,11 @@ from airflow_plugin.core.reconcile.plan import (
 )
 from airflow_plugin.core.reconcile.record import Reconciled, Restart
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
-from airflow_plugin.core.records.manifest import Kind
+from airflow_plugin.core.records.manifest import Kind, Manifest, SnapshotStatus, Trigger, new_snapshot_id
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.timestamps import utc_now
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.faulty_s3 import FaultyS3
 from devtools.forked import cli
@@ -251,7 +252,8 @@ def test_a_job_stopped_without_a_savepoint_is_deployed_from_its_state_not_an_old
 
 def test_a_restart_refused_at_deploy_counts_against_the_budget_waits_and_is_held(tmp_path: Path) -> None:
     """Issue 51 (6), through `apply_job` and a real deploy: the failed deployment left no state to take over (no
-    committed batch, no snapshot), so its restart's deploy is refused (NoState) and it stays the newest. Each
+    committed batch, and only a FAILED snapshot: it had state once), so its restart's deploy is refused (NoState)
+    and it stays the newest. Each
     refused restart is an attempt: recorded with its error, counted by the budget, followed by its delay; the same
     refusal 3 times is held for a person, and a spent budget names it. No driver is launched."""
     restart = 'restart = {{ attempts = {attempts}, delay = "{delay}", max_delay = "1 minute" }}'
@@ -266,6 +268,10 @@ def test_a_restart_refused_at_deploy_counts_against_the_budget_waits_and_is_held
     deployments.put(failed)
     crashed = DeploymentStatus(State.FAILED, time.time() - 60, error_class="STREAM_FAILED", error_message="boom")
     deployments.write_status("orders", failed.id, crashed)
+    tried = Manifest(
+        new_snapshot_id(Kind.SAVEPOINT), "orders", Kind.SAVEPOINT, Trigger.MANUAL, SnapshotStatus.FAILED, "x", utc_now()
+    )
+    job.store.add(tried)  # a snapshot of it failed: there was state, which nothing can take over now
 
     def attempts() -> list[Restart]:
         return records.read(job.store.storage, "orders").restarts

@@ -2,10 +2,10 @@
 
     latest-state      the default (DEFAULT_RESTORE, the CLI's, the operator's and the deploy DAG's): the newest
                       of the previous deployment's live checkpoint and the job's snapshots (the live checkpoint
-                      is snapshotted first, so it is never claimed by the new one); a job that never ran (no
-                      deployment, no snapshot) has no state to lose: it starts fresh, and its deployment records
-                      why (`fresh_start`). A job with history and no usable state is refused (NoState): starting
-                      it fresh would silently drop what it had
+                      is snapshotted first, so it is never claimed by the new one); a job that never committed a
+                      batch (no snapshot, no earlier checkpoint with a committed batch) has no state to lose: it
+                      starts fresh, and its deployment records why (`fresh_start`). A job that had state it cannot
+                      take over is refused (NoState): starting it fresh would silently drop what it had
     none              a fresh start, asked for by name: of a job with state it logs and records (`fresh_start`)
                       what is not carried over, the state latest-state would have continued from and its batch
     latest-savepoint  the newest COMPLETED savepoint of the job
@@ -48,9 +48,9 @@ from .startup import launch_deployment, wait_until_started
 log = logging.getLogger(__name__)
 
 RESTORE_HELP = (  # what the CLI's --restore and the deploy DAG's form field say
-    f"{DEFAULT_RESTORE} (the default: a job with history continues from its latest state, one that never ran starts "
-    "fresh), latest-savepoint, a snapshot id (sp-... / ck-...), or none: start empty (of a job with state it says "
-    "which state, at which batch, is not carried over)"
+    f"{DEFAULT_RESTORE} (the default: a job with history continues from its latest state, one that never committed a "
+    "batch starts fresh), latest-savepoint, a snapshot id (sp-... / ck-...), or none: start empty (of a job with "
+    "state it says which state, at which batch, is not carried over)"
 )
 
 
@@ -75,7 +75,10 @@ def live_deployments(ctx: JobContext, listed: list[Deployment] | None = None) ->
     return found
 
 
-FIRST_DEPLOYMENT = "latest-state of a job that never ran: no earlier deployment, no snapshot"
+FIRST_DEPLOYMENT = (
+    "latest-state of a job that never committed a batch: no snapshot, and no earlier deployment's checkpoint holds a "
+    "committed batch"
+)
 
 
 def restore_source(ctx: JobContext, mode: str, listed: list[Deployment], exclude: str | None = None) -> Manifest | None:
@@ -166,12 +169,22 @@ def log_fresh(ctx: JobContext, deployment: Deployment) -> None:
 
 
 def first_deployment(ctx: JobContext, mode: str, listed: list[Deployment], exclude: str | None = None) -> bool:
-    """latest-state for a job without any history (no deployment in `listed` but `exclude`, no snapshot of any
-    status): there is no state to lose, so the deployment starts fresh (the default, DEFAULT_RESTORE, of a first
-    deploy)."""
-    if mode != "latest-state":
+    """latest-state for a job that never committed anything: no snapshot of any status, and no deployment in `listed`
+    (but `exclude`) whose checkpoint holds a committed batch (a first deploy, or earlier ones refused or failed
+    before their first batch). There is no state to lose, so the deployment starts fresh; the sink guard still
+    checks its sink."""
+    if mode != "latest-state" or ctx.store.list(ctx.name):
         return False
-    return not any(d.id != exclude for d in listed) and not ctx.store.list(ctx.name)
+    return not any(_committed(ctx, d) for d in reversed(listed) if d.id != exclude)
+
+
+def _committed(ctx: JobContext, deployment: Deployment) -> bool:
+    """Whether the deployment's checkpoint holds a committed batch."""
+    try:
+        read_restart_point(ctx.open(deployment.checkpoint))
+    except (NotFound, CheckpointError):
+        return False
+    return True
 
 
 def _newest_of_query(ctx: JobContext, query_id: str) -> Manifest | None:

@@ -23,6 +23,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.jobs.fence import FENCED
 from airflow_plugin.core.records.deployment import DeploymentStatus, State
 from airflow_plugin.core.sinks import DELTA, delta, from_description
 from airflow_plugin.core.storage import Storage, open_storage
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
         QueryStartedEvent,
         QueryTerminatedEvent,
     )
+
+    from .fence import DriverFence
 
 log = logging.getLogger(__name__)
 
@@ -399,11 +402,14 @@ class _JsonEvents:
 
 
 class Heartbeat:
-    """A daemon thread that rewrites the status every `interval` seconds until stopped."""
+    """A daemon thread that rewrites the status every `interval` seconds until stopped. With a fence (fence.py) it
+    renews the fence first, at least three times a fence interval, and a driver left out of its job's writers
+    writes FAILED (FENCED) instead of another live heartbeat."""
 
-    def __init__(self, board: StatusBoard, interval: float) -> None:
+    def __init__(self, board: StatusBoard, interval: float, fence: DriverFence | None = None) -> None:
         self._board = board
-        self._interval = interval
+        self._fence = fence
+        self._interval = min(interval, fence.interval / 3) if fence is not None else interval
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="savepoints-heartbeat", daemon=True)
 
@@ -419,4 +425,9 @@ class Heartbeat:
         while not self._stopped.wait(self._interval):
             if self._board.terminal:
                 return
+            if self._fence is not None:
+                self._fence.renew()
+                if self._fence.superseded:
+                    self._board.finish(State.FAILED, error_class=FENCED, error_message=self._fence.superseded)
+                    return
             self._board.beat()

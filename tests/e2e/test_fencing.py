@@ -147,6 +147,12 @@ restart = {{ delay = 0 }}
         wait_for(lambda: (ctx.deployments.status("counts", first.id) or _nothing).age() > 12.5, "a stale heartbeat")
         before, written_before = _committed(Path(first.checkpoint)), _written(output)
         feed.more(3)
+        looked = _cli("status", "counts", "--json", env=env, elsewhere=True)  # LOST; nobody there sees if it runs
+        assert looked.returncode == 0, looked.stdout + looked.stderr
+        row = next(r for r in json.loads(looked.stdout) if r["deployment"] == first.id)
+        assert (row["state"], row["driver"]) == ("LOST", "cannot tell"), row
+        beside = _cli("deploy", "counts", "--restore", "latest-state", env=env, elsewhere=True)
+        assert beside.returncode == 4 and "LOST" in beside.stderr, beside.stdout + beside.stderr  # may still run
         # the other machine's apply launches the new driver in its namespace: the namespace lives on with it
         elsewhere_driver = subprocess.Popen(
             [*ELSEWHERE, "bash", "-c", f"{sys.executable} -m airflow_plugin apply counts; exec sleep 600"],

@@ -358,15 +358,16 @@ def test_apply_starts_a_declared_job_restarts_it_after_a_kill_and_stops_within_i
             refused = applied()
             assert refused["action"] == "BUDGET_SPENT", "one restart in the window: the budget is spent"
         assert newest() == second and state_of(job, records_.get("orders", second)) is State.LOST
-        assert main(["apply", "orders", "--retry", "--jobs", jobs]) == 0
-        capsys.readouterr()
         with acquire(job.store.storage, "orders", "ann@desk:1", "stop"):
-            assert main(["apply", "--jobs", jobs]) == 4, "refused: a person holds the job"
+            assert main(["apply", "orders", "--retry", "--jobs", jobs]) == 4, "refused: a person holds the job"
             assert "ann@desk:1" in capsys.readouterr().err
         assert newest() == second
-        assert applied()["action"] == "RESTART"
+        # issue 53 (2): --retry releases the budget and restarts in the same run, saying so
+        assert main(["apply", "orders", "--retry", "--jobs", jobs]) == 0
+        said = capsys.readouterr().out
+        assert "orders: retried" in said and "orders: RESTART" in said, said
         third = newest()
-        assert third != second
+        assert third != second and state_of(job, records_.get("orders", third)) is State.RUNNING
 
         # paused: the loop leaves it alone; a failure no restart mends is held
         assert main(["apply", "orders", "--pause", "--jobs", jobs]) == 0

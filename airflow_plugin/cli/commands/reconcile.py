@@ -31,28 +31,32 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--retry",
         action="store_true",
-        help="try again what apply holds for the JOBs: a version that failed, a spent restart budget",
+        help="try again what apply holds for the JOBs (a version that failed, a spent restart budget, a refusal "
+        "repeated), and apply them now",
     )
     parser.set_defaults(run=run_apply)
 
 
 def run_apply(args: argparse.Namespace, ctx: Context) -> Output:
-    if args.pause or args.resume or args.retry:
-        if not args.job:
-            raise InvalidInput("--pause, --resume and --retry act on the JOBs named: name at least one")
-        changed = [
-            retry(ctx.job(name)) if args.retry else set_pause(ctx.job(name), paused=args.pause) for name in args.job
-        ]
-        verb = "retried" if args.retry else "paused" if args.pause else "resumed"
+    if (args.pause or args.resume or args.retry) and not args.job:
+        raise InvalidInput("--pause, --resume and --retry act on the JOBs named: name at least one")
+    if args.pause or args.resume:
+        changed = [set_pause(ctx.job(name), paused=args.pause) for name in args.job]
+        verb = "paused" if args.pause else "resumed: the next `savepoints apply` (the reconcile DAG) looks after it"
 
         def human() -> None:
             for record in changed:
                 say(f"{record.job}: {verb}")
 
         return Output({"jobs": [r.to_dict() for r in changed]}, human)
+    retried = [retry(ctx.job(name)) for name in args.job] if args.retry else []
+    if not args.json:
+        for record in retried:  # then the step it now allows, carried out in this same run
+            say(f"{record.job}: retried: held versions released, the restart budget counts from now")
     applied = apply(ctx, args.job or None, dry_run=args.dry_run, on_job=None if args.json else _say)
     failed = next((a.error for a in applied if a.error is not None), None)
-    return Output({"jobs": [a.to_dict() for a in applied]}, lambda: None, error=failed)
+    shown = {"jobs": [a.to_dict() for a in applied]} | ({"retried": [r.to_dict() for r in retried]} if retried else {})
+    return Output(shown, lambda: None, error=failed)
 
 
 def _say(applied: Applied) -> None:

@@ -3,11 +3,13 @@ only the commands they act on take (the Kafka broker, parallel transfers), and t
 in every command; the `--job JOB` of the commands that had it still works, with a note that it is deprecated).
 
 A global option given both before and after the command: the one after it wins, as when any option is given
-twice (the last one wins)."""
+twice (the last one wins). An option a command does not take is refused before anything is parsed, naming it and
+where it belongs: argparse would skip it and take its value as a positional (the job, or the command)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +23,7 @@ GLOBAL_TITLE = "global options (before or after the command; given in both place
 GLOBAL_DEFAULTS: dict[str, Any] = {"jobs": None, "store": None, "json": False, "verbose": False}
 JOB_HELP = "the job: one the jobs file declares, or any name for the snapshots of a checkpoint"
 OLD_JOB_OPTION = "--job"
+NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse reads these as values, not options
 
 
 def add_global_options(parser: argparse.ArgumentParser) -> None:
@@ -96,6 +99,49 @@ def add_job(
         parser.job_was_option = was_option
 
 
+def option_name(token: str) -> str | None:
+    """The option a word of the command line names (`--store=x`: `--store`; `-vh`: `-v`), or None for a word
+    argparse reads as a value: `-`, `--`, a negative number."""
+    if token in ("-", "--") or not token.startswith("-") or NEGATIVE_NUMBER.match(token):
+        return None
+    return token.split("=", 1)[0] if token.startswith("--") else token[:2]
+
+
+def takes(parser: argparse.ArgumentParser, name: str) -> bool:
+    """Whether argparse would read `name` as one of this parser's options (an abbreviation where it allows them:
+    argparse itself then says if it is ambiguous)."""
+    if name in parser._option_string_actions:
+        return True
+    return (
+        parser.allow_abbrev and name.startswith("--") and any(s.startswith(name) for s in parser._option_string_actions)
+    )
+
+
+def first_unknown_option(
+    parser: argparse.ArgumentParser, argv: Sequence[str], *, up_to_command: bool = False
+) -> str | None:
+    """The first word of argv (up to a `--`) that names an option this parser does not take. `up_to_command`:
+    the main parser's words, before the first positional (the command), its own options' values skipped."""
+    tokens = iter(argv)
+    for token in tokens:
+        name = option_name(token)
+        if token == "--" or (up_to_command and name is None):
+            return None
+        if name is None or (" " in token and not takes(parser, name)):  # argparse: a word with a space is a value
+            continue
+        if not takes(parser, name):
+            return token
+        action = parser._option_string_actions.get(name)
+        if up_to_command and action is not None and action.nargs != 0 and "=" not in token:
+            next(tokens, None)  # its value, not the command
+    return None
+
+
+def commands_taking(option_commands: dict[str, list[str]], token: str) -> list[str]:
+    """The commands that take the option `token` names (`--store=x`: `--store`)."""
+    return option_commands.get(token.split("=", 1)[0], [])
+
+
 class CommandParser(argparse.ArgumentParser):
     """A command's parser. Of a command whose job was `--job JOB`, it takes that form too: a note says it is
     deprecated, and a job given both ways, differently, is a usage error. Of a renamed command (`renamed_to`),
@@ -104,6 +150,7 @@ class CommandParser(argparse.ArgumentParser):
     job_argument: argparse.Action | None = None
     job_was_option = False
     renamed_to: str | None = None
+    option_commands: dict[str, list[str]] = {}  # an option of some commands only: those commands (parser.py)
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -113,6 +160,7 @@ class CommandParser(argparse.ArgumentParser):
         if self.renamed_to:
             note(f"`{self.prog}` is deprecated: it is now `{self._name()}`")
         argv = list(sys.argv[1:] if args is None else args)
+        self._refuse_unknown_option(argv)
         rest, old = self._pull_old_job_option(argv)
         if self.job_argument is None or not old:
             parsed, extras = super().parse_known_args(argv, namespace)
@@ -123,6 +171,33 @@ class CommandParser(argparse.ArgumentParser):
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)} (`{self._name()} --help` lists what it takes)")
         return parsed, extras
+
+    def _refuse_unknown_option(self, argv: list[str]) -> None:
+        """An option this command does not take is an error naming it, before argparse could take the word after
+        it as JOB or ID. `--job` is left to `_pull_old_job_option`."""
+        words = argv if self.job_argument is None else [w for w in argv if option_name(w) != OLD_JOB_OPTION]
+        unknown = first_unknown_option(self, words)
+        if unknown is None:
+            return
+        name = unknown.split("=", 1)[0]
+        elsewhere = commands_taking(self.option_commands, unknown)
+        if elsewhere:
+            self.error(
+                f"{name} is not an option of `{self._name()}`: only {', '.join(elsewhere)} "
+                f"{'takes' if len(elsewhere) == 1 else 'take'} it (`{self._name()} --help` lists its options)"
+            )
+        self.error(f"unknown option {name}: `{self._name()}` takes {self._options()} (`{self._name()} --help`)")
+
+    def _options(self) -> str:
+        """This command's options, then the global ones: `--kafka-bootstrap and the global options --jobs, ...`."""
+        own: list[str] = []
+        common: list[str] = []
+        for action in self._actions:
+            if not action.option_strings or isinstance(action, argparse._HelpAction):
+                continue
+            names = "/".join(action.option_strings)
+            (common if action.dest in GLOBAL_DEFAULTS else own).append(names)
+        return (f"{', '.join(own)} and " if own else "") + f"the global options {', '.join(common)}"
 
     def _pull_old_job_option(self, argv: list[str]) -> tuple[list[str], list[str]]:
         """argv without `--job VALUE` and `--job=VALUE` (up to a `--`), and those values."""

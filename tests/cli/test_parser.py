@@ -245,10 +245,8 @@ def test_kafka_and_concurrency_are_offered_only_where_they_act(capsys: pytest.Ca
     assert {name for name, options in offered.items() if "--kafka-bootstrap" in options} == KAFKA_COMMANDS
     assert {name for name, options in offered.items() if "--concurrency" in options} == CONCURRENCY_COMMANDS
     for argv in (["kill", "orders", "--kafka-bootstrap", "h:9092"], ["list", "--concurrency", "4"]):
-        with pytest.raises(SystemExit) as exited:
-            main(argv)
-        err = capsys.readouterr().err
-        assert exited.value.code == 2 and f"savepoints {argv[0]}: error: unrecognized arguments: {argv[-2]}" in err
+        err = _refused(capsys, argv)
+        assert f"savepoints {argv[0]}: error: {argv[-2]} is not an option of `savepoints {argv[0]}`: only " in err
     assert "--kafka-bootstrap" not in commands()["verify"].format_help()
     assert "--concurrency" in commands()["restore"].format_help()
 
@@ -268,6 +266,86 @@ def test_the_kafka_option_reaches_the_check_where_it_is_offered(
     )
     assert main(["list", "--store", store, "--kafka-bootstrap", "broker:9092"]) == 0
     assert [b.bootstrap_servers for b in brokers] == ["broker:9092"]
+
+
+# ------------------------------------------------------------------------------------- unknown options (issue 53)
+
+
+def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """A usage error (exit code 2) before any command ran: its message, one line."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    [message] = [line for line in capsys.readouterr().err.splitlines() if ": error: " in line]
+    assert exited.value.code == exit_codes.USAGE, message
+    return message
+
+
+def test_an_option_the_command_does_not_take_is_refused_before_its_value_is_read_as_the_job(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Before, ADDR became JOB: "the job is given twice, differently: JOB ADDR and --job X"."""
+    err = _refused(capsys, ["create", "--job", "X", "--kafka-bootstrap", "ADDR", "--checkpoint", "c"])
+    assert "differently" not in err and "ADDR" not in err, err
+    kafka = ", ".join(name for name in commands() if name in KAFKA_COMMANDS)
+    assert err.endswith(
+        f"--kafka-bootstrap is not an option of `savepoints create`: only {kafka} take it "
+        "(`savepoints create --help` lists its options)"
+    ), err
+
+
+def test_an_option_of_some_commands_before_the_command_is_refused_naming_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Before, ADDR was read as the command: "invalid choice: 'ADDR'"; after the command it works."""
+    err = _refused(capsys, ["--kafka-bootstrap", "ADDR", "list", "X"])
+    kafka = ", ".join(name for name in commands() if name in KAFKA_COMMANDS)
+    assert err == (
+        f"savepoints: error: --kafka-bootstrap is an option of {kafka} only, not a global one: give it after the "
+        "command: `savepoints list X --kafka-bootstrap ADDR`"
+    )
+    assert parse(["list", "X", "--kafka-bootstrap", "ADDR"]).kafka_bootstrap == "ADDR"
+    err = _refused(capsys, ["--store", "s", "--concurrency=4", "restore", "X", "latest", "--to", "t"])
+    assert err.endswith("give it after the command: `savepoints --store s restore X latest --to t --concurrency=4`")
+    concurrency = ", ".join(name for name in commands() if name in CONCURRENCY_COMMANDS - {"checkpoint"})
+    assert f"--concurrency is an option of {concurrency} only" in err
+    err = _refused(capsys, ["--kafka-bootstrap", "ADDR", "kill", "X"])
+    assert err.endswith("give it after the command; `savepoints kill` does not take it"), err
+    err = _refused(capsys, ["--dry-run", "prune", "X"])  # an option without a value: the command is the next word
+    assert err.endswith("`savepoints prune X --dry-run`"), err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list", "--no-such-option", "X"],
+        ["list", "X", "--no-such-option"],
+        ["list", "--no-such-option=3", "X"],
+        ["--json", "list", "--no-such-option", "X", "--store", "s"],
+    ],
+)
+def test_an_unknown_option_is_reported_as_unknown_with_the_command_s_options(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    err = _refused(capsys, argv)
+    assert err == (
+        "savepoints list: error: unknown option --no-such-option: `savepoints list` takes --kafka-bootstrap and the "
+        "global options --jobs, --store, --json, -v/--verbose (`savepoints list --help`)"
+    )
+
+
+def test_an_unknown_option_before_the_command_is_reported_as_unknown(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _refused(capsys, ["--no-such-option", "X", "list"])
+    assert err == (
+        "savepoints: error: unknown option --no-such-option (the global options: --version, --jobs, --store, "
+        "--json, -v/--verbose; `savepoints --help`)"
+    )
+
+
+def test_words_that_argparse_reads_as_values_are_not_options() -> None:
+    assert parse(["list", "--", "-x"]).job == "-x"  # after `--`, a word is never an option
+    assert parse(["restore", "o", "latest", "--to", "t", "--concurrency", "-1"]).concurrency == -1
+    assert parse(["list", "--kafka", "b:9092"]).kafka_bootstrap == "b:9092"  # a command's abbreviations still work
+    assert parse(["--store", "list", "list"]).store == "list"  # a global option's value is not the command
 
 
 # ---------------------------------------------------------------------------------------------- the rename

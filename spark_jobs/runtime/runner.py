@@ -130,7 +130,10 @@ class Runner:
             self.board.finish(State.FAILED, error_class=exc.error_class, error_message=str(exc))
             return EXIT_FAILED
         except SystemExit as exc:  # the job's own argument parser rejected its arguments (argparse exits)
-            message = f"the job rejected its arguments {self.job_args} (exit {exc.code}): see the driver log"
+            from .arguments import rejection_message  # argparse's complaint, and what a removed argument became
+
+            message = rejection_message(exc, self.job_args)
+            log.error("%s", message)
             self.board.finish(State.FAILED, error_class=JOB_ARGUMENTS_REJECTED, error_message=message)
             return EXIT_USAGE
         except Exception as exc:  # any failure of the job ends as FAILED with its class, not as a traceback

@@ -340,7 +340,15 @@ class Runner:
         query, target = gated
         state = self.gated.gate if self.gated else self._initial_gate(str(job.gate_column))  # a drain keeps the gate
         self.gated = GatedWriter(
-            self.spark, target, state, delivery.checkpoint, self._report_gate, self._answer, self._gate_refusal
+            self.spark,
+            target,
+            state,
+            delivery.checkpoint,
+            self._report_gate,
+            self._answer,
+            self._gate_refusal,
+            fence_check=self.fence.check if self.fence is not None else None,  # right before each Delta commit
+            holder=self.args.deployment,
         )
         self.listener.sink = SinkRef(DELTA, target.path).description  # Spark reports ForeachBatchSink
         self.board.update(gate=state.to_dict(), sink=self.listener.sink)

@@ -295,9 +295,9 @@ def test_the_upgrade_operator_asks_a_person_before_it_launches_anything(
     from airflow.utils.types import DagRunType
 
     from airflow_plugin.core.jobs.context import Settings
-    from airflow_plugin.core.lease import acquire, read_lease
+    from airflow_plugin.core.lease import acquire, airflow_holder, read_lease
     from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades, new_upgrade_id
-    from airflow_plugin.core.upgrades.steps import HOLDER, LEASE_SECONDS
+    from airflow_plugin.core.upgrades.steps import LEASE_SECONDS, upgrade_holder
     from tests.support.jobs import write_jobs
 
     jobs = write_jobs(tmp_path)
@@ -317,7 +317,8 @@ def test_the_upgrade_operator_asks_a_person_before_it_launches_anything(
     upgrade.move(Phase.LAUNCHING, "pre-flight passed")
     upgrades = Upgrades(ctx.store.storage)
     upgrades.put(upgrade)
-    acquire(ctx.store.storage, "orders", HOLDER + upgrade.id, "upgrade", LEASE_SECONDS).keep()
+    holder = upgrade_holder(upgrade.id, airflow_holder("upgrade_my_job", run_id))  # the run's begin kept it
+    acquire(ctx.store.storage, "orders", holder, "upgrade", LEASE_SECONDS).keep()
     dags = tmp_path / "dags"  # the user's DAGs folder: dag.test() runs a DAG of the process's bundle
     dags.mkdir()
     (dags / "upgrade_my_job.py").write_text(USER_DAG.format(jobs=jobs))

@@ -10,6 +10,8 @@ import importlib
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -29,7 +31,7 @@ from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus,
 from airflow_plugin.core.sources.kafka import KAFKA_CONF, KAFKA_ENV
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades, new_upgrade_id
-from airflow_plugin.core.upgrades.steps import HOLDER, LEASE_SECONDS, UpgradeSettings
+from airflow_plugin.core.upgrades.steps import LEASE_SECONDS, UpgradeSettings, upgrade_holder
 from airflow_plugin.hooks.savepoints import SavepointsHook
 from airflow_plugin.operators.deployments import DeployJobOperator, StopJobOperator
 from airflow_plugin.operators.leases import ReleaseLeaseOperator
@@ -56,6 +58,7 @@ def task_context() -> Any:
 
 
 CONTEXT: Any = task_context()
+RUN = airflow_holder("test_dag", "manual")  # the lease holder of task_context()'s DAG run
 
 
 # ---------------------------------------------------------------- hook
@@ -587,14 +590,13 @@ def test_an_upgrade_nobody_approves_in_time_is_aborted_and_lets_the_job_go(tmp_p
     why, and its lease is released; the task fails without a retry. (An answer, Approve or Reject, through Airflow's
     own API: tests/airflow/test_dags.py.)"""
     from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
-    from airflow_plugin.core.upgrades.steps import HOLDER, LEASE_SECONDS
     from airflow_plugin.operators import UpgradeJobOperator
 
     jobs = str(write_jobs(tmp_path))
     storage = open_storage(str(tmp_path / "store"))
     upgrade = Upgrade("up-1", "orders", "v2", mode="stop_restore", request_id="airflow:test_dag/manual/test_task/-1")
     Upgrades(storage).put(upgrade.move(Phase.LAUNCHING, "pre-flight passed"))
-    acquire(storage, "orders", HOLDER + upgrade.id, "upgrade", LEASE_SECONDS).keep()
+    acquire(storage, "orders", upgrade_holder(upgrade.id, RUN), "upgrade", LEASE_SECONDS).keep()  # the task's run
     operator = UpgradeJobOperator(
         task_id="test_task",
         job="orders",
@@ -645,7 +647,7 @@ def test_the_apply_operator_waits_for_its_upgrade_in_the_triggerer_and_records_h
         deadline=time.time() + 600,
     ).move(Phase.CATCHING_UP, "green started beside blue")
     Upgrades(storage).put(upgrade)
-    acquire(storage, "orders", HOLDER + upgrade.id, "upgrade", LEASE_SECONDS).keep()
+    acquire(storage, "orders", upgrade_holder(upgrade.id, RUN), "upgrade", LEASE_SECONDS).keep()  # this run's
     operator = ApplyJobOperator(task_id="apply", job="orders", jobs_file=str(jobs))
     operator.aws_conn_id = operator.spark_conn_id = None
 
@@ -663,3 +665,64 @@ def test_the_apply_operator_waits_for_its_upgrade_in_the_triggerer_and_records_h
         operator.execute_complete(task_context(), {"upgrade": upgrade.id, "status": "changed"})
     kept = reconcile_records.read(storage, "orders")
     assert "v2" in kept.failed_versions and kept.last_step is not None and "ABORTED" in kept.last_step, kept
+
+
+def test_a_deferred_upgrade_is_driven_by_its_own_task_alone(tmp_path: Path) -> None:
+    """Issue 51 (5): the loop's upgrade waits in the triggerer (ApplyJobOperator deferred, the DAG run's lease kept for
+    its next look). `savepoints apply` and `savepoints upgrade --resume` from a shell beside it are refused, naming the
+    run, and do not advance it (before, they took the lease as "a later step" and drove it from a second copy of its
+    record); the task resumed after its trigger fired goes on at once, as the same driver."""
+    jobs = write_jobs(tmp_path, extra='desired = { version = "v2" }')
+    storage = open_storage(str(tmp_path / "store"))
+    old = Deployment("dp-20261128T000000000Z-0001", "orders", "v1", str(tmp_path / "c1"))
+    new = Deployment("dp-20261128T000000000Z-0002", "orders", "v2", str(tmp_path / "c2"), restored_batch_id=9)
+
+    def beat() -> None:  # fresh heartbeats: green has committed no batch of its own yet
+        for deployment, batch in ((old, 12), (new, 9)):
+            status = DeploymentStatus(State.RUNNING, time.time(), last_batch_id=batch)
+            Deployments(storage).write_status("orders", deployment.id, status)
+
+    for deployment in (old, new):
+        Deployments(storage).put(deployment)
+    beat()
+    upgrade = Upgrade(
+        id=new_upgrade_id(),
+        job="orders",
+        to_version="v2",
+        mode="blue_green",
+        requested_by=f"{APPLY} (scheduler)",
+        old_deployment=old.id,
+        old_version="v1",
+        new_deployment=new.id,
+        settings=asdict(UpgradeSettings()),
+        deadline=time.time() + 600,
+    ).move(Phase.CATCHING_UP, "green started beside blue")
+    Upgrades(storage).put(upgrade)
+    operator = ApplyJobOperator(task_id="apply", job="orders", jobs_file=str(jobs))
+    operator.aws_conn_id = operator.spark_conn_id = None
+    with pytest.raises(TaskDeferred):
+        operator.execute(task_context())
+    held = read_lease(storage, "orders")
+    assert held is not None and held.holder == upgrade_holder(upgrade.id, RUN) and not held.expired()
+    key = f"jobs/orders/upgrades/{upgrade.id}.json"
+    before = storage.read_with_token(key)
+
+    for command in (["apply", "orders"], ["upgrade", "orders", "--resume"]):
+        shell = subprocess.run(
+            [sys.executable, "-m", "airflow_plugin", *command, "--jobs", str(jobs)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shell.returncode == 4, (command, shell.stdout[-2000:], shell.stderr[-2000:])
+        assert f"job orders is busy: {held.holder} for upgrade" in shell.stdout + shell.stderr, shell.stderr[-2000:]
+    assert storage.read_with_token(key) == before, "neither advanced it"
+    assert read_lease(storage, "orders") == held
+
+    beat()
+    with pytest.raises(TaskDeferred):  # its trigger fired: the task looks again, and waits again
+        operator.execute_complete(task_context(), {"upgrade": upgrade.id, "status": "ready"})
+    again = read_lease(storage, "orders")
+    assert again is not None and again.holder == held.holder and again.token != held.token, "taken back at once"
+    assert storage.read_with_token(key)[1] != before[1], "and it wrote the record"

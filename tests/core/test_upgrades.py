@@ -5,7 +5,12 @@ tests/e2e/test_blue_green.py and tests/e2e/test_dags_e2e.py."""
 
 from __future__ import annotations
 
+import json
+import select
+import subprocess
+import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +18,14 @@ import pytest
 
 from airflow_plugin.cli import main
 from airflow_plugin.core.errors import InvalidInput, Refused, UpgradeFailed
-from airflow_plugin.core.jobs.context import Settings
-from airflow_plugin.core.lease import acquire, read_lease
-from airflow_plugin.core.records.deployment import ControlRequest
+from airflow_plugin.core.jobs.context import JobContext, Settings
+from airflow_plugin.core.lease import acquire, default_holder, read_lease
+from airflow_plugin.core.process import ProcessId
+from airflow_plugin.core.records.deployment import ControlRequest, Deployment, DeploymentStatus, State
 from airflow_plugin.core.upgrades.mode import Observed, decide, parse_size, room_for_two
-from airflow_plugin.core.upgrades.record import Mode, Phase, Upgrade, Upgrades
+from airflow_plugin.core.upgrades.record import Mode, Phase, Upgrade, UpgradeMovedOn, Upgrades, new_upgrade_id
 from airflow_plugin.core.upgrades.run import begin, cancel, outcome
+from airflow_plugin.core.upgrades.steps import UpgradeSettings, upgrade_holder
 from spark_jobs.runtime.gate import BLUE, GREEN, LOST_RACE, SOLE, STAGING, DeltaTarget, GatedWriter, GateState
 from tests.support.jobs import write_jobs
 
@@ -252,7 +259,8 @@ def test_one_upgrade_at_a_time_and_what_a_person_can_do_about_it(tmp_path: Path)
         begin(job, "v2", mode="sideways")
     upgrade = begin(job, "v2")
     held = read_lease(job.store.storage, "orders")
-    assert held is not None and held.holder == f"upgrade:{upgrade.id}" and upgrade.phase is Phase.SAVEPOINTING
+    assert held is not None and held.holder == upgrade_holder(upgrade.id) and upgrade.phase is Phase.SAVEPOINTING
+    assert held.holder == f"upgrade:{upgrade.id}@{default_holder()}", "driven by this process"
     with pytest.raises(Refused, match=rf"job orders has upgrade {upgrade.id} to v2 in progress \(SAVEPOINTING\)"):
         begin(job, "v2")
     assert [u.id for u in Upgrades(job.store.storage).list("orders")] == [upgrade.id]
@@ -297,3 +305,137 @@ def test_a_delta_commit_that_lost_a_race_is_told_from_other_failures() -> None:
     ]
     assert all(LOST_RACE.search(text) for text in lost)
     assert not LOST_RACE.search(": org.apache.spark.sql.AnalysisException: [DELTA_FAILED_TO_MERGE_FIELDS] ...")
+
+
+# -- one process drives an upgrade (issue 51, 5 and 7)
+
+
+class Worker:
+    """tests/support/upgrade_worker.py, a process of its own: its copy of the upgrade, read when it started."""
+
+    def __init__(self, jobs: str, upgrade_id: str, holder: str | None = None) -> None:
+        argv = [sys.executable, "-m", "tests.support.upgrade_worker", jobs, "orders", upgrade_id]
+        self.process = subprocess.Popen(
+            argv + ([holder] if holder else []),
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.read = self._answer()
+
+    def send(self, command: str) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], 120)
+        assert ready, "the worker said nothing within 120 s"
+        line = self.process.stdout.readline()
+        assert line, f"the worker ended ({self.process.poll()})"
+        return dict(json.loads(line))
+
+    def kill(self) -> None:
+        self.process.kill()  # SIGKILL: no clean-up of its own, its lease left as it was
+        self.process.wait()
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _green_catching_up(tmp_path: Path, **settings: Any) -> tuple[JobContext, Upgrade]:
+    """A blue/green upgrade whose green has not committed its batches yet (it waits): the old and new deployments as
+    their heartbeats tell (no drivers)."""
+    job = Settings(jobs_file=str(write_jobs(tmp_path))).resolve().job("orders")
+    for deployment_id, version in (("dp-old", "v1"), ("dp-new", "v2")):
+        checkpoint = str(tmp_path / deployment_id)
+        job.deployments.put(Deployment(deployment_id, "orders", version, checkpoint, restored_batch_id=5))
+    _beat(job)
+    upgrade = Upgrade(
+        new_upgrade_id(), "orders", "v2", mode="blue_green", old_deployment="dp-old", new_deployment="dp-new"
+    )
+    upgrade.settings = asdict(UpgradeSettings(min_batches=2, lag_must_fall=False, **settings))
+    upgrade.deadline = time.time() + 600
+    Upgrades(job.store.storage).put(upgrade.move(Phase.CATCHING_UP, "green started"))
+    return job, upgrade
+
+
+def _beat(job: JobContext, green: State = State.RUNNING) -> None:
+    """Fresh heartbeats (a test slower than the heartbeat timeout would find them LOST)."""
+    now = time.time()
+    job.deployments.write_status("orders", "dp-old", DeploymentStatus(State.RUNNING, now, last_batch_id=40))
+    error = "STREAM_FAILED" if green is State.FAILED else None
+    job.deployments.write_status("orders", "dp-new", DeploymentStatus(green, now, last_batch_id=5, error_class=error))
+
+
+def _stored(job: JobContext, upgrade_id: str) -> tuple[str, Phase]:
+    data, token = job.store.storage.read_with_token(f"jobs/orders/upgrades/{upgrade_id}.json")
+    return token, Upgrade.from_json(data, "here").phase
+
+
+def test_a_copy_read_before_another_process_wrote_is_refused_and_the_phase_never_goes_back(tmp_path: Path) -> None:
+    """The record is written by compare-and-swap: a copy that another writer overtook is refused, nothing written (it
+    would take the upgrade back to what it saw); a new record is created only where none of its id exists."""
+    job, upgrade = _green_catching_up(tmp_path)
+    upgrades = Upgrades(job.store.storage)
+    first, stale = upgrades.get("orders", upgrade.id), upgrades.get("orders", upgrade.id)
+    upgrades.put(first.move(Phase.ABORTING, "cancelled"))
+    copy = r"it is ABORTING now \(cancelled; this process's copy: CATCHING_UP\)\. Another process drives it"
+    with pytest.raises(UpgradeMovedOn, match=rf"upgrade {upgrade.id} of job orders changed since .* {copy}"):
+        upgrades.put(stale.move(Phase.CATCHING_UP, "green catching up"))
+    with pytest.raises(UpgradeMovedOn):
+        upgrades.check(stale)
+    upgrades.check(first)  # its own write: still the record it holds
+    with pytest.raises(UpgradeMovedOn):
+        upgrades.put(Upgrade(upgrade.id, "orders", "v3"))  # a second record of one id
+    assert upgrades.get("orders", upgrade.id).phase is Phase.ABORTING
+    assert "token" not in first.to_dict() and Upgrade.from_json(first.to_json(), "here") == first
+
+
+def test_two_processes_advance_one_upgrade_one_drives_it_and_a_stale_copy_never_writes(tmp_path: Path) -> None:
+    """Issue 51 (5): two processes advance one upgrade from their own copies. While the first one's lease is live, the
+    second is refused (LeaseHeld, naming the first), nothing done. The first moves the upgrade on and is killed; the
+    second takes its lease at once (its process is gone) but its copy is older than the record: it stops and says so,
+    and the phase does not go back. A process that reads it afresh goes on."""
+    job, upgrade = _green_catching_up(tmp_path, answer_seconds=0.5)
+    jobs = str(tmp_path / "jobs.toml")
+    first, second = Worker(jobs, upgrade.id), Worker(jobs, upgrade.id)
+    try:
+        assert first.read["read"] == second.read["read"] == "CATCHING_UP"
+        assert first.send("advance") == {"phase": "CATCHING_UP"}, "green catching up: it waits, the lease kept"
+        held = read_lease(job.store.storage, "orders")
+        assert held is not None and held.holder.startswith(f"upgrade:{upgrade.id}@") and not held.expired()
+        assert held.holder.endswith(f":{ProcessId.of(first.read['pid']).key}"), held.holder
+        before = _stored(job, upgrade.id)
+
+        _beat(job)
+        refused = second.send("advance")
+        assert refused["refused"] == "LeaseHeld" and held.holder in refused["error"], refused
+        assert _stored(job, upgrade.id) == before, "the second process did nothing"
+
+        _beat(job, green=State.FAILED)
+        assert first.send("advance") == {"phase": "ABORTING"}
+        first.kill()
+        _beat(job, green=State.FAILED)
+        stale = second.send("advance")  # its copy: CATCHING_UP, read before the first process wrote
+        assert stale["refused"] == "UpgradeMovedOn", stale
+        assert (
+            "it is ABORTING now" in stale["error"]
+            and "copy: CATCHING_UP). Another process drives it" in (stale["error"])
+        )
+        assert _stored(job, upgrade.id)[1] is Phase.ABORTING, "the phase did not go back"
+
+        third = Worker(jobs, upgrade.id)
+        try:
+            assert third.read["read"] == "ABORTING" and third.send("advance") == {"phase": "ABORTED"}
+        finally:
+            third.kill()
+    finally:
+        first.kill()
+        second.kill()
+    phases = [entry["phase"] for entry in Upgrades(job.store.storage).get("orders", upgrade.id).history]
+    assert phases[phases.index("ABORTING") :] == ["ABORTING", "ABORTED"], phases
+    assert read_lease(job.store.storage, "orders") is None, "the upgrade ended: its lease released"

@@ -1,7 +1,9 @@
 """An upgrade as data: a record in the store (`jobs/<job>/upgrades/<id>.json`) holding its mode, its state and
 what each step produced, so that whoever advances it next (an Airflow task, `savepoints upgrade --resume`
 after a crash) continues from there (the Flink operator's FlinkBlueGreenDeploymentState kept in the resource's
-status). Written whole on every change; the job's lease (held as `upgrade:<id>`) makes one process the writer.
+status). Written whole on every change, by compare-and-swap (`Upgrades.put`): a copy read before another process
+wrote the record is refused (UpgradeMovedOn), so a phase never goes back; the job's lease, held as
+`upgrade:<id>@<driver>` (steps.py `upgrade_holder`), makes one process the one that drives it.
 
     stop_restore  SAVEPOINTING -> PREFLIGHT -> LAUNCHING (pre-start, STANDBY) -> CUTTING_OVER (stop the old
                   version with a savepoint, start the new one from it) -> CONFIRMING -> DONE
@@ -25,7 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from .. import layout
-from ..errors import IntegrityError, NotFound, SavepointsError
+from ..errors import Conflict, IntegrityError, NotFound, SavepointsError
 from ..storage import Storage
 from ..timestamps import stamped_id, utc_now
 
@@ -76,6 +78,11 @@ def new_upgrade_id(now: datetime | None = None) -> str:
     return stamped_id("up", now)
 
 
+class UpgradeMovedOn(Conflict):
+    """The upgrade's record changed since this process read it: another process drives the upgrade, and this one
+    stops without acting or writing (exit 4)."""
+
+
 @dataclass
 class Upgrade:
     id: str
@@ -89,6 +96,7 @@ class Upgrade:
     requested_by: str = ""
     request_id: str | None = None  # the request that made it (an Airflow run): its retries find it
     approved_by: str | None = None  # who approved its launch, when a person was asked (UpgradeJobOperator approve)
+    approval_asked_at: str | None = None  # when a person was last asked to approve its launch (run.py await_approval)
     # what the steps found and made
     old_deployment: str | None = None
     old_version: str | None = None
@@ -107,6 +115,8 @@ class Upgrade:
     deadline: float | None = None  # epoch seconds: a wait (green catching up) gives up after it
     error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # [{at, phase, note}]
+    # the store's token of the record as this copy read or last wrote it (Upgrades.put compares it); not stored
+    token: str | None = field(default=None, compare=False, repr=False)
 
     def move(self, phase: Phase, note: str = "") -> Upgrade:
         self.phase = phase
@@ -122,13 +132,20 @@ class Upgrade:
         return None if found is None else Phase(found)
 
     @property
+    def awaits_approval(self) -> bool:
+        """A person was asked to approve its launch and has not: nothing may launch it meanwhile."""
+        return self.phase is Phase.LAUNCHING and self.approval_asked_at is not None and self.approved_by is None
+
+    @property
     def cut_over(self) -> bool:
         """Whether the old version gave up the output (a failure from now on rolls back): blue/green once green
         published; stop/restore once the old version stopped."""
         return self.cutover_at is not None or (self.mode == Mode.STOP_RESTORE and self.stop_savepoint is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "phase": str(self.phase)}
+        data = {**asdict(self), "phase": str(self.phase)}
+        del data["token"]  # the store's, not the record's
+        return data
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_dict(), indent=1).encode()
@@ -137,7 +154,7 @@ class Upgrade:
     def from_json(cls, data: bytes, where: str) -> Upgrade:
         try:
             raw = json.loads(data)
-            known = {f.name for f in fields(cls)}
+            known = {f.name for f in fields(cls)} - {"token"}
             upgrade = cls(**{k: v for k, v in raw.items() if k in known})
             upgrade.phase = Phase(upgrade.phase)
         except (ValueError, TypeError, KeyError) as exc:
@@ -152,15 +169,53 @@ class Upgrades:
         self.storage = storage
 
     def put(self, upgrade: Upgrade) -> None:
-        self.storage.write(layout.upgrade_key(upgrade.job, upgrade.id), upgrade.to_json())
+        """Write the record by compare-and-swap: a new one only if none of its id exists, else only if the store
+        still holds what this copy was read as (`upgrade.token`, then the new token). A copy another process wrote
+        over meanwhile is refused (UpgradeMovedOn), nothing written: rewritten whole, it would take the upgrade back
+        to what this copy saw."""
+        key = layout.upgrade_key(upgrade.job, upgrade.id)
+        data = upgrade.to_json()
+        try:
+            if upgrade.token is None:
+                upgrade.token = self.storage.create(key, data)
+            else:
+                upgrade.token = self.storage.replace(key, data, upgrade.token)
+        except Conflict:
+            raise self._moved_on(upgrade) from None
+
+    def check(self, upgrade: Upgrade) -> None:
+        """Refuse (UpgradeMovedOn) a copy whose record changed in the store since it was read or written: what a
+        step asks once it holds the upgrade's lease, before it acts on what it read."""
+        key = layout.upgrade_key(upgrade.job, upgrade.id)
+        try:
+            _, token = self.storage.read_with_token(key)
+        except FileNotFoundError:
+            token = None
+        if token is None or token != upgrade.token:
+            raise self._moved_on(upgrade)
+
+    def _moved_on(self, upgrade: Upgrade) -> UpgradeMovedOn:
+        try:
+            now = self.get(upgrade.job, upgrade.id)
+        except NotFound:
+            return UpgradeMovedOn(f"upgrade {upgrade.id} of job {upgrade.job} is no longer in {self.storage.uri}")
+        last = now.history[-1]["note"] if now.history else ""
+        return UpgradeMovedOn(
+            f"upgrade {upgrade.id} of job {upgrade.job} changed since this process read it: it is {now.phase} now "
+            f"({last}; this process's copy: {upgrade.phase}). Another process drives it; this one stops, nothing done. "
+            f"See `savepoints upgrade {upgrade.job} --show`"
+        )
 
     def get(self, job: str, upgrade_id: str) -> Upgrade:
         key = layout.upgrade_key(job, upgrade_id)
         try:
-            return Upgrade.from_json(self.storage.read(key), f"{self.storage.uri}/{key}")
+            data, token = self.storage.read_with_token(key)
         except FileNotFoundError:
             known = ", ".join(self.ids(job)) or "none yet"
             raise NotFound(f"job {job} has no upgrade {upgrade_id}: its upgrades are {known}") from None
+        upgrade = Upgrade.from_json(data, f"{self.storage.uri}/{key}")
+        upgrade.token = token
+        return upgrade
 
     def ids(self, job: str) -> list[str]:
         """A job's upgrade ids, oldest first (ids sort by time): one listing, no record read."""

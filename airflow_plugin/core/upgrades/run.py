@@ -1,5 +1,7 @@
 """Starting, driving, resuming and cancelling an upgrade: what the CLI's `savepoints upgrade`, the upgrade DAG's
-tasks and the Savepoints page share (the steps themselves: steps.py)."""
+tasks and the Savepoints page share (the steps themselves: steps.py), and a person's approval of the launch.
+Whatever writes the record holds the upgrade's lease as its driver (steps.py `step_context`) and writes by
+compare-and-swap (record.py `Upgrades.put`)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ from dataclasses import asdict
 
 from ..errors import InvalidInput, NotFound, Refused, UpgradeFailed
 from ..jobs.context import JobContext
+from ..jobs.operation import operation
 from ..lease import acquire
+from ..timestamps import utc_now
 from .record import Mode, Phase, Upgrade, Upgrades, new_upgrade_id
-from .steps import HOLDER, LEASE_SECONDS, UpgradeSettings, advance, clear_leftovers
+from .steps import UpgradeSettings, advance, clear_leftovers, step_context
 
 AUTO = "auto"  # the mode the pre-flight chooses: blue_green where it applies, else stop_restore
 # phases that wait for the world (an abort: for a driver to confirm)
@@ -50,9 +54,10 @@ def begin(
         request_id=request_id,
     )
     upgrade.move(Phase.SAVEPOINTING, f"upgrade to {version} requested" + (f", mode {mode}" if mode else ""))
-    lease = acquire(ctx.store.storage, ctx.name, HOLDER + upgrade.id, "upgrade", LEASE_SECONDS)
+    step = step_context(ctx, upgrade).settings
+    lease = acquire(ctx.store.storage, ctx.name, str(step.holder), "upgrade", step.lease_ttl)
     lease.keep()  # the upgrade's steps take it back; nobody else may act on the job meanwhile
-    upgrades.put(upgrade)
+    upgrades.put(upgrade)  # a new record: created only if its id is free
     return upgrade
 
 
@@ -92,21 +97,35 @@ def run_upgrade(
 
 def await_approval(ctx: JobContext, upgrade: Upgrade, seconds: float) -> Upgrade:
     """The upgrade waits up to `seconds` for a person to approve its launch (its savepoint and pre-flight done,
-    nothing launched, the old version running on): its lease is kept for that long and a step more, so that nobody
-    else acts on the job meanwhile. The wait is recorded."""
+    nothing launched, the old version running on): its lease is kept for that long and a step more (`lease_seconds`),
+    so that nobody else acts on the job meanwhile. The wait is recorded."""
     if upgrade.phase is not Phase.LAUNCHING or upgrade.approved_by:
         raise InvalidInput(f"upgrade {upgrade.id} is {upgrade.phase}: only an unapproved launch waits for approval")
-    acquire(ctx.store.storage, ctx.name, HOLDER + upgrade.id, "upgrade", seconds + LEASE_SECONDS).keep()
-    upgrade.move(upgrade.phase, f"waits up to {seconds:.0f}s for a person to approve the launch")
-    Upgrades(ctx.store.storage).put(upgrade)
+    upgrades = Upgrades(ctx.store.storage)
+    with operation(step_context(ctx, upgrade, wait=seconds), "upgrade"):
+        upgrades.check(upgrade)
+        upgrade.approval_asked_at = utc_now()
+        upgrade.move(upgrade.phase, f"waits up to {seconds:.0f}s for a person to approve the launch")
+        upgrades.put(upgrade)
     return upgrade
 
 
 def approve(ctx: JobContext, upgrade: Upgrade, by: str) -> Upgrade:
-    """A person approved the launch: recorded, so that a retried or resumed task does not ask again."""
-    upgrade.approved_by = by or "unknown"
-    upgrade.move(upgrade.phase, f"launch approved by {upgrade.approved_by}")
-    Upgrades(ctx.store.storage).put(upgrade)
+    """A person approved the launch: recorded under the upgrade's lease (its next step, the launch, goes on under
+    it), so that a retried or resumed task does not ask again. Refused when the upgrade no longer waits for it, or
+    moved on since it was read."""
+    upgrades = Upgrades(ctx.store.storage)
+    with operation(step_context(ctx, upgrade), "upgrade"):
+        upgrades.check(upgrade)
+        if upgrade.phase is not Phase.LAUNCHING or upgrade.approved_by:
+            raise Refused(
+                f"upgrade {upgrade.id} of job {upgrade.job} is {upgrade.phase}"
+                + (f", approved by {upgrade.approved_by}" if upgrade.approved_by else "")
+                + f": the approval by {by or 'unknown'} came too late and changes nothing"
+            )
+        upgrade.approved_by = by or "unknown"
+        upgrade.move(upgrade.phase, f"launch approved by {upgrade.approved_by}")
+        upgrades.put(upgrade)
     return upgrade
 
 
@@ -118,9 +137,12 @@ def cancel(ctx: JobContext, upgrade: Upgrade, why: str = "cancelled") -> Upgrade
     if upgrade.phase is Phase.FAILED and upgrade.recovery is not None:
         return upgrade.move(upgrade.recovery, "cancelled again: the recovery is tried again")
     if upgrade.phase.terminal:
-        note = clear_leftovers(ctx, upgrade)
-        upgrade.move(upgrade.phase, f"cancelled after it ended: {note}")
-        Upgrades(ctx.store.storage).put(upgrade)
+        upgrades = Upgrades(ctx.store.storage)
+        with operation(step_context(ctx, upgrade, keep=False), "upgrade"):
+            upgrades.check(upgrade)
+            note = clear_leftovers(ctx, upgrade)
+            upgrade.move(upgrade.phase, f"cancelled after it ended: {note}")
+            upgrades.put(upgrade)
         return upgrade
     if upgrade.phase not in (Phase.ABORTING, Phase.ROLLING_BACK):
         upgrade.error = why

@@ -1,9 +1,14 @@
 """The steps of an upgrade: one handler per phase (record.py), each looking at the world, deciding the next
 phase and acting once, so that any of them can run again after a crash (the Flink operator's blue/green
-state handlers). Every step runs under the job's lease, held as `upgrade:<id>` and kept between steps, and
+state handlers). Every step runs under the job's lease, held as `upgrade:<id>@<driver>` and kept between steps, and
 with a request id of its own (`<upgrade>/<phase>`), so that a step retried after its process died adopts
 what its first try made: the savepoint, the new deployment, the stop. The CLI (run.py `run_upgrade`), the
 upgrade DAG and the Savepoints page drive these same steps.
+
+One process drives an upgrade: its driver (an Airflow DAG run, else the process: `upgrade_holder`) is part of the
+lease's holder, so the run's next task, a retried or resumed task and the same process go on at once, and anyone
+else only once that lease expired or its process is seen gone (core/lease.py). A step then first checks that the
+record is still the one it read (record.py `Upgrades.check`), and writes it by compare-and-swap.
 
 What a step cannot finish turns into the recovery its moment calls for: before the cutover an ABORT (the old
 version never stopped writing: fence the new one's publish, then un-gate the old one, then remove the new one
@@ -29,7 +34,7 @@ from ..jobs.observe import observe_deployment, state_of
 from ..jobs.operation import operation
 from ..jobs.snapshot import snapshot_deployment
 from ..jobs.stop import KILLED, kill, running_deployment, stop, stop_request_id
-from ..lease import LeaseHeld, LeaseLost
+from ..lease import LeaseHeld, LeaseLost, default_holder
 from ..records.deployment import BLUE, GREEN, STAGING, ControlRequest, Deployment, DeploymentStatus, State
 from ..records.manifest import Kind, Trigger
 from ..sinks import DELTA
@@ -40,14 +45,14 @@ from .launch import activate, launch_beside, prestart
 from .migration import run_migration
 from .mode import Observed, available_memory, decide
 from .preflight import preflight
-from .record import Mode, Phase, Upgrade, Upgrades
+from .record import Mode, Phase, Upgrade, UpgradeMovedOn, Upgrades
 from .replay import DEFAULT_MARGIN_SECONDS, ReplayStart, check_first_batch, observe_replay
 from .rollback import rollback
 
 log = logging.getLogger(__name__)
 
-HOLDER = "upgrade:"  # the lease holder of every step of an upgrade: upgrade:<id>
-LEASE_SECONDS = 1800.0  # the lease outlives a step by this much: the next step (or a resume) takes it back
+HOLDER = "upgrade:"  # the lease holder of every step of an upgrade: upgrade:<id>@<driver> (upgrade_holder)
+LEASE_SECONDS = 1800.0  # the lease outlives a step by this much: the next step takes it back, anyone else after it
 POLL_SECONDS = 0.5
 
 
@@ -69,6 +74,9 @@ class UpgradeSettings:
     # replay by broker timestamps: a record's Kafka timestamp is assumed at most this much earlier than its event
     # time (replay.py); checked against green's first records
     replay_margin_seconds: float = DEFAULT_MARGIN_SECONDS
+    # how long the job's lease outlives a step (an approval's wait: the approval timeout and this): a driver that
+    # stops coming back (its task killed on another host) leaves the upgrade to others only after it
+    lease_seconds: float = LEASE_SECONDS
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> UpgradeSettings:
@@ -76,13 +84,24 @@ class UpgradeSettings:
         return cls(**known)
 
 
-def step_context(ctx: JobContext, upgrade: Upgrade, *, keep: bool = True) -> JobContext:
-    """The context a step acts with: the upgrade's lease holder, its own request id."""
+def upgrade_holder(upgrade_id: str, driver: str | None = None) -> str:
+    """The lease holder of an upgrade's steps, `upgrade:<id>@<driver>`: the upgrade, and who drives it, an Airflow DAG
+    run (`airflow:<dag>/<run>`: its tasks, a retry, a task resumed after its trigger go on) or else this process
+    (`user@host:<process>`, lease.py `default_holder`: a process seen gone leaves it at once)."""
+    driver = driver or default_holder()
+    if driver.startswith(f"{HOLDER}{upgrade_id}@"):  # a step's own context already
+        return driver
+    return f"{HOLDER}{upgrade_id}@{driver}"
+
+
+def step_context(ctx: JobContext, upgrade: Upgrade, *, keep: bool = True, wait: float = 0.0) -> JobContext:
+    """The context a step acts with: the upgrade's lease holder (its driver's), its lease kept for `wait` seconds
+    and the upgrade's `lease_seconds` more, its own request id."""
     settings = replace(
         ctx.settings,
-        holder=HOLDER + upgrade.id,
+        holder=upgrade_holder(upgrade.id, ctx.settings.holder),
         keep_lease=keep,
-        lease_ttl=LEASE_SECONDS,
+        lease_ttl=wait + UpgradeSettings.of(upgrade.settings).lease_seconds,
         request_id=f"{upgrade.id}/{upgrade.phase}",
         requested_by=ctx.requested_by or f"upgrade {upgrade.id}",
     )
@@ -468,16 +487,26 @@ HANDLERS: dict[Phase, Callable[[JobContext, Upgrade], Upgrade]] = {
 def advance(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     """Run the current phase's step once, under the upgrade's lease (released when the upgrade ends), and
     store the record. A step that fails before the cutover turns into an abort, from it into a rollback;
-    an unreachable store leaves the phase as it was (resume later)."""
+    an unreachable store leaves the phase as it was (resume later). Refused, doing nothing, while another
+    process drives the upgrade (LeaseHeld), when the record moved on since it was read (UpgradeMovedOn), and
+    while a person is asked to approve its launch."""
     if upgrade.phase.terminal:
         return upgrade
     step_ctx = step_context(ctx, upgrade)
     handler = HANDLERS[upgrade.phase]
     with operation(step_ctx, "upgrade"):
+        Upgrades(step_ctx.store.storage).check(upgrade)  # read before the lease was ours: it may be stale
+        if upgrade.awaits_approval:
+            raise Refused(
+                f"upgrade {upgrade.id} of job {upgrade.job} waits for a person to approve its launch (asked at "
+                f"{upgrade.approval_asked_at}, in Airflow's Required Actions): nothing is launched before. Reject it "
+                f"there; should its task be gone, the next `savepoints apply` or `savepoints upgrade {upgrade.job} "
+                "--abort` aborts it once its lease expired"
+            )
         try:
             upgrade = handler(step_ctx, upgrade)
-        except (StoreUnavailable, BrokerUnavailable, LeaseHeld, LeaseLost):
-            raise  # transient, or someone else acts on the job: the phase stays, to be resumed
+        except (StoreUnavailable, BrokerUnavailable, LeaseHeld, LeaseLost, UpgradeMovedOn):
+            raise  # transient, or someone else acts on the job or drives the upgrade: the phase stays
         except SavepointsError as exc:
             upgrade = _recover(upgrade, exc)
             if upgrade.phase is Phase.FAILED:

@@ -156,8 +156,10 @@ class UpgradeJobOperator(UpgradeDriver, UpgradeBaseOperator):
 
     `approve`: after the pre-flight, before anything is launched, a person approves or rejects the launch in
     Airflow's Required Actions (human-in-the-loop, as ApprovalOperator asks), the plan in front of them; the job's
-    lease is kept meanwhile. Rejected, or not answered within `approval_timeout`, the upgrade is aborted: the old
-    version runs on, untouched. The approval is recorded (`approved_by`): a retried task does not ask again."""
+    lease is kept meanwhile (for `approval_timeout` and the upgrade's lease time more). Rejected, or not answered within
+    `approval_timeout`, the upgrade is aborted: the old version runs on, untouched. Should the task be killed while it
+    waits, the next `savepoints apply` aborts the upgrade once that lease expired. The approval is recorded
+    (`approved_by`): a retried task does not ask again."""
 
     template_fields: Sequence[str] = (*UpgradeBaseOperator.template_fields, "approve")
     ui_color = "#fbefe8"
@@ -222,6 +224,8 @@ class UpgradeJobOperator(UpgradeDriver, UpgradeBaseOperator):
     def _answered(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         ctx = self.job_context(context)
         upgrade = self.begin(ctx)  # this task's upgrade (its request id)
+        if upgrade.phase.terminal:  # an answer too late: the approval was abandoned and the upgrade aborted meanwhile
+            return self._ended(upgrade, context)
         try:
             answer = self._approval().execute_complete(context, event)
         except Exception as exc:  # no answer in time, or none that counts: nothing launched, abort

@@ -19,12 +19,14 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core.errors import InvalidInput, Refused, UpgradeFailed
 from airflow_plugin.core.jobs.context import JobContext, Settings
-from airflow_plugin.core.lease import acquire, default_holder, read_lease
+from airflow_plugin.core.lease import acquire, airflow_holder, default_holder, read_lease
 from airflow_plugin.core.process import ProcessId
+from airflow_plugin.core.reconcile.apply import apply_job, loop_context, next_step
+from airflow_plugin.core.reconcile.plan import Action
 from airflow_plugin.core.records.deployment import ControlRequest, Deployment, DeploymentStatus, State
 from airflow_plugin.core.upgrades.mode import Observed, decide, parse_size, room_for_two
 from airflow_plugin.core.upgrades.record import Mode, Phase, Upgrade, UpgradeMovedOn, Upgrades, new_upgrade_id
-from airflow_plugin.core.upgrades.run import begin, cancel, outcome
+from airflow_plugin.core.upgrades.run import approve, begin, cancel, outcome
 from airflow_plugin.core.upgrades.steps import UpgradeSettings, upgrade_holder
 from spark_jobs.runtime.gate import BLUE, GREEN, LOST_RACE, SOLE, STAGING, DeltaTarget, GatedWriter, GateState
 from tests.support.jobs import write_jobs
@@ -439,3 +441,73 @@ def test_two_processes_advance_one_upgrade_one_drives_it_and_a_stale_copy_never_
     phases = [entry["phase"] for entry in Upgrades(job.store.storage).get("orders", upgrade.id).history]
     assert phases[phases.index("ABORTING") :] == ["ABORTING", "ABORTED"], phases
     assert read_lease(job.store.storage, "orders") is None, "the upgrade ended: its lease released"
+
+
+def test_an_approval_whose_task_was_killed_is_aborted_by_the_next_apply_once_its_lease_expired(tmp_path: Path) -> None:
+    """Issue 51 (7): `UpgradeJobOperator(approve=True)` asked a person (run.py `await_approval`, the DAG run's lease
+    kept for the approval timeout and the upgrade's lease time) and its task was killed. While that lease is live,
+    `apply` waits for the person's upgrade and `upgrade --resume` is refused; once it expired, the next `apply` aborts
+    the upgrade (nothing was launched), says why, and watches the old version again: it failed meanwhile, so it is
+    restarted. An approval that comes after the abort changes nothing."""
+    jobs = write_jobs(tmp_path, extra='desired = { version = "v2" }')
+    job = Settings(jobs_file=str(jobs)).resolve().job("orders")
+    old = Deployment("dp-20261128T000000000Z-0001", "orders", "v1", str(tmp_path / "c1"))
+    job.deployments.put(old)
+    failed = DeploymentStatus(State.FAILED, time.time() - 3600, last_batch_id=7, error_class="STREAM_FAILED")
+    job.deployments.write_status("orders", old.id, failed)  # it failed while the person was asked
+    run = airflow_holder("upgrade_my_job", "manual__2026-11-28T00:00:00+00:00")
+    upgrade = Upgrade(
+        id=new_upgrade_id(),
+        job="orders",
+        to_version="v2",
+        mode="stop_restore",
+        requested_by="airflow:upgrade_my_job/upgrade",
+        request_id=f"{run}/upgrade/-1",
+        old_deployment=old.id,
+        old_version="v1",
+        savepoint="sp-20261128T000000Z-0001",
+        settings=asdict(UpgradeSettings(lease_seconds=2.0)),  # the lease outlives the wait by 2 s, not 30 minutes
+    )
+    upgrades = Upgrades(job.store.storage)
+    upgrades.put(upgrade.move(Phase.LAUNCHING, "pre-flight passed"))
+
+    task = Worker(str(jobs), upgrade.id, holder=run)
+    try:
+        assert task.send("ask 6") == {"phase": "LAUNCHING"}  # waits up to 6 s for the person
+        asked = upgrades.get("orders", upgrade.id)
+        held = read_lease(job.store.storage, "orders")
+        assert asked.awaits_approval and held is not None and held.holder == upgrade_holder(upgrade.id, run)
+        waiting = apply_job(job)
+        assert waiting.step.action is Action.WAIT and "a person's upgrade" in waiting.step.reason, waiting
+        assert main(["upgrade", "orders", "--resume", "--jobs", str(jobs)]) == 4, "the lease is live: refused"
+        assert read_lease(job.store.storage, "orders") == held and not held.expired(), "all of it while it was live"
+    finally:
+        task.kill()  # the task is killed while it waits: no answer, no timeout event will reach it
+    assert upgrades.get("orders", upgrade.id).phase is Phase.LAUNCHING
+    _until(lambda: held.expired(), "the approval's lease to expire")
+
+    applied = apply_job(job)
+    assert applied.ok and applied.step.action is Action.ABORT_UPGRADE, applied
+    aborted = upgrades.get("orders", upgrade.id)
+    assert aborted.phase is Phase.ABORTED and aborted.new_deployment is None, aborted.history
+    assert aborted.error is not None and aborted.error.startswith("not approved: a person was asked"), aborted.error
+    assert "the task that asked is gone" in aborted.error and held.holder in aborted.error, aborted.error
+    assert f"{Phase.ABORTED}" in applied.outcome, applied.outcome
+    assert [d.id for d in job.deployments.list("orders")] == [old.id], "nothing was launched"
+    assert read_lease(job.store.storage, "orders") is None
+    again = next_step(loop_context(job))
+    assert again.action is Action.RESTART and old.id in again.reason, again  # the old version, watched again
+
+    late = Settings(jobs_file=str(jobs), holder=run).resolve().job("orders")
+    with pytest.raises(UpgradeMovedOn, match="it is ABORTED now"):
+        approve(late, asked, "oncall")  # the answer on the task's copy, read before the abort
+    with pytest.raises(Refused, match="came too late"):
+        approve(late, upgrades.get("orders", upgrade.id), "oncall")
+    assert upgrades.get("orders", upgrade.id).phase is Phase.ABORTED and read_lease(job.store.storage, "orders") is None
+
+
+def _until(condition: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(0.1)

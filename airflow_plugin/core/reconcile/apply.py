@@ -26,7 +26,7 @@ from ..process import Liveness
 from ..records.deployment import Deployment
 from ..timestamps import utc_now
 from ..upgrades.record import Phase, Upgrade, Upgrades
-from ..upgrades.run import begin, run_upgrade
+from ..upgrades.run import abandoned, abort_abandoned, begin, run_upgrade
 from . import record as records
 from .plan import APPLY, Action, Observed, Seen, Step, UpgradeSeen, plan
 from .record import Reconciled, Restart
@@ -77,7 +77,7 @@ def observe(ctx: JobContext, now: float | None = None, listed: list[Deployment] 
         fingerprint=ctx.spec.fingerprint,
         now=time.time() if now is None else now,
         deployment=(live or seen or [None])[-1],
-        upgrade=_upgrade_seen(upgrade) if upgrade is not None else None,
+        upgrade=_upgrade_seen(ctx, upgrade) if upgrade is not None else None,
         record=records.read(ctx.store.storage, ctx.name),
     )
 
@@ -96,8 +96,9 @@ def _seen(ctx: JobContext, deployment: Deployment) -> Seen:
     )
 
 
-def _upgrade_seen(upgrade: Upgrade) -> UpgradeSeen:
-    return UpgradeSeen(upgrade.id, str(upgrade.phase), upgrade.to_version, upgrade.requested_by.startswith(APPLY))
+def _upgrade_seen(ctx: JobContext, upgrade: Upgrade) -> UpgradeSeen:
+    by_loop, left = upgrade.requested_by.startswith(APPLY), abandoned(ctx.store.storage, upgrade)
+    return UpgradeSeen(upgrade.id, str(upgrade.phase), upgrade.to_version, by_loop, left)
 
 
 def next_step(ctx: JobContext) -> Step:
@@ -114,7 +115,7 @@ def apply_job(ctx: JobContext, *, dry_run: bool = False, step: Step | None = Non
             _note(ctx, step)
         return Applied(step, "dry run: nothing done" if dry_run else "nothing to do")
     try:
-        if step.action in (Action.UPGRADE, Action.RESUME_UPGRADE):
+        if step.action in (Action.UPGRADE, Action.RESUME_UPGRADE, Action.ABORT_UPGRADE):
             return _upgrade(ctx, step)
         with operation(ctx, "apply") as found:
             step = plan(observe(ctx, listed=found))  # decided again, under the lease
@@ -161,6 +162,13 @@ def _act(ctx: JobContext, step: Step) -> Applied:
 def _upgrade(ctx: JobContext, step: Step) -> Applied:
     """Begin (or resume) the loop's upgrade and drive it to its end, outside this module's lease: the upgrade holds
     the job's lease its own way."""
+    if step.action is Action.ABORT_UPGRADE:  # a person's, abandoned before its launch: not the version's failure
+        aborted = abort_abandoned(ctx)
+        if aborted is None:
+            return Applied(step, "its approval was answered, or it ended, meanwhile")
+        with operation(ctx, "apply"):
+            said = f"upgrade {aborted.id} to {aborted.to_version} {aborted.phase}: {aborted.error}"
+            return _done(ctx, records.read(ctx.store.storage, ctx.name), step, said)
     upgrade = upgrade_of(ctx, step)
     if upgrade is None:
         return Applied(step, "the upgrade ended meanwhile")

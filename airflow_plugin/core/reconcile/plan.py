@@ -5,7 +5,9 @@ desired state, its newest deployment, an upgrade in progress, what the loop reco
 The rules, in order:
 
     paused by a person                          PAUSED: the loop leaves the job alone
-    an upgrade in progress                      the loop's own: RESUME_UPGRADE; a person's: WAIT for it
+    an upgrade in progress                      the loop's own: RESUME_UPGRADE; a person's: WAIT for it, unless
+                                                its approval was abandoned (the task that asked is gone, its
+                                                lease expired): ABORT_UPGRADE (nothing was launched)
     desired stopped                             a live deployment: STOP (with a savepoint); else NOTHING
     a deployment starting or stopping           WAIT: look again at the next apply
     the newest deployment FAILED or LOST        a restart recorded and then cut short (the loop was killed
@@ -63,13 +65,15 @@ class Action(StrEnum):
     RESTART = "RESTART"
     UPGRADE = "UPGRADE"
     RESUME_UPGRADE = "RESUME_UPGRADE"
+    ABORT_UPGRADE = "ABORT_UPGRADE"  # a person's upgrade whose approval was abandoned: aborted before any launch
     STOP = "STOP"
     HOLD = "HOLD"  # a failure no restart mends, or a version that failed: a person looks
     BUDGET_SPENT = "BUDGET_SPENT"  # restarted `attempts` times in the window: left FAILED, alerting
 
     @property
     def acts(self) -> bool:
-        return self in (Action.DEPLOY, Action.RESTART, Action.UPGRADE, Action.RESUME_UPGRADE, Action.STOP)
+        upgrades = (Action.UPGRADE, Action.RESUME_UPGRADE, Action.ABORT_UPGRADE)
+        return self in (Action.DEPLOY, Action.RESTART, *upgrades, Action.STOP)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class UpgradeSeen:
     phase: str
     to_version: str
     by_loop: bool
+    abandoned: str | None = None  # why its approval was abandoned (upgrades/run.py `abandoned`): it is aborted
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,8 @@ def plan(seen: Observed) -> Step:
         return Step(job, Action.PAUSED, f"paused by {record.paused_by} at {record.paused_at} (`apply --resume`)")
     if seen.upgrade is not None:
         upgrade = seen.upgrade
+        if upgrade.abandoned:
+            return Step(job, Action.ABORT_UPGRADE, f"upgrade {upgrade.id} to {upgrade.to_version}: {upgrade.abandoned}")
         if upgrade.by_loop:
             return Step(
                 job, Action.RESUME_UPGRADE, f"its upgrade {upgrade.id} to {upgrade.to_version} is at {upgrade.phase}"

@@ -1,7 +1,7 @@
 """Starting, driving, resuming and cancelling an upgrade: what the CLI's `savepoints upgrade`, the upgrade DAG's
-tasks and the Savepoints page share (the steps themselves: steps.py), and a person's approval of the launch.
-Whatever writes the record holds the upgrade's lease as its driver (steps.py `step_context`) and writes by
-compare-and-swap (record.py `Upgrades.put`)."""
+tasks and the Savepoints page share (the steps themselves: steps.py). A person's approval of the launch is asked,
+answered and, when the task that asked is gone, abandoned here too. Whatever writes the record holds the
+upgrade's lease as its driver (steps.py `step_context`) and writes by compare-and-swap (record.py `Upgrades.put`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from dataclasses import asdict
 from ..errors import InvalidInput, NotFound, Refused, UpgradeFailed
 from ..jobs.context import JobContext
 from ..jobs.operation import operation
-from ..lease import acquire
+from ..lease import acquire, holder_gone, read_lease
+from ..storage import Storage
 from ..timestamps import utc_now
 from .record import Mode, Phase, Upgrade, Upgrades, new_upgrade_id
 from .steps import UpgradeSettings, advance, clear_leftovers, step_context
@@ -98,7 +99,8 @@ def run_upgrade(
 def await_approval(ctx: JobContext, upgrade: Upgrade, seconds: float) -> Upgrade:
     """The upgrade waits up to `seconds` for a person to approve its launch (its savepoint and pre-flight done,
     nothing launched, the old version running on): its lease is kept for that long and a step more (`lease_seconds`),
-    so that nobody else acts on the job meanwhile. The wait is recorded."""
+    so that nobody else acts on the job meanwhile; should the task that asked be killed, the upgrade is `abandoned`
+    once that lease expired. The wait is recorded."""
     if upgrade.phase is not Phase.LAUNCHING or upgrade.approved_by:
         raise InvalidInput(f"upgrade {upgrade.id} is {upgrade.phase}: only an unapproved launch waits for approval")
     upgrades = Upgrades(ctx.store.storage)
@@ -112,8 +114,8 @@ def await_approval(ctx: JobContext, upgrade: Upgrade, seconds: float) -> Upgrade
 
 def approve(ctx: JobContext, upgrade: Upgrade, by: str) -> Upgrade:
     """A person approved the launch: recorded under the upgrade's lease (its next step, the launch, goes on under
-    it), so that a retried or resumed task does not ask again. Refused when the upgrade no longer waits for it, or
-    moved on since it was read."""
+    it), so that a retried or resumed task does not ask again. Refused when the upgrade no longer waits for it (an
+    abandoned approval aborted meanwhile: `abort_abandoned`), or moved on since it was read."""
     upgrades = Upgrades(ctx.store.storage)
     with operation(step_context(ctx, upgrade), "upgrade"):
         upgrades.check(upgrade)
@@ -127,6 +129,38 @@ def approve(ctx: JobContext, upgrade: Upgrade, by: str) -> Upgrade:
         upgrade.move(upgrade.phase, f"launch approved by {upgrade.approved_by}")
         upgrades.put(upgrade)
     return upgrade
+
+
+def abandoned(storage: Storage, upgrade: Upgrade) -> str | None:
+    """Why an upgrade that waits for a person's approval is abandoned: nobody holds the job's lease any more (the
+    wait's lease expired, was released, or its holder's process is seen gone), so the task that asked is gone and no
+    answer reaches it. None while someone holds the lease (the answer may still come, or another operation acts on
+    the job), and for an upgrade that awaits no approval."""
+    if not upgrade.awaits_approval:
+        return None
+    lease = read_lease(storage, upgrade.job)
+    if lease is None:
+        how = "its lease was released"
+    elif lease.expired():
+        how = f"its lease ({lease.holder}) expired at {lease.expires_at}"
+    elif holder_gone(lease.holder):
+        how = f"its lease's holder {lease.holder} is gone"
+    else:
+        return None
+    return (
+        f"a person was asked to approve its launch at {upgrade.approval_asked_at} and {how} without an answer: the "
+        "task that asked is gone"
+    )
+
+
+def abort_abandoned(ctx: JobContext) -> Upgrade | None:
+    """Abort the job's upgrade if its approval is `abandoned`: nothing was launched, so this is a cancel (the old
+    version never stopped), driven to its end here. None when there is nothing to abort (answered, or ended)."""
+    upgrade = Upgrades(ctx.store.storage).in_progress(ctx.name)
+    why = abandoned(ctx.store.storage, upgrade) if upgrade is not None else None
+    if upgrade is None or why is None:
+        return None
+    return run_upgrade(ctx, cancel(ctx, upgrade, f"not approved: {why}"))
 
 
 def cancel(ctx: JobContext, upgrade: Upgrade, why: str = "cancelled") -> Upgrade:

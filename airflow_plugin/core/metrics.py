@@ -280,11 +280,13 @@ def families(figures: Figures) -> list[Metric]:
     lease_ttl = _gauge("savepoints_lease_ttl", "The lease's time to live: renewed every third of it", lease, "seconds")
     lease_expired = _gauge("savepoints_lease_expired", "1 if the lease expired without being released", lease)
     store = ["store"]
-    store_bytes = _gauge("savepoints_store_size", "Bytes of stored contents (blobs and packs)", store, "bytes")
-    store_objects = _gauge("savepoints_store_objects", "Stored content objects (blobs and packs)", store)
+    # a store's figures are measured by each prune (a scrape lists nothing): as of savepoints_store_usage_timestamp
+    as_of = "when the last prune measured them (savepoints_store_usage_timestamp_seconds)"
+    store_bytes = _gauge("savepoints_store_size", f"Bytes of stored contents (blobs and packs) {as_of}", store, "bytes")
+    store_objects = _gauge("savepoints_store_objects", f"Stored content objects (blobs and packs) {as_of}", store)
     orphans = _gauge(
         "savepoints_store_unreferenced_size",
-        "Bytes no snapshot references, awaiting garbage collection",
+        f"Bytes no snapshot references, awaiting garbage collection, {as_of}",
         store,
         "bytes",
     )

@@ -1,11 +1,12 @@
 """`make airflow`, the README's way in for people who want the UI, run as a user runs it (`make airflow`
 through make and uv, i.e. `airflow standalone`) from a user's shell with no Airflow settings: log in with the
 password standalone generated, see the DAGs with no import errors and the plugin's page behind authentication,
-run a DAG through standalone's own scheduler and executor and read its task log, run the reconcile DAG, which
-deploys a declared job (a stand-in driver, no Spark), and see a change to the jobs file run it again by itself
-(the file's watcher in standalone's triggerer), which stops the job as the file now says; check that
+run the reconcile DAG, which deploys a declared job (a stand-in driver, no Spark), and see a change to the jobs
+file run it again by itself (the file's watcher in standalone's triggerer), which stops the job as the file now
+says; run the retention DAG through standalone's own scheduler and executor and read its task log; check that
 nothing listens beyond 127.0.0.1, have a real Prometheus (Debian's) scrape the plugin's /savepoints/metrics
-with a bearer token as docs/operations.md configures it and check its answers against the store, and stop it
+with a bearer token as docs/operations.md configures it and check its answers against the store (the store's
+figures as of the retention run's prune, which says when it measured), and stop it
 with one Ctrl-C (SIGINT to the terminal's foreground process group: make, uv and Python all get it) that ends
 everything gracefully and says which deployment still runs and how to stop it."""
 
@@ -350,17 +351,6 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
         assert jobs.status_code == 200, jobs.text
         assert "windowed_counts" in jobs.text  # the jobs of jobs.toml, on the store given by SAVEPOINTS_STORE
 
-        # a DAG run end to end: standalone's scheduler, executor and worker through the execution API
-        run_path, states = airflow.run_dag("savepoints_retention")
-        # the task's log, as the UI shows it: read from its file (there are no task log servers)
-        logs = [
-            airflow.get(f"{run_path}/taskInstances/retention/logs/1", params={"map_index": index})
-            for task_id, index in states
-            if task_id == "retention"
-        ]
-        assert logs and all(log.status_code == 200 for log in logs), [log.text[:500] for log in logs]
-        assert any("retention of windowed_counts" in log.text for log in logs), [log.text[:2000] for log in logs]
-
         # the reconcile loop through the scheduler (issue 46): the declared job is deployed by `savepoints apply`
         polite = Settings(jobs_file=str(jobs_file), store=store_uri).resolve().job("polite")
         try:
@@ -383,6 +373,20 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
             assert reconciled.last_step is not None and "STOP" in reconciled.last_step, reconciled
         finally:
             kill_every_deployment(polite)
+
+        # a DAG run end to end: standalone's scheduler, executor and worker through the execution API. It runs after
+        # the reconcile runs, whose stop with a savepoint wrote contents last: each prune measures the store for the
+        # metrics (retention/usage.py), so the store's figures Prometheus reads below are as of this run
+        measured_after = time.time()
+        run_path, states = airflow.run_dag("savepoints_retention")
+        # the task's log, as the UI shows it: read from its file (there are no task log servers)
+        logs = [
+            airflow.get(f"{run_path}/taskInstances/retention/logs/1", params={"map_index": index})
+            for task_id, index in states
+            if task_id == "retention"
+        ]
+        assert logs and all(log.status_code == 200 for log in logs), [log.text[:500] for log in logs]
+        assert any("retention of windowed_counts" in log.text for log in logs), [log.text[:2000] for log in logs]
 
         # nothing listens beyond this machine, and nothing on Airflow's fixed log server ports
         addresses = listening(list(airflow.processes()))
@@ -418,9 +422,14 @@ def test_make_airflow_serves_the_dags_and_the_page_and_runs_a_dag(tmp_path: Path
             assert [json.loads(k)["state"] for k in state] == ["RUNNING"], state
             last = prometheus.query('savepoints_last_snapshot_batch{job="windowed_counts",kind="savepoint"}')
             assert list(last.values()) == [float(savepoint.batch_id)], last
+            # the store's figures are as of the last prune, and say when that was: the retention run above, after
+            # the last write of contents (a figure measured earlier would miss what was written since: ci, issue 53)
+            measured = prometheus.query("savepoints_store_usage_timestamp_seconds")
+            [measured_at] = measured.values()
+            assert measured_after <= measured_at <= time.time(), (measured_after, measured)
             storage = open_storage(store_uri)
             stored = [*storage.list("blobs/"), *storage.list("packs/")]
-            objects = prometheus.query("savepoints_store_objects")  # as the retention run's prune measured it
+            objects = prometheus.query("savepoints_store_objects")
             assert list(objects.values()) == [float(len(stored))], (objects, stored)
         finally:
             prometheus.stop()

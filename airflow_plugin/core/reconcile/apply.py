@@ -142,9 +142,10 @@ def _act(ctx: JobContext, step: Step) -> Applied:
         restart = Restart(time.time(), failed.id, step.reason, failed.last_batch_id)
         record.restarts.append(restart)
         records.write(ctx.store.storage, record)
+    killed = None
     try:
         if step.kill_first:
-            kill(ctx, failed.id)
+            killed = kill(ctx, failed.id)
         deployment = deploy(ctx, DeployRequest(step.version, restore=step.restore or ""))
     except Exception as exc:
         # the attempt failed (the deploy refused: no state, a source gap; the kill): recorded with its error, it
@@ -156,7 +157,8 @@ def _act(ctx: JobContext, step: Step) -> Applied:
             log.warning("%s: the failed restart is not recorded: %s", ctx.name, unwritten)
         raise
     restart.deployment = deployment.id
-    return _done(ctx, record, step, f"restarted {failed.id} as {deployment.id} from its latest state")
+    first = f"{killed.said}; " if killed is not None else ""  # killed, or fenced where it could not be reached
+    return _done(ctx, record, step, f"{first}restarted {failed.id} as {deployment.id} from its latest state")
 
 
 def _upgrade(ctx: JobContext, step: Step) -> Applied:

@@ -27,6 +27,8 @@ from devtools.embedded_s3 import EmbeddedS3
 from spark_jobs.runtime.failpoints import ENV as FAILPOINTS
 from spark_jobs.runtime.gate import COMMIT_LOCK, CommitTurnLost, commit_lock
 
+pytestmark = pytest.mark.slow(seconds=60)  # processes and a ttl of seconds: about a minute in all
+
 REPO = Path(__file__).resolve().parents[2]
 TTL = 3.0  # seconds: renewed every second while held
 

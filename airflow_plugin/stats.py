@@ -10,7 +10,7 @@ deployment configures them; nothing is sent unless it does). Names, all with the
 
 Timers are sent only when the work succeeded. With plain StatsD the tags travel only with
 `[metrics] statsd_influxdb_enabled = True` (or Datadog's tags, or OpenTelemetry's attributes). The store's own
-figures (snapshot ages, lag, state) are Prometheus' to scrape: `/savepoints/metrics` (core/metrics.py)."""
+figures (snapshot ages, lag, state) are Prometheus' to scrape: `/savepoints/metrics` (core/metrics/)."""
 
 from __future__ import annotations
 

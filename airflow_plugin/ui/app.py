@@ -7,7 +7,10 @@
     GET  /api/fleet                                  every job at a glance: state, batch, heartbeat, last savepoint,
                                                      Kafka lag, failed snapshots, unhealthy first
     GET  /api/jobs/{job}/deployments                 deployments: version, state, heartbeat, batch, rows/s;
-                                                     whether a savepoint can be taken now, or why not
+                                                     whether a savepoint can be taken and whether the job can
+                                                     be deployed now, or why not
+    POST /api/jobs/{job}/deployments                 trigger the deploy DAG for the job (version, restore)
+    GET  /api/jobs/{job}/deploy-runs                 recent runs of the deploy DAG for the job
     GET  /api/jobs/{job}/snapshots                   a page of snapshots (offset, limit, focus, kind, status)
     GET  /api/jobs/{job}/runs                        recent runs of the savepoint DAG for the job
     POST /api/jobs/{job}/savepoints                  trigger the savepoint DAG for the job
@@ -15,7 +18,7 @@
     POST /api/jobs/{job}/upgrades                    trigger the upgrade DAG for the job (version, mode)
     PUT  /api/jobs/{job}/snapshots/{id}/pin          pin or unpin
     GET  /metrics                                    every job's figures for Prometheus (OpenMetrics text; the
-                                                     same as `savepoints metrics`: core/metrics.py)
+                                                     same as `savepoints metrics`: core/metrics/)
 
 Every route requires an authenticated Airflow user; see security.py for the rest.
 """
@@ -33,12 +36,16 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core import metrics
+from ..core.jobs.spec import RESTORE_MODES
 from ..core.records.manifest import parse_labels
 from ..core.snapshots.lifecycle import set_pinned
 from . import runs, views
 from .errors import ApiError, engine_errors
 from .security import (
+    DEPLOY_DAG_ID,
     authenticated,
+    can_deploy,
+    can_read_deploy_runs,
     can_read_runs,
     can_trigger,
     can_upgrade,
@@ -65,6 +72,18 @@ class UpgradeRequest(BaseModel):
 
     version: str = Field(..., min_length=1, max_length=128, description="the new version, declared in the jobs file")
     mode: Literal["auto", "blue_green", "stop_restore", "replay", "migrate"] = "auto"
+
+
+class DeployRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: str = Field(..., min_length=1, max_length=128, description="a version declared in the jobs file")
+    restore: str = Field(
+        RESTORE_MODES[0],
+        min_length=1,
+        max_length=128,
+        description=f"{', '.join(RESTORE_MODES)} or a snapshot id (the deploy DAG's `restore`)",
+    )
 
 
 class PinRequest(BaseModel):
@@ -130,7 +149,45 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
         with engine_errors(f"read the deployments of job {job}"):
             ctx = settings.hook().job_context(job)
             rows, older = views.deployments(ctx)
-            return {"job": job, "deployments": rows, "older": older, "savepoint": views.savepoint_now(ctx)}
+            return {
+                "job": job,
+                "deployments": rows,
+                "older": older,
+                "savepoint": views.savepoint_now(ctx),
+                "deploy": views.deploy_now(ctx),
+            }
+
+    @app.post(
+        "/api/jobs/{job}/deployments",
+        status_code=201,
+        dependencies=[
+            Depends(authenticated),
+            Depends(from_the_page),
+            Depends(can_deploy),
+            Depends(action_logging("savepoints_page_deploy")),
+        ],
+    )
+    def deploy(job: str, body: DeployRequest, request: Request, user: GetUserDep) -> dict[str, Any]:
+        with engine_errors(f"trigger a deploy of job {job}"):
+            ctx = settings.hook().job_context(job)  # an unknown job is a 404 naming the declared ones
+            ctx.spec.version(body.version)  # unknown: a 404 naming the declared ones
+            if body.restore not in RESTORE_MODES:
+                ctx.store.get(job, body.restore)  # a snapshot id that is not there: a 404, before any run exists
+            now = views.deploy_now(ctx)
+            if not now["possible"]:  # the DAG's task would refuse it: say so now, with the engine's reason
+                raise ApiError(409, now["reason"], "Refused")
+            return runs.trigger_deploy_run(
+                job,
+                version=body.version,
+                restore=body.restore,
+                user_name=user.get_name(),
+                from_ui=bool(request.headers.get("referer")),
+            )
+
+    @app.get("/api/jobs/{job}/deploy-runs", dependencies=[Depends(authenticated), Depends(can_read_deploy_runs)])
+    def deploy_runs(job: str) -> dict[str, Any]:
+        with engine_errors(f"list the deploy runs of job {job}"):
+            return {"job": job, "runs": runs.recent_runs(job, dag_id=DEPLOY_DAG_ID)}
 
     @app.get("/api/jobs/{job}/snapshots", dependencies=[Depends(authenticated)])
     def snapshots(

@@ -1,13 +1,13 @@
-"""The savepoint and upgrade DAGs' runs, seen from the page: trigger one for a job exactly as Airflow's REST API and
-CLI do (`airflow.api.common.trigger_dag`: a real, queued DagRun in the metadata DB, triggered by the user,
-its conf validated against the DAG's params), and list a job's recent ones with their state."""
+"""The savepoint, upgrade and deploy DAGs' runs, seen from the page: trigger one for a job exactly as Airflow's
+REST API and CLI do (`airflow.api.common.trigger_dag`: a real, queued DagRun in the metadata DB, triggered by
+the user, its conf validated against the DAG's params), and list a job's recent ones with their state."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .errors import ApiError
-from .security import SAVEPOINT_DAG_ID, UPGRADE_DAG_ID
+from .security import DEPLOY_DAG_ID, SAVEPOINT_DAG_ID, UPGRADE_DAG_ID
 
 RECENT_RUNS_SCANNED = 200  # the newest runs of the DAG looked through for one job's
 
@@ -23,6 +23,12 @@ def trigger_upgrade_run(job: str, *, version: str, mode: str, user_name: str, fr
     """The upgrade DAG for a job and version (its other fields: the form's defaults)."""
     conf = {"job": job, "version": version, "mode": mode}
     return trigger_run(UPGRADE_DAG_ID, conf, user_name=user_name, from_ui=from_ui)
+
+
+def trigger_deploy_run(job: str, *, version: str, restore: str, user_name: str, from_ui: bool) -> dict[str, Any]:
+    """The deploy DAG for a job, a version and where its state comes from (its other fields: the form's defaults)."""
+    conf = {"job": job, "version": version, "restore": restore}
+    return trigger_run(DEPLOY_DAG_ID, conf, user_name=user_name, from_ui=from_ui)
 
 
 def trigger_run(dag_id: str, conf: dict[str, Any], *, user_name: str, from_ui: bool) -> dict[str, Any]:
@@ -73,6 +79,7 @@ def run_row(run: Any) -> dict[str, Any]:
         "stop": bool(conf.get("stop")),
         "pin": bool(conf.get("pin")),
         "label": conf.get("label") or "",
+        "version": conf.get("version"),  # of a deploy or an upgrade
     }
 
 
@@ -84,17 +91,14 @@ def savepoint_dag_file() -> str | None:
     return str(dag.fileloc) if dag is not None and dag.fileloc else None
 
 
-def recent_runs(job: str, limit: int = 10) -> list[dict[str, Any]]:
-    """The job's newest runs of the savepoint DAG, newest first."""
+def recent_runs(job: str, limit: int = 10, dag_id: str = SAVEPOINT_DAG_ID) -> list[dict[str, Any]]:
+    """The job's newest runs of the savepoint DAG (or `dag_id`), newest first."""
     from airflow.models import DagRun
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
         runs = session.scalars(
-            select(DagRun)
-            .where(DagRun.dag_id == SAVEPOINT_DAG_ID)
-            .order_by(DagRun.id.desc())
-            .limit(RECENT_RUNS_SCANNED)
+            select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()).limit(RECENT_RUNS_SCANNED)
         )
         return [run_row(run) for run in runs if (run.conf or {}).get("job") == job][:limit]

@@ -3,8 +3,8 @@ every route of app.py depends on one of these (Airflow's own dependencies, from 
 
 - reading anything: an authenticated Airflow user (JWT bearer, or the UI's `_token` cookie);
 - triggering a savepoint and pinning: permission to trigger the savepoint DAG (POST on its runs), the
-  permission Airflow's REST API asks for to trigger it; a viewer gets 403; an upgrade: the same for the
-  upgrade DAG;
+  permission Airflow's REST API asks for to trigger it; a viewer gets 403; an upgrade and a deploy: the same
+  for the upgrade DAG and the deploy DAG;
 - state changes authenticated by the cookie must also come from the page itself: a custom header, which
   a cross-site HTML form cannot send, and no `Sec-Fetch-Site` other than same-origin.
 """
@@ -26,6 +26,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 
 SAVEPOINT_DAG_ID = "savepoints_savepoint"
 UPGRADE_DAG_ID = "savepoints_upgrade"
+DEPLOY_DAG_ID = "savepoints_deploy"
 # The page sends this header on every state change; a cross-site form post cannot set any header.
 PAGE_HEADER = "X-Savepoints-Page"
 
@@ -33,6 +34,8 @@ authenticated = requires_authenticated()
 can_read_runs = requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN, param_dag_id=SAVEPOINT_DAG_ID)
 can_trigger = requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN, param_dag_id=SAVEPOINT_DAG_ID)
 can_upgrade = requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN, param_dag_id=UPGRADE_DAG_ID)
+can_deploy = requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN, param_dag_id=DEPLOY_DAG_ID)
+can_read_deploy_runs = requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN, param_dag_id=DEPLOY_DAG_ID)
 
 
 def _bearer(request: Request) -> bool:
@@ -85,4 +88,6 @@ def permissions(request: Request, user: GetUserDep) -> dict[str, bool]:
         "pin": allowed(can_trigger),
         "read_runs": allowed(can_read_runs),
         "upgrade": allowed(can_upgrade),
+        "deploy": allowed(can_deploy),
+        "read_deploy_runs": allowed(can_read_deploy_runs),
     }

@@ -15,12 +15,15 @@ from ..core.catalog.snapshots import SnapshotEntry
 from ..core.errors import InvalidInput, Refused, SavepointsError
 from ..core.guards import source as source_guard
 from ..core.jobs.context import Context, JobContext
+from ..core.jobs.deploy import refuse_while_live
+from ..core.jobs.observe import state_of
 from ..core.jobs.overview import overview
 from ..core.jobs.savepoint import savepoint_target
 from ..core.jobs.spec import JobSpec
 from ..core.jobs.stop import job_status
 from ..core.parallel import map_parallel
 from ..core.reconcile.apply import declared_status
+from ..core.records.deployment import State
 from ..core.records.manifest import Manifest
 from ..core.sources.kafka import SourceCheck
 from ..core.storage import S3Settings
@@ -117,7 +120,30 @@ def fleet(context: Context, jobs_file: str) -> dict[str, Any]:
 
     rows = map_parallel(row, sorted(context.jobs), concurrency=FLEET_READERS)
     rows.sort(key=lambda r: (not (r["unhealthy"] or r["error"]), r["job"]))
-    return {"jobs_file": jobs_file, "jobs": rows}
+    return {"jobs_file": jobs_file, "jobs": rows, "summary": fleet_summary(rows)}
+
+
+def fleet_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fleet in a line: "all healthy" only where something runs and all of it is healthy (jobs never deployed
+    or stopped are not healthy jobs, they are jobs that do not run); else how many are unhealthy, and that nothing
+    runs, and how many are starting or were never deployed."""
+    counts = {
+        "jobs": len(rows),
+        "unhealthy": sum(bool(r["unhealthy"] or r["error"]) for r in rows),
+        "running": sum(r["state"] == State.RUNNING for r in rows),
+        "starting": sum(r["state"] in (State.STARTING, State.STANDBY) for r in rows),
+        "never_deployed": sum(r["state"] == "NONE" for r in rows),
+    }
+    parts = [f"{counts['unhealthy']} unhealthy"] if counts["unhealthy"] else []
+    if not counts["running"]:
+        parts.append("nothing runs")
+    else:
+        parts.append(f"{counts['running']} running" + ("" if counts["unhealthy"] else ", all healthy"))
+    if counts["starting"]:
+        parts.append(f"{counts['starting']} starting")
+    if counts["never_deployed"]:
+        parts.append(f"{counts['never_deployed']} never deployed")
+    return {**counts, "text": " · ".join(parts)}
 
 
 def deployments(job: JobContext) -> tuple[list[dict[str, Any]], int]:
@@ -128,11 +154,31 @@ def deployments(job: JobContext) -> tuple[list[dict[str, Any]], int]:
 
 
 def savepoint_now(job: JobContext) -> dict[str, Any]:
-    """Whether a savepoint can be taken now (a deployment runs), and if not the engine's reason."""
+    """Whether a savepoint can be taken now, and if not why: the engine's reason when no deployment is live; one
+    that is live but not RUNNING yet (STARTING: its driver has not committed a batch to snapshot) is not one that
+    runs either, as the upgrade form says."""
     try:
-        return {"possible": True, "deployment": savepoint_target(job).id, "reason": ""}
+        target = savepoint_target(job)
     except Refused as exc:
         return {"possible": False, "deployment": None, "reason": str(exc)}
+    state = state_of(job, target)
+    if state is not State.RUNNING:
+        reason = (
+            f"job {job.name} has no running deployment: deployment {target.id} is {state}; a savepoint can be taken "
+            "once it runs"
+        )
+        return {"possible": False, "deployment": target.id, "reason": reason}
+    return {"possible": True, "deployment": target.id, "reason": ""}
+
+
+def deploy_now(job: JobContext) -> dict[str, Any]:
+    """Whether the job can be deployed now (no deployment of it runs or may still run), and if not the engine's
+    reason: the deploy DAG would refuse with it."""
+    try:
+        refuse_while_live(job, job.deployments.list(job.name))
+    except Refused as exc:
+        return {"possible": False, "reason": str(exc)}
+    return {"possible": True, "reason": ""}
 
 
 def snapshots_page(

@@ -20,17 +20,18 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from airflow_plugin.core.records.deployment import State
 from airflow_plugin.core.records.manifest import Kind
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
 from airflow_plugin.ui.app import create_app
-from airflow_plugin.ui.security import PAGE_HEADER, SAVEPOINT_DAG_ID, UPGRADE_DAG_ID
+from airflow_plugin.ui.security import DEPLOY_DAG_ID, PAGE_HEADER, SAVEPOINT_DAG_ID, UPGRADE_DAG_ID
 from airflow_plugin.ui.views import PAGE_SIZE, PageSettings
 from devtools.kafka import EmbeddedKafka
 from tests.support.synthetic import add_batch, kafka_offsets, tree, write_checkpoint
-from tests.support.ui_support import bearer, serialize_dags, token
+from tests.support.ui_support import bearer, recorded_deployment, serialize_dags, token
 
 SNAPSHOTS = 200  # "hundreds": four pages of 50
 CHECKPOINT_EVERY = 4  # every 4th snapshot is of kind checkpoint
@@ -106,13 +107,14 @@ def audit_events(event: str) -> list[tuple[str, str]]:
 
 
 def delete_savepoint_runs(jobs: tuple[str, ...]) -> None:
-    """The runs of the savepoint and upgrade DAGs the page triggered for these jobs."""
+    """The runs of the savepoint, upgrade and deploy DAGs the page triggered for these jobs."""
     from airflow.models import DagRun
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
+    dags = (SAVEPOINT_DAG_ID, UPGRADE_DAG_ID, DEPLOY_DAG_ID)
     with create_session() as session:
-        for run in session.scalars(select(DagRun).where(DagRun.dag_id.in_((SAVEPOINT_DAG_ID, UPGRADE_DAG_ID)))):
+        for run in session.scalars(select(DagRun).where(DagRun.dag_id.in_(dags))):
             if (run.conf or {}).get("job") in jobs:
                 session.delete(run)
 
@@ -129,6 +131,9 @@ ENDPOINTS = [
     ("POST", "/api/jobs/orders/savepoints", {}),
     ("GET", "/api/jobs/orders/upgrades", None),
     ("POST", "/api/jobs/orders/upgrades", {"version": "v2"}),
+    ("POST", "/api/jobs/orders/deployments", {"version": "v1"}),
+    ("GET", "/api/jobs/orders/deploy-runs", None),
+    ("GET", "/api/fleet", None),
     ("PUT", "/api/jobs/orders/snapshots/latest/pin", {"pinned": True}),
     ("GET", "/metrics", None),
 ]
@@ -174,7 +179,14 @@ def test_the_ui_cookie_authenticates_like_a_bearer_token(client: TestClient) -> 
     try:
         assert client.get("/api/me").json() == {
             "user": "viewer",
-            "can": {"trigger": False, "pin": False, "read_runs": True, "upgrade": False},
+            "can": {
+                "trigger": False,
+                "pin": False,
+                "read_runs": True,
+                "upgrade": False,
+                "deploy": False,
+                "read_deploy_runs": True,
+            },
         }
     finally:
         client.cookies.clear()
@@ -279,6 +291,81 @@ def test_an_upgrade_is_triggered_from_the_page_and_its_progress_read_back(
     Upgrades(world["store"].storage).put(upgrade)
     newest = client.get("/api/jobs/orders/upgrades", headers=viewer).json()["newest"]
     assert newest["ended"] and not newest["succeeded"] and newest["error"] == "green is unhealthy: FAILED"
+
+
+def dag_runs(dag_id: str, job: str) -> list[Any]:
+    from airflow.models import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        runs = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id)).all()
+        session.expunge_all()
+    return [run for run in runs if (run.conf or {}).get("job") == job]
+
+
+def test_a_job_that_never_ran_is_deployed_from_the_page(client: TestClient) -> None:
+    """A person who lives in the UI starts a job from its page: the deploy DAG, with the job, the version and where
+    its state comes from, triggered by them as Airflow's REST API would, and followed through the job's deploy runs."""
+    admin, viewer = bearer(*ADMIN), bearer(*VIEWER)
+    assert client.get("/api/me", headers=admin).json()["can"]["deploy"] is True
+    assert client.get("/api/me", headers=viewer).json()["can"]["deploy"] is False
+    offered = client.get("/api/jobs/quiet/deployments", headers=viewer).json()["deploy"]
+    assert offered == {"possible": True, "reason": ""}  # nothing of it runs: the page's Deploy is enabled
+
+    refused = client.post("/api/jobs/quiet/deployments", json={"version": "v2"}, headers=viewer)
+    assert refused.status_code == 403, refused.text
+    unknown = client.post("/api/jobs/quiet/deployments", json={"version": "v9"}, headers=admin)
+    assert unknown.status_code == 404 and "has no version 'v9'" in unknown.json()["error"], unknown.text
+    absent = "sp-20000101T000000000Z-0000"
+    missing = client.post("/api/jobs/quiet/deployments", json={"version": "v1", "restore": absent}, headers=admin)
+    assert missing.status_code == 404 and "has no snapshots" in missing.json()["error"], missing.text  # the engine's
+    assert client.post("/api/jobs/nope/deployments", json={"version": "v1"}, headers=admin).status_code == 404
+    assert dag_runs(DEPLOY_DAG_ID, "quiet") == []
+
+    response = client.post("/api/jobs/quiet/deployments", json={"version": "v2"}, headers=admin)
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["dag_id"] == DEPLOY_DAG_ID and body["state"] == "queued" and body["version"] == "v2"
+    [run] = dag_runs(DEPLOY_DAG_ID, "quiet")
+    assert run.run_id == body["run_id"] and run.triggering_user_name == "admin"
+    assert run.conf == {"job": "quiet", "version": "v2", "restore": "latest-state"}  # the form's defaults for the rest
+    assert audit_events("savepoints_page_deploy")[-1] == ("admin", "POST")
+    listed = client.get("/api/jobs/quiet/deploy-runs", headers=viewer).json()["runs"]
+    assert [(r["run_id"], r["version"], r["state"]) for r in listed] == [(body["run_id"], "v2", "queued")]
+
+
+def test_a_deployment_not_running_yet_offers_no_savepoint_and_one_running_no_deploy(
+    airflow_app: FastAPI, tmp_path: Path
+) -> None:
+    """A STARTING deployment has no batch to snapshot: "Take savepoint" is disabled with why, as "Upgrade" is; and
+    while a deployment is live, the job cannot be deployed again: the engine's reason, and no run is triggered."""
+    store = str(tmp_path / "store")
+    jobs_file = tmp_path / "jobs.toml"
+    jobs_file.write_text(
+        jobs_toml(store, tmp_path / "checkpoints", ("starting", "running")).replace(
+            "[defaults]\n", "[defaults]\nheartbeat_timeout = 3600\n"
+        )
+    )
+    starting = recorded_deployment(store, "starting", State.STARTING, tmp_path / "checkpoints")
+    running = recorded_deployment(store, "running", State.RUNNING, tmp_path / "checkpoints")
+    admin = bearer(*ADMIN)
+    with TestClient(create_app(PageSettings(jobs_file=str(jobs_file)))) as page:
+        now = page.get("/api/jobs/starting/deployments", headers=admin).json()
+        assert [d["state"] for d in now["deployments"]] == ["STARTING"]
+        assert now["savepoint"]["possible"] is False and now["savepoint"]["deployment"] == starting.id
+        assert f"deployment {starting.id} is STARTING" in now["savepoint"]["reason"], now["savepoint"]
+        assert now["deploy"]["possible"] is False and "in state STARTING" in now["deploy"]["reason"], now["deploy"]
+
+        now = page.get("/api/jobs/running/deployments", headers=admin).json()
+        assert now["savepoint"] == {"possible": True, "deployment": running.id, "reason": ""}
+        assert now["deploy"]["possible"] is False
+        assert f"already has deployment {running.id} in state RUNNING" in now["deploy"]["reason"], now["deploy"]
+        again = page.post("/api/jobs/running/deployments", json={"version": "v1"}, headers=admin)
+        assert again.status_code == 409 and again.json()["error"] == now["deploy"]["reason"], again.text
+        # "all healthy" where something runs and all of it is healthy (the one starting is neither)
+        assert page.get("/api/fleet", headers=admin).json()["summary"]["text"] == "1 running, all healthy · 1 starting"
+    assert dag_runs(DEPLOY_DAG_ID, "running") == []
 
 
 def test_a_cross_site_form_post_carrying_only_the_cookie_triggers_nothing(client: TestClient) -> None:

@@ -7,7 +7,9 @@ second, not the 0 of Spark's no-data batches; the timeline from the deployment's
 snapshot), click "Take savepoint", see the new snapshot COMPLETED, the banner saying its run succeeded and
 its state in the chart, pin it, see the Upgrade action offer the other versions; follow the savepoint task's
 extra link to the page opened at that snapshot; stop the job and see "Take savepoint" and "Upgrade" disabled
-with the reason. Screenshots are kept in tests/artifacts/."""
+with the reason; deploy it again from the page ("Deploy": the deploy DAG, run by the scheduler, its run followed in
+the banner) and see the new deployment run and "Take savepoint" offered again. Screenshots are kept in
+tests/artifacts/."""
 
 from __future__ import annotations
 
@@ -24,9 +26,10 @@ from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.savepoint import take_savepoint
 from airflow_plugin.core.jobs.stop import kill
 from airflow_plugin.links import snapshot_page_url
-from airflow_plugin.ui.security import SAVEPOINT_DAG_ID
+from airflow_plugin.ui.security import DEPLOY_DAG_ID, SAVEPOINT_DAG_ID
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.windowed import Feeder, processed, wait_for, write_jobs_file
+from tests.support.jobs import kill_every_deployment
 from tests.support.ui_support import BROWSER_WAIT_MS, HTTP_WAIT_S, AirflowStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -75,7 +78,6 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
     with AirflowStack(tmp_path / "airflow", env) as airflow:
         feed = Feeder(tmp_path / "input")
         deployment = deploy(job, DeployRequest("v1"))  # while Airflow starts
-        stopped = False
         try:
             earlier = []
             for reason in ("first", MARKUP):  # two earlier savepoints: something on the timeline
@@ -217,20 +219,50 @@ def test_a_person_takes_a_savepoint_from_the_page(tmp_path: Path, s3_server: Emb
                 expect(page.locator("#snapshots tr.details input").first).to_have_value(
                     f"savepoints deploy windowed --jobs {jobs_file} --version v1 --restore {new_id}"
                 )
+                # the whole page from its top: scrolled to the row, the tables' sticky headers slide over the rows
+                # of the tables above the viewport (the deployments table looked empty in the shot)
+                page.evaluate("window.scrollTo(0, 0)")
                 page.screenshot(path=str(ARTIFACTS / "savepoints-page.png"), full_page=True)
                 expect(page.locator("#savepoint-button")).to_be_enabled()
 
+                expect(page.locator("#deploy-button")).to_be_disabled()  # it runs: deploying it again is refused
+                expect(page.locator("#deploy-reason")).to_contain_text(f"already has deployment {deployment.id}")
+
                 # nothing runs any more: the button is disabled and the page says why (it refreshes by itself)
                 kill(job)
-                stopped = True
                 expect(page.locator("#savepoint-button")).to_be_disabled(timeout=30_000)
                 expect(page.locator("#savepoint-reason")).to_contain_text("has no running deployment")
                 expect(page.locator("#savepoint-reason")).to_contain_text("savepoints deploy windowed")
                 expect(page.locator("#upgrade-button")).to_be_disabled()
                 expect(page.locator("#upgrade-reason")).to_contain_text("No deployment is running")
+                page.screenshot(path=str(ARTIFACTS / "nothing-runs.png"), full_page=True)
+
+                # a person who lives in the UI starts it again from the page: the deploy DAG through the scheduler,
+                # the version of the deployment that ran, from its latest state
+                deploy_button = page.locator("#deploy-button")
+                expect(deploy_button).to_be_enabled()
+                expect(page.locator("#deploy-version")).to_have_value("v1")
+                expect(page.locator("#deploy-restore")).to_have_value("latest-state")
+                deploy_button.click()
+                expect(page.locator("#banner")).to_contain_text("Deploy run")
+                # the new deployment, newest first, runs (STARTING first: Spark starts on a busy machine)
+                newest = page.locator("#deployments tbody tr").first
+                expect(newest).not_to_have_attribute("data-id", deployment.id, timeout=180_000)
+                expect(newest).to_contain_text("RUNNING", timeout=240_000)
+                expect(page.locator("#savepoint-button")).to_be_enabled()
+                expect(page.locator("#deploy-button")).to_be_disabled()
+                # the run waits for the deployment's health (a deferred sensor: this Airflow runs no triggerer)
+                expect(page.locator("#banner")).to_contain_text("then the run waits until it is healthy")
+                page.screenshot(path=str(ARTIFACTS / "deployed-from-the-page.png"), full_page=True)
                 browser.close()
+
+            # Airflow's history: the deploy run, triggered from the UI by admin, with the job, the version and restore
+            [run] = api.get(f"/api/v2/dags/{DEPLOY_DAG_ID}/dagRuns").json()["dag_runs"]
+            assert run["conf"] == {"job": "windowed", "version": "v1", "restore": "latest-state"}, run
+            assert (run["triggering_user_name"], run["triggered_by"]) == ("admin", "ui"), run
+            [redeployed] = [d for d in job.deployments.list(job.name) if d.id != deployment.id]
+            assert redeployed.version == "v1" and redeployed.restored_from, redeployed
         finally:
-            if not stopped:
-                kill(job)
+            kill_every_deployment(job)
     assert store.get(job.name, new_id).status == "COMPLETED"
     assert store.get(job.name, new_id).trigger == "UI"  # the page's conf, not a field of the DAG's form

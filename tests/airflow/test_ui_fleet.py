@@ -1,8 +1,10 @@
 """The fleet overview of the savepoints page, with 100 jobs in one S3 store written as savepoints wrote stores
 before catalogs (records only: the first read builds the catalogs). Through the API: every job's row, the
-unhealthy ones first with why. In Debian's chromium (playwright), on the page served by uvicorn with
-Airflow's authentication: 100 rows, unhealthy first, sorting by a column (both ways, jobs without a value
-last), a row opening today's job view, and back."""
+unhealthy ones first with why, and the fleet in a line. In Debian's chromium (playwright), on the page served by
+uvicorn with Airflow's authentication: 100 rows, unhealthy first, sorting by a column (both ways, jobs without a
+value last), a row opening today's job view, and back. And a fleet where nothing runs (jobs never deployed, one
+starting, one stopped): never "all healthy", but "nothing runs" and "never deployed"; a starting job's page
+offers no savepoint and no deploy, with why; a job never deployed offers Deploy."""
 
 from __future__ import annotations
 
@@ -28,11 +30,15 @@ from airflow_plugin.ui.views import PageSettings
 from devtools.embedded_s3 import EmbeddedS3
 from devtools.ports import free_port
 from tests.support.catalogs import manifest
-from tests.support.ui_support import BROWSER_WAIT_MS, bearer
+from tests.support.ui_support import BROWSER_WAIT_MS, bearer, recorded_deployment
 
 JOBS = 100
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+
+
+# whose deployment's heartbeat says RUNNING: all but the LOST, the FAILED and those with none running (below)
+RUNNING = sum(1 for n in range(JOBS) if n % 10 not in (3, 7, 9))
 
 
 def job_name(n: int) -> str:
@@ -111,6 +117,10 @@ def test_the_fleet_lists_every_job_unhealthy_first_with_why(page: FastAPI) -> No
     assert response.status_code == 200, response.text
     rows = response.json()["jobs"]
     assert [r["job"] for r in rows] == unhealthy_first()
+    troubled, running = sum(1 for n in range(JOBS) if expected_trouble(n)), RUNNING
+    summary = response.json()["summary"]
+    assert (summary["unhealthy"], summary["running"], summary["never_deployed"]) == (troubled, running, 0)
+    assert summary["text"] == f"{troubled} unhealthy · {running} running"
     for row in rows:
         n = int(row["job"].split("-")[1])
         trouble = expected_trouble(n)
@@ -182,7 +192,7 @@ def test_a_person_finds_the_unhealthy_jobs_sorts_them_and_opens_one(served: str)
         troubled = sum(1 for n in range(JOBS) if expected_trouble(n))
         assert rows.evaluate_all("rows => rows.map(r => r.dataset.job)") == order
         expect(page.locator("#fleet-table tbody tr.unhealthy")).to_have_count(troubled)
-        expect(page.locator("#fleet-summary")).to_have_text(f"{troubled} unhealthy")
+        expect(page.locator("#fleet-summary")).to_have_text(f"{troubled} unhealthy · {RUNNING} running")
         expect(rows.first.locator(".reason")).to_contain_text("LOST")
         page.screenshot(path=str(ARTIFACTS / "fleet.png"))
 
@@ -211,4 +221,89 @@ def test_a_person_finds_the_unhealthy_jobs_sorts_them_and_opens_one(served: str)
         page.locator("#to-fleet").click()
         expect(rows).to_have_count(JOBS)
         expect(page.locator("#job")).to_be_hidden()
+        browser.close()
+
+
+IDLE = ("never-a", "never-b", "starting", "stopped")
+
+
+@pytest.fixture(scope="module")
+def idle(tmp_path_factory: pytest.TempPathFactory, airflow_app: FastAPI) -> FastAPI:
+    """Jobs of which nothing runs: two never deployed, one whose deployment is STARTING (its driver has not
+    reported RUNNING yet), one stopped; the page over them."""
+    root = tmp_path_factory.mktemp("idle")
+    store, checkpoints = str(root / "store"), root / "checkpoints"
+    body = f'[defaults]\nstore = "{store}"\ncheckpoint_root = "{checkpoints}"\nheartbeat_timeout = 3600\n'
+    versions = 'versions.v1 = { application = "job.py" }\nversions.v2 = { application = "job.py" }\n'
+    for job in IDLE:
+        body += f"\n[jobs.{job}]\n{versions}"
+    (root / "jobs.toml").write_text(body)
+    recorded_deployment(store, "starting", State.STARTING, checkpoints)
+    recorded_deployment(store, "stopped", State.STOPPED, checkpoints)
+    return create_app(PageSettings(jobs_file=str(root / "jobs.toml")))
+
+
+IDLE_SUMMARY = "nothing runs · 1 starting · 2 never deployed"
+
+
+def test_a_fleet_of_which_nothing_runs_is_not_all_healthy(idle: FastAPI) -> None:
+    with TestClient(idle) as client:
+        answer = client.get("/api/fleet", headers=bearer("viewer", "viewer")).json()
+    assert {r["job"]: r["state"] for r in answer["jobs"]} == {
+        "never-a": "NONE",
+        "never-b": "NONE",
+        "starting": "STARTING",
+        "stopped": "STOPPED",
+    }
+    assert all(r["unhealthy"] is None for r in answer["jobs"])  # none is unhealthy, and none runs either
+    summary = answer["summary"]
+    assert (summary["running"], summary["starting"], summary["never_deployed"]) == (0, 1, 2)
+    assert summary["text"] == IDLE_SUMMARY
+
+
+def test_a_person_sees_what_does_not_run_and_what_can_be_done_about_it(idle: FastAPI) -> None:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (`make test` tries to)", pytrace=False)
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=BROWSER_WAIT_MS)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with Served(idle) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        context = browser.new_context(
+            viewport={"width": 1440, "height": 1000}, extra_http_headers=bearer("ops", "user")
+        )
+        page = context.new_page()
+        page.set_default_timeout(BROWSER_WAIT_MS)
+        page.goto(f"{url}/")
+        rows = page.locator("#fleet-table tbody tr")
+        expect(rows).to_have_count(len(IDLE))
+        expect(page.locator("#fleet-summary")).to_have_text(IDLE_SUMMARY)
+        expect(page.locator('#fleet-table tr[data-job="never-a"] td').nth(1)).to_have_text("never deployed")
+        page.screenshot(path=str(ARTIFACTS / "fleet-idle.png"))
+
+        # a deployment on its way is not one that runs: no savepoint, no upgrade, no second deploy; each says why
+        page.locator('#fleet-table tr[data-job="starting"]').click()
+        expect(page.locator("#deployments tbody tr").first).to_contain_text("STARTING")
+        expect(page.locator("#savepoint-button")).to_be_disabled()
+        expect(page.locator("#savepoint-reason")).to_contain_text("is STARTING; a savepoint can be taken once it runs")
+        expect(page.locator("#upgrade-button")).to_be_disabled()
+        expect(page.locator("#upgrade-reason")).to_contain_text("is STARTING: an upgrade can begin once one runs")
+        expect(page.locator("#deploy-button")).to_be_disabled()
+        expect(page.locator("#deploy-reason")).to_contain_text("already has deployment")
+        page.screenshot(path=str(ARTIFACTS / "job-starting.png"))
+
+        # a job never deployed: Deploy is offered, the jobs file's default version chosen, from its latest state
+        page.locator("#to-fleet").click()
+        page.locator('#fleet-table tr[data-job="never-b"]').click()
+        expect(page.locator("#deployments-empty")).to_contain_text("No deployment of never-b yet")
+        expect(page.locator("#deploy-button")).to_be_enabled()
+        expect(page.locator("#deploy-reason")).to_be_hidden()
+        expect(page.locator("#deploy-version")).to_have_value("v1")
+        expect(page.locator("#deploy-restore")).to_have_value("latest-state")
+        expect(page.locator("#savepoint-button")).to_be_disabled()
+        expect(page.locator("#savepoint-reason")).to_contain_text("has no running deployment")
+        page.screenshot(path=str(ARTIFACTS / "job-never-deployed.png"))
         browser.close()

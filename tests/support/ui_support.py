@@ -1,6 +1,6 @@
 """Shared by the savepoints page's tests: Airflow users and their tokens, the savepoint DAG in the metadata
-DB (what the dag-processor would have written), parsed with a given jobs file, and a whole running Airflow
-(API server, scheduler, DAG processor) for the browser test."""
+DB (what the dag-processor would have written), parsed with a given jobs file, a deployment as its records say
+(no driver), and a whole running Airflow (API server, scheduler, DAG processor) for the browser test."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.spec import JOBS_ENV
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
+from airflow_plugin.core.storage import open_storage
 from devtools.ports import free_port
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
@@ -34,6 +37,16 @@ def token(username: str, role: str) -> str:
 
 def bearer(username: str, role: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token(username, role)}"}
+
+
+def recorded_deployment(store: str, job: str, state: State, checkpoints: Path) -> Deployment:
+    """A deployment of `job` as the store records it, with a heartbeat of `state` written now and no driver (a jobs
+    file with a long `heartbeat_timeout` keeps it in that state however long the test takes)."""
+    deployment = Deployment(f"dp-20261129T000000000Z-{job}", job, "v1", str(checkpoints / job))
+    records = Deployments(open_storage(store))
+    records.put(deployment)
+    records.write_status(job, deployment.id, DeploymentStatus(state, time.time()))
+    return deployment
 
 
 def serialize_dags(jobs_file: Path, env: dict[str, str] | None = None) -> None:

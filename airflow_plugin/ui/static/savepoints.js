@@ -4,10 +4,12 @@
 
 const PAGE_HEADER = "X-Savepoints-Page"; // state changes carry it: a cross-site form cannot (security.py)
 const LIMIT = 50;
-const POLL_BUSY_MS = 2000; // while a run or a snapshot is in flight
+const POLL_BUSY_MS = 2000; // while a run, a snapshot or a deployment (IN_BETWEEN) is in flight
 const POLL_IDLE_MS = 10000;
 const SAVEPOINT_DAG = "savepoints_savepoint";
 const UPGRADE_DAG = "savepoints_upgrade";
+const DEPLOY_DAG = "savepoints_deploy";
+const IN_BETWEEN = ["STARTING", "STOPPING"]; // a deployment on its way: the page looks again within seconds
 
 const params = new URLSearchParams(window.location.search);
 const state = {
@@ -16,6 +18,7 @@ const state = {
   jobsFile: "",
   view: "", // "fleet": every job at a glance; "job": one job
   fleet: [], // the last overview rows (api/fleet)
+  fleetSummary: null, // {text, unhealthy, running, ...}: the fleet in a line (views.fleet_summary)
   fleetSort: { key: "health", descending: false }, // unhealthy first, then by name
   job: params.get("job") || "",
   focus: params.get("snapshot") || "", // asked for once, on the first load of the job
@@ -25,12 +28,13 @@ const state = {
   status: "",
   busy: false,
   savepoint: null, // {possible, deployment, reason}: can a savepoint be taken now (with the deployments)
+  deploy: null, // {possible, reason}: can the job be deployed now (with the deployments)
   triggering: false,
   open: new Set(), // snapshot ids whose commands are shown
   timer: null,
   errors: new Map(), // what failed, by source: shown in the banner until it works again
   info: "", // what just happened, when nothing failed
-  followed: null, // {run_id, dag_paused}: the savepoint run this page triggered, followed in the banner until it ends
+  followed: null, // {dag, run_id, dag_paused}: the run this page triggered, followed in the banner until it ends
 };
 
 const $ = (id) => document.getElementById(id);
@@ -219,11 +223,11 @@ function declaredText(d) {
 
 function renderFleet() {
   const rows = [...state.fleet].sort(compareRows);
-  const unhealthy = rows.filter((r) => r.unhealthy || r.error).length;
+  // "all healthy" only where something runs and all of it is healthy: the server's line (views.fleet_summary)
+  const summary = state.fleetSummary;
   $("fleet-count").textContent = `${num(rows.length)}`;
   $("fleet-summary").replaceChildren(
-    unhealthy ? el("span", { class: "error-text" }, `${num(unhealthy)} unhealthy`) : el("span", { class: "muted" },
-      "all healthy"),
+    summary ? el("span", { class: summary.unhealthy ? "error-text" : "muted" }, summary.text) : "",
   );
   for (const button of document.querySelectorAll("#fleet-table th button.sort")) {
     const sorted = button.dataset.sort === state.fleetSort.key;
@@ -245,7 +249,10 @@ function renderFleet() {
           el("span", { class: "mono" }, r.job),
           r.unhealthy || r.error ? el("div", { class: "error-text small reason" }, r.error || r.unhealthy) : null,
         ),
-        el("td", {}, badge(r.state), r.version ? el("span", { class: "muted small" }, ` ${r.version}`) : null),
+        el("td", {},
+          r.state === "NONE" ? el("span", { class: "never-deployed", title: "no deployment of it yet" }, "never deployed")
+            : badge(r.state),
+          r.version ? el("span", { class: "muted small" }, ` ${r.version}`) : null),
         el("td", { class: "num" }, num(r.last_batch_id)),
         el("td", { class: "num" }, r.heartbeat_age_s === null || r.heartbeat_age_s === undefined ? ""
           : `${age(r.heartbeat_age_s)} ago`),
@@ -271,6 +278,7 @@ async function loadFleet() {
   try {
     const data = await api("api/fleet");
     state.fleet = data.jobs;
+    state.fleetSummary = data.summary;
     renderFleet();
     setError("fleet", null);
   } catch (err) {
@@ -307,6 +315,7 @@ function selectJob(name, { focus = "" } = {}) {
   state.open.clear();
   state.errors.clear();
   state.savepoint = null;
+  state.deploy = null;
   state.upgrade = null;
   state.followed = null;
   state.info = "";
@@ -323,8 +332,36 @@ function renderJobHead() {
   $("job-name").textContent = job.name;
   $("job-desc").textContent = job.description || "";
   $("job-store").textContent = job.store;
+  renderDeployForm(job);
   renderSavepointButton();
   renderUpgradeForm(job);
+}
+
+// The versions to deploy, the newest deployment's first chosen (a restart continues what ran), else the jobs
+// file's default. Enabled like Take savepoint: the person may trigger the deploy DAG and nothing of the job runs
+// (the engine's rule and reason, with the deployments), and no deploy this page triggered is still under way.
+function renderDeployForm(job) {
+  const select = $("deploy-version");
+  if (select.dataset.job !== job.name) {
+    select.replaceChildren(...job.versions.map((v) => el("option", { value: v }, v)));
+    select.value = job.default_version;
+    select.dataset.job = job.name;
+    select.dataset.chosen = "";
+  }
+  const newest = (state.lastDeployments || [])[0];
+  if (newest && !select.dataset.chosen && job.versions.includes(newest.version)) select.value = newest.version;
+  const now = state.deploy;
+  const deploying = state.followed && state.followed.dag === DEPLOY_DAG;
+  let why = "";
+  if (!state.me.can.deploy) why = `You may not trigger the ${DEPLOY_DAG} DAG: ask for permission to run it.`;
+  else if (!now) why = "Checking for a running deployment…";
+  else if (!now.possible) why = now.reason;
+  else if (deploying) why = `Deploy run ${state.followed.run_id} is under way.`;
+  $("deploy-button").disabled = why !== "" || state.triggering;
+  $("deploy-button").className = why === "" ? "primary" : "";
+  $("deploy-button").title = why || `Runs the ${DEPLOY_DAG} DAG for ${job.name}`;
+  $("deploy-reason").textContent = why;
+  $("deploy-reason").hidden = why === "";
 }
 
 // The versions to upgrade to: the job's, but the one running. Enabled like Take savepoint: the person may
@@ -340,7 +377,11 @@ function renderUpgradeForm(job) {
   const upgrade = state.upgrade;
   let why = "";
   if (!state.me.can.upgrade) why = `You may not trigger the ${UPGRADE_DAG} DAG: ask for permission to run it.`;
-  else if (!running) why = "No deployment is running: deploy one first.";
+  else if (!running) {
+    const coming = (state.lastDeployments || []).find((d) => IN_BETWEEN.includes(d.state));
+    why = coming ? `Deployment ${coming.deployment} is ${coming.state}: an upgrade can begin once one runs.`
+      : "No deployment is running: deploy one first.";
+  }
   else if (upgrade && !upgrade.ended) why = `Upgrade ${upgrade.id} to ${upgrade.to_version} is under way.`;
   else if (!choices.length) why = "The jobs file declares no other version.";
   $("upgrade-button").disabled = why !== "" || state.triggering;
@@ -404,7 +445,7 @@ function renderDeployments(rows) {
   table.hidden = rows.length === 0;
   if (!rows.length) {
     empty.replaceChildren(
-      `No deployment of ${state.job} yet. Start one with the savepoints_deploy DAG or `,
+      `No deployment of ${state.job} yet. Start one with Deploy above (the ${DEPLOY_DAG} DAG) or `,
       el("code", {}, `savepoints deploy ${state.job}`),
       ".",
     );
@@ -452,27 +493,45 @@ function renderRuns(runs) {
       ),
     ),
   );
-  followRun(runs);
+  followRun(SAVEPOINT_DAG, runs);
   return runs.some((run) => run.state === "queued" || run.state === "running");
 }
 
-// the banner after "Take savepoint" says where its run is, not "queued" once it has long succeeded
-function runMessage(run, paused) {
+// the banner after "Take savepoint" or "Deploy" says where its run is, not "queued" once it has long succeeded
+const RUN_WORDS = {
+  [SAVEPOINT_DAG]: {
+    success: "succeeded: its savepoint is in the list below.",
+    running: "is running: the savepoint is being taken.",
+    queued: "queued: the new snapshot appears below when its task starts.",
+  },
+  [DEPLOY_DAG]: {
+    success: "succeeded: the deployment is healthy.",
+    running: "is running: the deployment starts (below), then the run waits until it is healthy.",
+    queued: "queued: the new deployment appears below when its task starts.",
+  },
+};
+
+function runMessage(dag, run, paused) {
   const id = run.run_id;
-  if (run.state === "success") return `Run ${id} succeeded: its savepoint is in the list below.`;
-  if (run.state === "failed") return `Run ${id} failed: open it in Airflow for the task's log.`;
-  if (run.state === "running") return `Run ${id} is running: the savepoint is being taken.`;
+  const words = RUN_WORDS[dag];
+  const prefix = dag === DEPLOY_DAG ? "Deploy run" : "Run";
+  if (run.state === "failed") {
+    return el("span", {}, `${prefix} ${id} failed: `,
+      el("a", { href: `../dags/${dag}/runs/${encodeURIComponent(id)}`, target: "_top" }, "open it in Airflow"),
+      " for the task's log.");
+  }
+  if (run.state === "success" || run.state === "running") return `${prefix} ${id} ${words[run.state]}`;
   return paused
-    ? `Run ${id} is queued, but the ${SAVEPOINT_DAG} DAG is paused: unpause it in Airflow.`
-    : `Run ${id} queued: the new snapshot appears below when its task starts.`;
+    ? `${prefix} ${id} is queued, but the ${dag} DAG is paused: unpause it in Airflow.`
+    : `${prefix} ${id} ${words.queued}`;
 }
 
-function followRun(runs) {
-  if (!state.followed) return;
+function followRun(dag, runs) {
+  if (!state.followed || state.followed.dag !== dag) return;
   const run = runs.find((r) => r.run_id === state.followed.run_id);
   if (!run) return;
   const ended = run.state === "success" || run.state === "failed";
-  showInfo(runMessage(run, state.followed.dag_paused), { sticky: !ended });
+  showInfo(runMessage(dag, run, state.followed.dag_paused), { sticky: !ended });
   if (ended) state.followed = null;
 }
 
@@ -754,17 +813,19 @@ async function loadDeployments() {
     const data = await api(`${jobPath(state.job)}/deployments`);
     state.lastDeployments = data.deployments;
     state.savepoint = data.savepoint;
+    state.deploy = data.deploy;
     renderDeployments(data.deployments);
     $("deployments-older").textContent = data.older ? `(and ${num(data.older)} older retired ones)` : "";
     setError("deployments", null);
   } catch (err) {
     setError("deployments", err);
     state.lastDeployments = [];
-    state.savepoint = { possible: false, reason: "Deployments not available: see the message above." };
+    const unknown = { possible: false, reason: "Deployments not available: see the message above." };
+    state.savepoint = state.deploy = unknown;
     unavailable("deployments", "Deployments not available: see the message above.");
   }
   renderSavepointButton();
-  return false;
+  return state.lastDeployments.some((d) => IN_BETWEEN.includes(d.state));
 }
 
 function unavailable(table, message) {
@@ -814,6 +875,11 @@ async function loadSnapshots() {
 }
 
 async function loadRuns() {
+  const [savepoints, deploys] = await Promise.all([loadSavepointRuns(), loadDeployRun()]);
+  return savepoints || deploys;
+}
+
+async function loadSavepointRuns() {
   if (!state.me.can.read_runs) return false;
   try {
     const data = await api(`${jobPath(state.job)}/runs`);
@@ -821,6 +887,20 @@ async function loadRuns() {
     return renderRuns(data.runs);
   } catch (err) {
     setError("runs", err);
+    return false;
+  }
+}
+
+// the deploy run this page triggered, followed in the banner until it ends
+async function loadDeployRun() {
+  if (!state.followed || state.followed.dag !== DEPLOY_DAG) return false;
+  try {
+    const data = await api(`${jobPath(state.job)}/deploy-runs`);
+    setError("deploy-runs", null);
+    followRun(DEPLOY_DAG, data.runs);
+    return Boolean(state.followed);
+  } catch (err) {
+    setError("deploy-runs", err);
     return false;
   }
 }
@@ -847,11 +927,11 @@ async function refresh() {
   renderJobHead();
   const job = state.job;
   // deployments first: the timeline draws the running deployment's progress
-  const [, busyRuns, busyUpgrade] = await Promise.all([loadDeployments(), loadRuns(), loadUpgrade()]);
+  const [busyDeployments, busyRuns, busyUpgrade] = await Promise.all([loadDeployments(), loadRuns(), loadUpgrade()]);
   renderJobHead();
   const busySnapshots = await loadSnapshots();
   if (job !== state.job) return; // another job was selected meanwhile: its own refresh is under way
-  state.busy = busyRuns || busySnapshots || busyUpgrade;
+  state.busy = busyDeployments || busyRuns || busySnapshots || busyUpgrade;
   schedule();
 }
 
@@ -875,8 +955,9 @@ async function triggerSavepoint(event) {
     });
     setError("action", null);
     // followed in the banner when this user may read the runs (else the message goes after 15 s)
-    state.followed = state.me.can.read_runs ? { run_id: run.run_id, dag_paused: run.dag_paused } : null;
-    showInfo(runMessage(run, run.dag_paused), { sticky: Boolean(state.followed) });
+    state.followed = state.me.can.read_runs ? { dag: SAVEPOINT_DAG, run_id: run.run_id, dag_paused: run.dag_paused }
+      : null;
+    showInfo(runMessage(SAVEPOINT_DAG, run, run.dag_paused), { sticky: Boolean(state.followed) });
     form.reset();
   } catch (err) {
     setError("action", err);
@@ -885,6 +966,31 @@ async function triggerSavepoint(event) {
     renderSavepointButton();
   }
   state.offset = 0;
+  state.busy = true;
+  refresh();
+}
+
+async function triggerDeploy(event) {
+  event.preventDefault();
+  const form = event.currentTarget;
+  state.triggering = true;
+  renderJobHead();
+  try {
+    const run = await api(`${jobPath(state.job)}/deployments`, {
+      method: "POST",
+      body: { version: form.version.value, restore: form.restore.value },
+    });
+    setError("action", null);
+    // followed in the banner when this user may read the deploy DAG's runs (else the message goes after 15 s)
+    const followed = { dag: DEPLOY_DAG, run_id: run.run_id, dag_paused: run.dag_paused };
+    state.followed = state.me.can.read_deploy_runs ? followed : null;
+    showInfo(runMessage(DEPLOY_DAG, run, run.dag_paused), { sticky: Boolean(state.followed) });
+  } catch (err) {
+    setError("action", err);
+  } finally {
+    state.triggering = false;
+    renderJobHead();
+  }
   state.busy = true;
   refresh();
 }
@@ -918,6 +1024,10 @@ async function triggerUpgrade(event) {
 async function start() {
   $("savepoint-form").addEventListener("submit", triggerSavepoint);
   $("upgrade-form").addEventListener("submit", triggerUpgrade);
+  $("deploy-form").addEventListener("submit", triggerDeploy);
+  $("deploy-version").addEventListener("change", (event) => {
+    event.currentTarget.dataset.chosen = "1"; // the person's choice stays; else the newest deployment's version
+  });
   $("prev").addEventListener("click", () => {
     state.offset = Math.max(0, state.offset - LIMIT);
     refresh();

@@ -16,7 +16,8 @@ import java.io.IOException;
 public final class Fence {
   private static final Object LOCK = new Object();
   private static volatile boolean armed = false;
-  private static volatile long validUntil = Long.MIN_VALUE; // System.nanoTime() units
+  private static volatile long validUntil = 0; // System.nanoTime() units; lapsed until the first renewal
+  private static volatile boolean renewed = false;
   private static volatile long waitNanos = 0;
   private static volatile String superseded = null;
 
@@ -24,16 +25,19 @@ public final class Fence {
 
   /** Check commits from now on; a commit waits up to `waitSeconds` for a renewal before it fails. */
   public static void arm(double waitSeconds) {
-    waitNanos = (long) (waitSeconds * 1e9);
-    armed = true;
+    synchronized (LOCK) {
+      waitNanos = (long) (waitSeconds * 1e9);
+      armed = true;
+    }
   }
 
   /** Valid until `readStartedNanos` + `intervalSeconds`: the read that saw this deployment began then. */
   public static void renew(long readStartedNanos, double intervalSeconds) {
     synchronized (LOCK) {
       long until = readStartedNanos + (long) (intervalSeconds * 1e9);
-      if (until - validUntil > 0 || validUntil == Long.MIN_VALUE) {
+      if (!renewed || until - validUntil > 0) {
         validUntil = until;
+        renewed = true;
       }
       LOCK.notifyAll();
     }
@@ -59,7 +63,7 @@ public final class Fence {
 
   /** Whether a commit may be written now (armed: renewed within the interval, not superseded). */
   public static boolean valid() {
-    return !armed || (superseded == null && System.nanoTime() - validUntil < 0);
+    return !armed || (superseded == null && renewed && System.nanoTime() - validUntil < 0);
   }
 
   /**
@@ -77,7 +81,7 @@ public final class Fence {
           throw new IOException("SAVEPOINTS_FENCED: " + what + " not written: " + superseded);
         }
         long now = System.nanoTime();
-        if (now - validUntil < 0) {
+        if (renewed && now - validUntil < 0) {
           return;
         }
         if (now - deadline >= 0) {

@@ -36,7 +36,7 @@ class DeployJobOperator(SavepointsBaseOperator):
 
     :param version: a version declared in the jobs file (default: the job's default_version)
     :param restore: latest-state (the default, as `savepoints deploy`'s and the deploy DAG's: a job with history
-        continues from its latest state, one that never committed a batch starts fresh) | latest-savepoint |
+        continues from its latest state, one that never started a query starts fresh) | latest-savepoint |
         <snapshot id> | none (start empty; of a job with state, the task log says which state, at which batch, is
         not carried over)
     :param partitions: state partitions, when different from the snapshot's (a rescale)
@@ -92,7 +92,7 @@ class DeployJobOperator(SavepointsBaseOperator):
             ) from None
         if deployment.restored_from:
             stats.timing(stats.RESTORE, started, job=ctx.name)
-        if deployment.fresh_start:  # a job that never committed; or one with state, and what is not carried over
+        if deployment.fresh_start:  # a job that never started a query; or one with state, and what is not carried over
             level = logging.INFO if deployment.fresh_start == FIRST_DEPLOYMENT else logging.WARNING
             self.log.log(level, "%s starts fresh: %s", deployment.id, deployment.fresh_start)
         restored = deployment.restored_from or "nothing"

@@ -87,13 +87,13 @@ def test_failing_spark_submit_reports_its_log_in_the_status(tmp_path: Path, caps
     assert "boom: the input directory is not configured" in captured.err
     [row] = json.loads(main(["status", "orders", "--jobs", jobs, "--json"]) == 0 and capsys.readouterr().out)
     assert row["state"] == "FAILED" and "boom" in row["error"] and row["error"].startswith("LAUNCH_FAILED")
-    assert row["restored_from"] is None and "never committed a batch" in row["fresh_start"]
+    assert row["restored_from"] is None and "never started a query" in row["fresh_start"]
     # issue 53 (1): it has history but nothing was ever committed (no snapshot, no committed batch): nothing to lose,
     # so the next deploy (its arguments fixed) starts fresh too, and says so
     app.write_text(STUBBORN_JOB)
     assert main(["deploy", "orders", "--jobs", jobs, "--json", "--restore", "latest-state"]) == 0
     second = json.loads(capsys.readouterr().out)
-    assert second["restored_from"] is None and "never committed a batch" in second["fresh_start"], second
+    assert second["restored_from"] is None and "never started a query" in second["fresh_start"], second
     assert main(["kill", "orders", "--jobs", jobs]) == 0
     capsys.readouterr()
     # a snapshot was taken of the job at some point (it failed): it had state, which latest-state cannot take over
@@ -106,6 +106,27 @@ def test_failing_spark_submit_reports_its_log_in_the_status(tmp_path: Path, caps
     error = capsys.readouterr().err
     assert "job orders has 2 earlier deployment(s) but no state to take over" in error
     assert "deploy with --restore none for a fresh start" in error
+
+
+def test_a_query_that_started_and_failed_before_its_first_commit_has_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 53 (1), and its limit: latest-state starts fresh only where no query ever started. A query that started
+    and failed before its first commit left the positions it began at (Kafka's `latest` of then) in its checkpoint:
+    starting fresh would skip what came since, so latest-state refuses."""
+    jobs = str(write_jobs(tmp_path))
+    deployments = Deployments(open_storage(str(tmp_path / "store")))
+    checkpoint = tmp_path / "checkpoints" / "orders" / "dp-20260101T000000000Z-0001"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"q-1"}')
+    (checkpoint / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"topic":{"0":1234}}')
+    started = Deployment("dp-20260101T000000000Z-0001", "orders", "v1", str(checkpoint))
+    deployments.put(started)
+    failed = DeploymentStatus(State.FAILED, time.time(), query_id="q-1", error_class="STREAM_FAILED")
+    deployments.write_status("orders", started.id, failed)
+    assert main(["deploy", "orders", "--jobs", jobs, "--restore", "latest-state"]) == 3
+    assert "1 earlier deployment(s) but no state to take over" in capsys.readouterr().err
+    assert [d.id for d in deployments.list("orders")] == [started.id], "nothing deployed"
 
 
 def test_missing_spark_submit(

@@ -76,8 +76,8 @@ def live_deployments(ctx: JobContext, listed: list[Deployment] | None = None) ->
 
 
 FIRST_DEPLOYMENT = (
-    "latest-state of a job that never committed a batch: no snapshot, and no earlier deployment's checkpoint holds a "
-    "committed batch"
+    "latest-state of a job that never started a query: no snapshot, and no earlier deployment started one (their "
+    "checkpoints are empty)"
 )
 
 
@@ -169,22 +169,23 @@ def log_fresh(ctx: JobContext, deployment: Deployment) -> None:
 
 
 def first_deployment(ctx: JobContext, mode: str, listed: list[Deployment], exclude: str | None = None) -> bool:
-    """latest-state for a job that never committed anything: no snapshot of any status, and no deployment in `listed`
-    (but `exclude`) whose checkpoint holds a committed batch (a first deploy, or earlier ones refused or failed
-    before their first batch). There is no state to lose, so the deployment starts fresh; the sink guard still
-    checks its sink."""
+    """latest-state for a job that never started a query: no snapshot of any status, and no deployment in `listed`
+    (but `exclude`) that ever did (a first deploy, or earlier ones refused before their query started: a launch
+    that failed, arguments or a guarantee refused, a sink ahead). There is no state to lose, so the deployment starts
+    fresh; the sink guard still checks its sink. A query that started and failed before its first commit has
+    state all the same: the source positions it began at (Kafka's `latest` of then) are in its checkpoint."""
     if mode != "latest-state" or ctx.store.list(ctx.name):
         return False
-    return not any(_committed(ctx, d) for d in reversed(listed) if d.id != exclude)
+    return not any(_started(ctx, d) for d in reversed(listed) if d.id != exclude)
 
 
-def _committed(ctx: JobContext, deployment: Deployment) -> bool:
-    """Whether the deployment's checkpoint holds a committed batch."""
-    try:
-        read_restart_point(ctx.open(deployment.checkpoint))
-    except (NotFound, CheckpointError):
-        return False
-    return True
+def _started(ctx: JobContext, deployment: Deployment) -> bool:
+    """Whether a deployment ever started its query: its heartbeat named one, or its checkpoint holds anything (Spark
+    writes its `metadata` first, then the sources' initial positions and batch 0's offsets)."""
+    status = ctx.deployments.status(ctx.name, deployment.id)
+    if status is not None and (status.query_id or status.last_batch_id is not None):
+        return True
+    return next(iter(ctx.open(deployment.checkpoint).list("")), None) is not None
 
 
 def _newest_of_query(ctx: JobContext, query_id: str) -> Manifest | None:

@@ -50,7 +50,7 @@ _PATH_CONFS = ("spark.jars",)  # Spark confs whose values are comma-separated pa
 # is skipped by) what its first run wrote; the delivery check then counts it an idempotent sink
 IDEMPOTENT = "idempotent"
 # where a deploy's state comes from unless told (`savepoints deploy`, DeployJobOperator, the deploy DAG, a declared
-# job's first start): a job with history continues from its latest state, one that never committed a batch starts fresh
+# job's first start): a job with history continues from its latest state, one that never started a query starts fresh
 DEFAULT_RESTORE = "latest-state"
 RESTORE_MODES = ("latest-state", "latest-savepoint", "none")  # the default first; or a snapshot id
 RUNNING, STOPPED = "running", "stopped"  # what a declared job's `desired.state` may say

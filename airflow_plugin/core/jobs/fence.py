@@ -33,7 +33,8 @@ from ..records.writers import Writers, read_writers
 from ..storage import Storage
 from ..timestamps import utc_now
 from .context import JobContext
-from .launcher import driver_ended, process_seen
+from .deployments import YARN_ENDED
+from .launcher import process_seen
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ FENCE_SHARE = 0.5  # a driver's fence interval, as a share of the job's heartbea
 MARGIN_SHARE = 1 / 6  # and the margin a decider adds for clock rates and the check-to-write gap
 WRITE_ATTEMPTS = 20
 FENCED = "FENCED"  # the error class of a driver left out of the writers record (written by it, or by `kill`)
+KILLED = "KILLED"  # the error class `kill` writes for a driver it ended
+ENGINE_WRITTEN = frozenset({FENCED, KILLED})  # final statuses another process wrote for a driver
 
 
 def fence_interval(heartbeat_timeout: float) -> float:
@@ -49,10 +52,10 @@ def fence_interval(heartbeat_timeout: float) -> float:
     return heartbeat_timeout * FENCE_SHARE
 
 
-def fenced_after(heartbeat_timeout: float) -> float:
-    """How long after leaving a deployment out a decider waits before it starts another writer: the fence interval
-    and a margin."""
-    return heartbeat_timeout * (FENCE_SHARE + MARGIN_SHARE)
+def fenced_after(interval: float) -> float:
+    """How long after leaving out a driver whose fence interval is `interval` a decider waits before it starts
+    another writer: the interval and a margin (with the default shares, two thirds of the heartbeat timeout)."""
+    return interval * (FENCE_SHARE + MARGIN_SHARE) / FENCE_SHARE
 
 
 @dataclass(frozen=True)
@@ -60,19 +63,27 @@ class FenceChange:
     record: Writers  # as written
     left_out: list[str]  # deployments the record named before and does not now
     written_at: float  # time.monotonic() once the write was acknowledged
+    intervals: dict[str, float]  # the fence interval each one left out was launched with, where recorded
 
 
 def change_writers(
-    storage: Storage, job: str, decide: Callable[[Writers], dict[str, int]], *, by: str, why: str
+    storage: Storage,
+    job: str,
+    decide: Callable[[Writers], dict[str, int]],
+    *,
+    by: str,
+    why: str,
+    intervals: dict[str, float] | None = None,
 ) -> FenceChange:
     """Write the next generation of the job's writers record, `decide` choosing its writers from the current one
-    (read again and decided again when another writer won the race)."""
+    (read again and decided again when another writer won the race); `intervals`: the fence interval of each one
+    admitted now."""
     key = layout.writers_key(job)
     for _ in range(WRITE_ATTEMPTS):
         current, token = read_writers(storage, job)
         writers = decide(current)
         left_out = [deployment for deployment in current.writers if deployment not in writers]
-        record = current.changed(writers, left_out, at=utc_now(), by=by, why=why)
+        record = current.changed(writers, intervals or {}, left_out, at=utc_now(), by=by, why=why)
         try:
             if token is None:
                 storage.create(key, record.to_json())
@@ -80,7 +91,8 @@ def change_writers(
                 storage.replace(key, record.to_json(), token)
         except Conflict:
             continue
-        return FenceChange(record, left_out, time.monotonic())
+        known = {d: current.intervals[d] for d in left_out if d in current.intervals}
+        return FenceChange(record, left_out, time.monotonic(), known)
     raise Conflict(f"the writers record of job {job} in {storage.uri} kept changing while it was written: retry")
 
 
@@ -94,9 +106,9 @@ def admit(ctx: JobContext, deployment: Deployment, *, beside: Collection[str] = 
         return {**{d: current.writers.get(d, current.generation) for d in kept}, deployment.id: current.generation + 1}
 
     also = f" beside {', '.join(sorted(kept))}" if kept else ""
-    change = change_writers(
-        ctx.store.storage, ctx.name, decide, by=ctx.requested_by, why=f"{deployment.id} starts{also}"
-    )
+    interval = {deployment.id: fence_interval(ctx.spec.heartbeat_timeout)}  # what its launch passes its driver
+    why = f"{deployment.id} starts{also}"
+    change = change_writers(ctx.store.storage, ctx.name, decide, by=ctx.requested_by, why=why, intervals=interval)
     log.info("job %s: generation %d admits %s", ctx.name, change.record.generation, sorted(change.record.writers))
     wait_out(ctx, change)
     return change
@@ -112,18 +124,21 @@ def leave_out(ctx: JobContext, deployment: Deployment, why: str) -> FenceChange:
 
 
 def may_still_commit(ctx: JobContext, deployment: Deployment) -> bool:
-    """Whether a deployment's driver may still be running: not seen to have ended (its process gone, its YARN
-    application over) and not ended by its own word (a final status its driver wrote)."""
-    if driver_ended(deployment.launcher) is True or process_seen(deployment.launcher) is Liveness.GONE:
+    """Whether a deployment's driver may still be running: not seen gone (its process, where this one can look) and
+    not ended by its own word (a final status its driver wrote). A final status the engine wrote for it (a kill,
+    YARN's report of its application) is no proof: a driver cut off from the cluster's manager may run on."""
+    if process_seen(deployment.launcher) is Liveness.GONE:
         return False
     status = ctx.deployments.status(ctx.name, deployment.id)
     if status is None:
         return bool(deployment.launcher)  # never reported: launched, it may be starting somewhere
-    return status.state.live or status.state is State.LOST
+    written_for_it = status.error_class in ENGINE_WRITTEN or str(status.error_class).startswith(YARN_ENDED)
+    return status.state.live or status.state is State.LOST or written_for_it
 
 
 def wait_out(ctx: JobContext, change: FenceChange) -> None:
-    """Wait until every deployment `change` left out that may still run is fenced (`fenced_after` from the write)."""
+    """Wait until every deployment `change` left out that may still run is fenced (`fenced_after` its fence interval
+    from the write)."""
     running = []
     for deployment_id in change.left_out:
         try:
@@ -134,13 +149,16 @@ def wait_out(ctx: JobContext, change: FenceChange) -> None:
         if may_still_commit(ctx, deployment):
             running.append(deployment_id)
     if running:
-        wait_fenced(ctx, running, change.written_at)
+        wait_fenced(ctx, running, change)
 
 
-def wait_fenced(ctx: JobContext, deployment_ids: list[str], since: float) -> None:
-    """Sleep until `fenced_after` has passed since `since` (time.monotonic()): a timer, not a condition to poll, for
-    what a driver this process cannot see does by its own clock."""
-    remaining = since + fenced_after(ctx.spec.heartbeat_timeout) - time.monotonic()
+def wait_fenced(ctx: JobContext, deployment_ids: list[str], change: FenceChange) -> None:
+    """Sleep until `fenced_after` the longest fence interval of `deployment_ids` (as launched; the job's current one
+    where none is recorded, or where it is longer) has passed since `change` was written: a timer, not a condition to
+    poll, for what a driver this process cannot see does by its own clock."""
+    now_interval = fence_interval(ctx.spec.heartbeat_timeout)
+    interval = max([now_interval, *(change.intervals.get(d, now_interval) for d in deployment_ids)])
+    remaining = change.written_at + fenced_after(interval) - time.monotonic()
     if remaining <= 0:
         return
     which = ", ".join(deployment_ids)

@@ -10,21 +10,20 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import Refused, SavepointsError, TimedOut
+from ..process import Liveness
 from ..records.deployment import ControlRequest, Deployment, DeploymentStatus, State
 from ..records.manifest import Kind, Manifest, Trigger
 from ..timestamps import utc_now
 from .context import JobContext
 from .deploy import live_deployments
 from .deployments import describe, new_request_id
-from .fence import FENCED, leave_out, wait_fenced
-from .launcher import Killed, force_kill
+from .fence import FENCED, KILLED, leave_out, wait_fenced
+from .launcher import Killed, force_kill, process_seen
 from .observe import observe_deployment, state_of
 from .operation import operation
 from .snapshot import snapshot_deployment
 
 log = logging.getLogger(__name__)
-
-KILLED = "KILLED"  # the error class of a deployment `kill` ended: its driver did not write it
 
 
 @dataclass
@@ -194,14 +193,18 @@ def _kill(ctx: JobContext, deployment_id: str | None) -> KillResult:
     previous = ctx.deployments.status(ctx.name, deployment.id)
     ended: dict[str, Any] = {"state": State.FAILED, "updated_at": time.time(), "error_class": KILLED}
     ended["error_message"] = "force-killed by `savepoints kill`"
-    if killed is Killed.UNREACHABLE:
-        change = leave_out(ctx, deployment, f"`savepoints kill` by {ctx.requested_by} could not reach its driver")
-        wait_fenced(ctx, [deployment.id], change.written_at)
-        ended["error_class"] = FENCED
-        ended["error_message"] = (
-            f"fenced by `savepoints kill` (generation {change.record.generation}): its driver could not be reached "
-            "from here, and can commit nothing more"
-        )
+    if process_seen(deployment.launcher) is not Liveness.GONE:
+        # not seen gone: unreachable from here, or ended by a cluster's manager (YARN's word: a driver cut off from
+        # it may run on). Left out of the writers, and waited for until its fence has lapsed
+        why = "could not reach its driver" if killed is Killed.UNREACHABLE else "killed it through the cluster"
+        change = leave_out(ctx, deployment, f"`savepoints kill` by {ctx.requested_by} {why}")
+        wait_fenced(ctx, [deployment.id], change)
+        if killed is Killed.UNREACHABLE:
+            ended["error_class"] = FENCED
+            ended["error_message"] = (
+                f"fenced by `savepoints kill` (generation {change.record.generation}): its driver could not be "
+                "reached from here, and can commit nothing more"
+            )
     # the rest of its last status stays (its gate and answers: what it wrote, what it was asked)
     status = replace(previous, **ended) if previous else DeploymentStatus(**ended)
     ctx.deployments.write_status(ctx.name, deployment.id, status)

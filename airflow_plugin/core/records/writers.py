@@ -3,7 +3,8 @@
 heartbeat (spark_jobs/runtime/fence.py): a driver whose deployment it does not name commits nothing more.
 
     {"job", "generation": the number of changes so far, "writers": {deployment id: the generation that admitted
-     it}, "changed_at", "by", "why", "fenced": {deployment id: when it was left out}}
+     it}, "intervals": {deployment id: its driver's fence interval in seconds, as it was launched with},
+     "changed_at", "by", "why", "fenced": {deployment id: when it was left out}}
 
 Usually one writer; two during a blue/green, replay or migration upgrade (the old version and the new one, whose
 gate keeps their windows apart). A job without the record has never been fenced: its drivers commit."""
@@ -25,6 +26,7 @@ class Writers:
     job: str
     generation: int = 0
     writers: dict[str, int] = field(default_factory=dict)
+    intervals: dict[str, float] = field(default_factory=dict)
     changed_at: str = ""
     by: str = ""
     why: str = ""
@@ -33,10 +35,13 @@ class Writers:
     def admits(self, deployment_id: str) -> bool:
         return deployment_id in self.writers
 
-    def changed(self, writers: dict[str, int], left_out: list[str], *, at: str, by: str, why: str) -> Writers:
+    def changed(
+        self, writers: dict[str, int], intervals: dict[str, float], left_out: list[str], *, at: str, by: str, why: str
+    ) -> Writers:
         fenced = {**self.fenced, **dict.fromkeys(left_out, at)}
         newest = sorted(fenced.items(), key=lambda item: item[1])[-FENCED_KEPT:]
-        return Writers(self.job, self.generation + 1, writers, at, by, why, dict(newest))
+        kept = {d: s for d, s in {**self.intervals, **intervals}.items() if d in writers}
+        return Writers(self.job, self.generation + 1, writers, kept, at, by, why, dict(newest))
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

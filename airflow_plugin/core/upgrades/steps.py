@@ -28,12 +28,13 @@ from typing import Any
 
 from ..errors import BrokerUnavailable, Refused, SavepointsError, StoreUnavailable
 from ..jobs.context import JobContext
+from ..jobs.fence import KILLED
 from ..jobs.health import Health, Verdict, assess
 from ..jobs.launcher import driver_ended
 from ..jobs.observe import observe_deployment, state_of
 from ..jobs.operation import operation
 from ..jobs.snapshot import snapshot_deployment
-from ..jobs.stop import KILLED, kill, running_deployment, stop, stop_request_id
+from ..jobs.stop import kill, running_deployment, stop, stop_request_id
 from ..lease import LeaseHeld, LeaseLost, default_holder
 from ..records.deployment import BLUE, GREEN, STAGING, ControlRequest, Deployment, DeploymentStatus, State
 from ..records.manifest import Kind, Trigger

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -35,6 +37,7 @@ from airflow_plugin.core.reconcile.plan import (
 from airflow_plugin.core.reconcile.record import Reconciled, Restart
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.records.manifest import Kind, Manifest, SnapshotStatus, Trigger, new_snapshot_id
+from airflow_plugin.core.records.writers import read_writers
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import open_storage
@@ -393,6 +396,29 @@ def test_apply_starts_a_declared_job_restarts_it_after_a_kill_and_stops_within_i
         [savepoint] = [m for m in SnapshotStore(job.store.storage).list("orders") if m.kind is Kind.SAVEPOINT]
         assert savepoint.deployment == fourth
         assert applied()["action"] == "NOTHING"
+    finally:
+        kill_every_deployment(job)
+
+
+@pytest.mark.slow
+def test_two_apply_processes_at_once_start_one_driver(tmp_path: Path) -> None:
+    """Issue 51: two `savepoints apply` runs at once (two Airflow workers, the DAG's schedule and its file watcher)
+    on a job that nothing runs: one deploys, the other is refused by the job's lease or finds the deployment; one
+    driver, one writer in the job's writers record."""
+    app = tmp_path / "polite.py"
+    app.write_text(POLITE_JOB)
+    jobs = str(write_jobs(tmp_path, application=str(app), extra='desired = { version = "v1" }'))
+    job = Settings(jobs_file=jobs).resolve().job("orders")
+    command = [sys.executable, "-m", "airflow_plugin", "apply", "orders", "--jobs", jobs, "--json"]
+    try:
+        runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in "ab"]
+        done = [run.communicate(timeout=240) for run in runs]
+        codes = sorted(run.returncode for run in runs)
+        assert codes in ([0, 0], [0, 4]), done  # 4: the lease held by the other, nothing done
+        listed = Deployments(job.store.storage).list("orders")
+        assert len(listed) == 1, [d.id for d in listed]
+        writers, _ = read_writers(job.store.storage, "orders")
+        assert list(writers.writers) == [listed[0].id] and writers.generation == 1, writers
     finally:
         kill_every_deployment(job)
 

@@ -106,8 +106,9 @@ def launch_beside(
             args += ("--seed", json.dumps(seed, separators=(",", ":"))) if seed else ()
             args += ("--initial-state", initial_state) if initial_state else ()
         spec = submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, args)
-        # a writer beside the old version, whose gate keeps their windows apart (runtime/gate.py)
-        admit(ctx, deployment, beside=[d.id for d, state in live_deployments(ctx, listed) if state.live])
+        # a writer beside the old version, whose gate keeps their windows apart (runtime/gate.py): the old one stays a
+        # writer even while LOST (paused, say): the upgrade's own steps decide what becomes of it, not its green
+        admit(ctx, deployment, beside=[d.id for d, _ in live_deployments(ctx, listed)])
         launch_deployment(ctx, deployment, spec)
         wait_until_started(ctx, deployment, wait_seconds)
         return deployment

@@ -24,8 +24,9 @@ from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import DeployRequest, deploy
 from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.health import Verdict, check_health
-from airflow_plugin.core.jobs.launcher import alive
+from airflow_plugin.core.jobs.launcher import process_seen
 from airflow_plugin.core.jobs.stop import stop
+from airflow_plugin.core.process import Liveness
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.sinks.file import LOG_DIR, QUARANTINE
 from airflow_plugin.core.snapshots.store import SnapshotStore
@@ -91,7 +92,7 @@ def test_upgrade_crash_and_restore_count_every_event_exactly_once(
             break
     else:
         pytest.fail("never caught v2 in the middle of a batch")
-    wait_for(lambda: not alive(v2.launcher), "the killed driver to be gone", timeout=30)
+    wait_for(lambda: process_seen(v2.launcher) is Liveness.GONE, "the killed driver to be gone", timeout=30)
     assert batches(v2.checkpoint, "offsets")[-1] > batches(v2.checkpoint, "commits")[-1]
 
     v2b = deploy(job, DeployRequest("v2", restore="latest-state"))

@@ -163,7 +163,8 @@ def test_the_plan_decides_blue_green_and_where_a_replay_starts(
             _batches(job, slow, 12)  # the offset log reaches back past the horizon and the longer delay
             argv = ["upgrade", "windows", "--version", "quick", "--mode", "replay", "--min-batches", "1", *cli]
             with feeding.idle():
-                wait_for(lambda: processed(slow.checkpoint, feeder.rounds), "every file read", 120)
+                # a bound, polled: at one file a batch a loaded machine takes minutes to catch up with the feeder
+                wait_for(lambda: processed(slow.checkpoint, feeder.rounds), "every file read", 400)
                 process = subprocess.Popen([sys.executable, "-m", "airflow_plugin", *argv],
                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
                 wait_for(lambda: (_status(job, slow).gate or {}).get("role") == "blue", "the old version's gate", 400)

@@ -22,7 +22,7 @@ Recommendation. The rules, in order (Flink's autoscaler, FLIP-271, read for micr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -254,6 +254,8 @@ def _partitions(seen: ScalingSeen, target: int) -> int | None:
 
 
 def _budgeted(seen: ScalingSeen, rescale: Recommendation, effective: bool | None) -> Recommendation:
+    if not rescale.acts:  # a KEEP (behind at max, a rescale that would not pay) spends no budget and says why
+        return replace(rescale, effective=effective)
     recent = [r for r in seen.history if r.at > seen.now - 3600]
     if len(recent) >= seen.policy.max_rescales_per_hour:
         return Recommendation(

@@ -150,12 +150,17 @@ def _scale_up(seen: ScalingSeen, short: Figures) -> Recommendation | None:
     else:
         return None
     why = f"utilisation {short.utilization:.2f} above the target {policy.target_utilization:g}; {behind}"
-    if size >= policy.max:
+    top, most = policy.max, f"autoscale.max {policy.max}"
+    if policy.partitions is Partitions.FIXED and seen.partitions is not None:
+        fits = max(1, seen.partitions // seen.slots_per_unit)  # partitions = "fixed": a size is capped at them
+        if fits < top:
+            top, most = fits, f"the state's {seen.partitions} partitions (autoscale.partitions = fixed)"
+    if size >= top:
         return Recommendation(
             Direction.KEEP,
             size,
             size,
-            f"{why}: at autoscale.max {policy.max} already",
+            f"{why}: at {most} already",
             short.to_dict(),
             behind_at_max=True,
         )
@@ -163,7 +168,7 @@ def _scale_up(seen: ScalingSeen, short: Figures) -> Recommendation | None:
     needed_rate = short.arrival_rate / policy.target_utilization + backlog / policy.catch_up
     # busy with nothing processed: no rate to size by, double
     wanted = math.ceil(size * needed_rate / short.processing_rate) if short.processing_rate else size * 2
-    target = min(policy.max, max(wanted, size + 1))
+    target = min(top, max(wanted, size + 1))
     pays = _pays(seen, short, target)
     if pays is not None:
         return Recommendation(Direction.KEEP, size, size, f"{why}; to {target} would not pay: {pays}", short.to_dict())

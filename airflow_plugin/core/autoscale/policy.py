@@ -16,6 +16,7 @@ from typing import Any
 
 from ..durations import duration_seconds
 from ..errors import InvalidInput
+from .load import KEEP_S
 
 EXECUTORS_CONF = "spark.executor.instances"
 EXECUTOR_CORES_CONF = "spark.executor.cores"
@@ -104,6 +105,12 @@ def parse_autoscale(value: Any, master: str, where: str) -> Autoscale | None:
     if durations["scale_down_window"] < durations["window"]:
         raise InvalidInput(
             f"{where} autoscale.scale_down_window is shorter than autoscale.window: a scale-down needs the longer quiet"
+        )
+    if durations["scale_down_window"] > KEEP_S:
+        raise InvalidInput(
+            f"{where} autoscale.scale_down_window = {durations['scale_down_window']:g} s is longer than the "
+            f"{KEEP_S} s of load a job's runtime keeps: it would never be covered, and the job never scaled down; "
+            f'give at most "{KEEP_S // 60}m"'
         )
     policy = Autoscale(
         max=size_max,

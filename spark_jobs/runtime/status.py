@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from airflow_plugin.core.autoscale.load import add_batch
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.fence import FENCED
@@ -55,6 +56,18 @@ def kafka_lag(sources: list[dict[str, Any]]) -> int | None:
         and (source.get("metrics") or {}).get("maxOffsetsBehindLatest") not in (None, "")
     ]
     return max(lags) if lags else None
+
+
+def kafka_backlog(sources: list[dict[str, Any]]) -> int | None:
+    """The records of every partition of the Kafka sources behind their latest offsets once the batch is read
+    (latestOffset less endOffset): what is left to read; None without a Kafka source that reports them."""
+    behind = [
+        _kafka_records(_offsets(source.get("endOffset")), _offsets(source.get("latestOffset")))
+        for source in sources
+        if str(source.get("description", "")).startswith("KafkaV2")
+        and isinstance(_offsets(source.get("latestOffset")), dict)
+    ]
+    return sum(behind) if behind else None
 
 
 def _offsets(value: Any) -> Any:
@@ -298,6 +311,7 @@ class ProgressListener(StreamingQueryListener):
         self.sink: str | None = None  # the sink as the runtime knows it, where Spark names only ForeachBatchSink
         self.batch_done = threading.Event()  # set on every committed batch: the stop logic waits for it
         self._rate = RowRate(clock)
+        self._clock = clock
 
     def follow(self, query_id: str) -> None:
         self._query_id = query_id
@@ -316,7 +330,7 @@ class ProgressListener(StreamingQueryListener):
             return
         self.batch_done.set()
         sources = progress.get("sources") or []
-        lag = kafka_lag(sources)
+        lag, backlog = kafka_lag(sources), kafka_backlog(sources)
         current = self._board.current
         first = current.kafka_lag_first
         rows = int(progress.get("numInputRows") or 0)
@@ -344,6 +358,7 @@ class ProgressListener(StreamingQueryListener):
             batch_duration_ms=progress.get("batchDuration"),
             watermark=event_time.get("watermark"),
             sink=sink,
+            load=add_batch(current.load, self._clock(), rows, int(progress.get("batchDuration") or 0), backlog),
         )
         self._board.promote(State.STARTING, State.RUNNING)
 

@@ -247,6 +247,10 @@ class JobContext:
         """Each deployment's own live checkpoint location."""
         return f"{self.spec.checkpoint_root.rstrip('/')}/{self.name}/{deployment_id}"
 
+    def at_size(self, size: int | None) -> JobContext:
+        """The context whose launches run at `size` of the job's autoscaler knob (JobSpec.sized)."""
+        return self if size is None else replace(self, spec=self.spec.sized(size))
+
     def with_progress(self, progress: Progress) -> JobContext:
         return replace(self, settings=replace(self.settings, progress=progress))
 

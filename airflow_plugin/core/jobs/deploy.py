@@ -281,6 +281,7 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, liste
         source_gap=plan.source_gap if plan else None,
         build=build,
         fresh_start=why_fresh(ctx, request.restore, listed) if source is None else None,
+        master=ctx.spec.spark_master,
     )
     log_fresh(ctx, deployment)
     if request.partitions:
@@ -292,15 +293,22 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, liste
     if plan is not None:
         execute_restore(ctx.store, plan, progress=ctx.progress)
         if rescale_to is not None:
-            ctx.progress.stage(f"repartitioning the restored state to {rescale_to} partitions (a Spark application)")
-            batch = repartition(plan.target, {**ctx.spark_conf(), **plan.spark_conf}, rescale_to, env=ctx.child_env())
-            log.info("rescaled the state of %s to %d partitions (batch %d)", deployment.id, rescale_to, batch)
+            repartition_restored(ctx, plan, deployment, rescale_to)
 
     spec = submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, gate_args(source))
     admit(ctx, deployment)  # the job's one writer from now on: any driver before it commits nothing more
     launch_deployment(ctx, deployment, spec)
     wait_until_started(ctx, deployment, request.wait_seconds)
     return deployment
+
+
+def repartition_restored(ctx: JobContext, plan: RestorePlan, deployment: Deployment, partitions: int) -> None:
+    """The state just restored into `deployment`'s location repartitioned to `partitions` (a Spark application,
+    before its query starts; `check_rescalable` said yes before anything was written)."""
+    ctx.progress.stage(f"repartitioning the restored state to {partitions} partitions (a Spark application)")
+    batch = repartition(plan.target, {**ctx.spark_conf(), **plan.spark_conf}, partitions, env=ctx.child_env())
+    deployment.spark_conf[PARTITIONS_CONF] = str(partitions)
+    log.info("rescaled the state of %s to %d partitions (batch %d)", deployment.id, partitions, batch)
 
 
 def gate_args(source: Manifest | None, staging: str | None = None) -> tuple[str, ...]:

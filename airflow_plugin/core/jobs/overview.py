@@ -7,11 +7,11 @@ record or heartbeat."""
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Any
 
 from ..records.deployment import Deployment, DeploymentStatus, State
 from ..records.manifest import Kind, SnapshotStatus
+from ..timestamps import epoch_of
 from .context import JobContext
 from .observe import observe_deployment
 
@@ -33,7 +33,7 @@ def overview(ctx: JobContext, now: float | None = None) -> dict[str, Any]:
         "heartbeat_age_s": round(status.age(now), 1) if status else None,
         "kafka_lag": status.kafka_lag if status else None,
         "last_savepoint": last.id if last else None,
-        "last_savepoint_age_s": round(now - _epoch(last.completed_at or last.created_at), 1) if last else None,
+        "last_savepoint_age_s": round(now - epoch_of(last.completed_at or last.created_at), 1) if last else None,
         "failed_snapshots": sum(s.status is SnapshotStatus.FAILED for s in snapshots),
         "snapshots": len(snapshots),
         "unhealthy": "; ".join(reasons) or None,
@@ -70,7 +70,3 @@ def _unhealthy(
     if skipping:
         reasons.append(skipping)
     return reasons
-
-
-def _epoch(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

@@ -21,6 +21,7 @@ docs/jobs-file.md describes every key.
     retention.savepoint = { keep_last = 10 }
     desired = { state = "running", version = "v1" }   # what `savepoints apply` keeps running (core/reconcile/)
     restart = { attempts = 5, window = "1 hour" }     # its restarts after a failure
+    autoscale = { max = 4 }                           # its size, on the loop (core/autoscale/)
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ import re
 import sys
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..autoscale.policy import Autoscale, parse_autoscale, size_of, sized
 from ..durations import duration_seconds
 from ..errors import InvalidInput, NotFound
 from ..records.manifest import check_name
@@ -127,6 +129,7 @@ class JobSpec:
     kafka: KafkaSettings | None = None  # the broker a Kafka job reads; the engine checks offsets against it
     desired: Desired | None = None  # what should run (None: `savepoints apply` leaves the job to people)
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    autoscale: Autoscale | None = None  # how `savepoints apply` sizes it (core/autoscale/); None: left as declared
     # the job's declaration as written (its table over [defaults]), hashed: a version that failed under one is not
     # tried again by `savepoints apply` until the declaration changes
     fingerprint: str = ""
@@ -155,6 +158,21 @@ class JobSpec:
                 f"job {self.name} has no version {name!r}: declared versions are {', '.join(self.version_names)}"
             )
         return self.versions[name]
+
+    def sized(self, size: int | None) -> JobSpec:
+        """The job at `size` of its autoscaler's knob (its master's cores, or its executors); as declared for
+        None or a job without `autoscale`."""
+        if size is None or self.autoscale is None:
+            return self
+        master, conf = sized(self.autoscale.knob_for(self.spark_master), size, self.spark_master, self.conf)
+        return replace(self, spark_master=master, conf=conf)
+
+    def size_of(self, master: str | None, conf: dict[str, str]) -> int | None:
+        """The size a deployment launched with `master` and `conf` runs at, on the autoscaler's knob (None: the
+        job has no autoscale). A deployment recorded before its master was (None) ran the declared one."""
+        if self.autoscale is None:
+            return None
+        return size_of(self.autoscale.knob_for(self.spark_master), master or self.spark_master, conf)
 
     def launchable(self, name: str | None) -> VersionSpec:
         """The version, checked before anything is launched or written: its application exists."""
@@ -411,8 +429,13 @@ def load_jobs(path: str | None = None) -> dict[str, JobSpec]:
             kafka=_kafka(merged.get("kafka"), where),
             desired=_desired(merged.get("desired"), versions, default_version, where),
             restart=_restart(merged.get("restart"), where),
+            autoscale=parse_autoscale(merged.get("autoscale"), str(merged.get("spark_master", "local[2]")), where),
             fingerprint=_fingerprint(merged),
         )
+        if spec.autoscale is not None and spec.desired is None:
+            raise InvalidInput(
+                f'{where} autoscale sizes a job the reconcile loop keeps running: add desired = {{ state = "running" }}'
+            )
         spec.version(default_version)
         jobs[name] = spec
     return jobs

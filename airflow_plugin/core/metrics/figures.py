@@ -11,7 +11,6 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from ..catalog.snapshots import SnapshotEntry
@@ -28,6 +27,7 @@ from ..records.manifest import Kind, SnapshotStatus
 from ..retention.policy import parse_policy
 from ..retention.usage import StoreUsage, read_usage
 from ..snapshots.store import SnapshotStore
+from ..timestamps import epoch_of
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +79,6 @@ class Figures:
     jobs: list[JobFigures]
     stores: list[StoreUsage]
     seconds: float  # how long reading took
-
-
-def epoch_of(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _last(entries: list[SnapshotEntry], kind: Kind, now: float) -> SnapshotFigures | None:

@@ -13,7 +13,8 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST, genera
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..records.deployment import State
-from .figures import Figures, epoch_of
+from ..timestamps import epoch_of
+from .figures import Figures
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST  # OpenMetrics 1.0
 STATES = tuple(s.value for s in State)

@@ -13,25 +13,30 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ..autoscale.decide import Recommendation, Rescale, ScalingSeen
+from ..autoscale.policy import slots_per_unit
 from ..errors import NotFound, SavepointsError, UpgradeFailed
 from ..jobs.context import Context, JobContext
 from ..jobs.deploy import DeployRequest, deploy
 from ..jobs.launcher import process_seen
 from ..jobs.observe import observe_deployment
 from ..jobs.operation import operation
+from ..jobs.rescale import PARTITIONS_CONF
 from ..jobs.savepoint import take_savepoint
 from ..jobs.stop import kill
 from ..lease import default_holder
 from ..process import Liveness
-from ..records.deployment import Deployment
-from ..timestamps import utc_now
+from ..records.deployment import Deployment, DeploymentStatus, State
+from ..timestamps import epoch_of, utc_now, utc_stamp
 from ..upgrades.record import Phase, Upgrade, Upgrades
 from ..upgrades.run import abandoned, abort_abandoned, begin, run_upgrade
 from . import record as records
-from .plan import APPLY, Action, Observed, Seen, Step, UpgradeSeen, plan
+from .plan import APPLY, UPGRADES, Action, Observed, Seen, Step, UpgradeSeen, plan
 from .record import Reconciled, Restart
 
 log = logging.getLogger(__name__)
+SPARK_DEFAULT_PARTITIONS = 200  # spark.sql.shuffle.partitions when a job sets none: what Spark pins in the checkpoint
+KEPT_RESCALES = 50  # the rescales the record keeps (the hourly budget and the restart time read the newest)
 
 
 @dataclass(frozen=True)
@@ -67,24 +72,55 @@ def loop_context(ctx: JobContext) -> JobContext:
 def observe(ctx: JobContext, now: float | None = None, listed: list[Deployment] | None = None) -> Observed:
     """What the plan needs of one job, read from the store (and the observer: heartbeats, processes, YARN)."""
     deployments = ctx.deployments.list(ctx.name) if listed is None else listed
-    seen = [_seen(ctx, d) for d in deployments]
+    looked = [_seen(ctx, d) for d in deployments]
+    seen = [s for s, _ in looked]
     live = [s for s in seen if s.state.live]
     upgrade = Upgrades(ctx.store.storage).in_progress(ctx.name)
+    newest = (live or seen or [None])[-1]
+    record = records.read(ctx.store.storage, ctx.name)
+    now = time.time() if now is None else now
+    scaling = None
+    if newest is not None and newest.state is State.RUNNING:
+        deployment, status = next((d, st) for (s, st), d in zip(looked, deployments, strict=True) if s is newest)
+        scaling = scaling_seen(ctx, deployment, status, record, now)
     return Observed(
         job=ctx.name,
         desired=ctx.spec.desired,
         restart=ctx.spec.restart,
         fingerprint=ctx.spec.fingerprint,
-        now=time.time() if now is None else now,
-        deployment=(live or seen or [None])[-1],
+        now=now,
+        deployment=newest,
         upgrade=_upgrade_seen(ctx, upgrade) if upgrade is not None else None,
-        record=records.read(ctx.store.storage, ctx.name),
+        record=record,
+        scaling=scaling,
     )
 
 
-def _seen(ctx: JobContext, deployment: Deployment) -> Seen:
+def scaling_seen(
+    ctx: JobContext, deployment: Deployment, status: DeploymentStatus | None, record: Reconciled, now: float
+) -> ScalingSeen | None:
+    """What the autoscaler reads of the running deployment (None: the job declares no autoscale, or it runs
+    another version than the desired one: an upgrade comes first)."""
+    policy, desired = ctx.spec.autoscale, ctx.spec.desired
+    if policy is None or desired is None or deployment.version != desired.version:
+        return None
+    knob = policy.knob_for(ctx.spec.spark_master)
+    return ScalingSeen(
+        policy=policy,
+        knob=knob,
+        size=ctx.spec.size_of(deployment.master, deployment.spark_conf) or 1,
+        slots_per_unit=slots_per_unit(knob, deployment.spark_conf),
+        partitions=int(deployment.spark_conf.get(PARTITIONS_CONF) or SPARK_DEFAULT_PARTITIONS),
+        load=status.load if status is not None else [],
+        now=now,
+        history=record.rescales,
+        ineffective_held=record.scale_up_held is not None,
+    )
+
+
+def _seen(ctx: JobContext, deployment: Deployment) -> tuple[Seen, DeploymentStatus | None]:
     status, state = observe_deployment(ctx, deployment)
-    return Seen(
+    seen = Seen(
         id=deployment.id,
         version=deployment.version,
         state=state,
@@ -93,7 +129,9 @@ def _seen(ctx: JobContext, deployment: Deployment) -> Seen:
         updated_at=status.updated_at if status else None,
         last_batch_id=status.last_batch_id if status else None,
         gone=process_seen(deployment.launcher) is Liveness.GONE,
+        size=ctx.spec.size_of(deployment.master, deployment.spark_conf),
     )
+    return seen, status
 
 
 def _upgrade_seen(ctx: JobContext, upgrade: Upgrade) -> UpgradeSeen:
@@ -115,11 +153,11 @@ def apply_job(ctx: JobContext, *, dry_run: bool = False, step: Step | None = Non
             _note(ctx, step)
         return Applied(step, "dry run: nothing done" if dry_run else "nothing to do")
     try:
-        if step.action in (Action.UPGRADE, Action.RESUME_UPGRADE, Action.ABORT_UPGRADE):
+        if step.action in UPGRADES:
             return _upgrade(ctx, step)
         with operation(ctx, "apply") as found:
             step = plan(observe(ctx, listed=found))  # decided again, under the lease
-            if not step.action.acts or step.action in (Action.UPGRADE, Action.RESUME_UPGRADE):
+            if not step.action.acts or step.action in UPGRADES:
                 return Applied(step, "changed while the lease was taken: look again at the next apply")
             return _act(ctx, step)
     except SavepointsError as exc:
@@ -133,7 +171,7 @@ def _act(ctx: JobContext, step: Step) -> Applied:
         snapshot = take_savepoint(ctx, stop_after=True)
         return _done(ctx, record, step, f"stopped with savepoint {snapshot.id}")
     if step.action is Action.DEPLOY:
-        deployment = deploy(ctx, DeployRequest(step.version, restore=step.restore or ""))
+        deployment = deploy(ctx.at_size(step.size), DeployRequest(step.version, restore=step.restore or ""))
         return _done(ctx, record, step, f"deployed {step.version} as {deployment.id}")
     assert step.action is Action.RESTART and step.failed is not None
     failed = step.failed
@@ -146,7 +184,7 @@ def _act(ctx: JobContext, step: Step) -> Applied:
     try:
         if step.kill_first:
             killed = kill(ctx, failed.id)
-        deployment = deploy(ctx, DeployRequest(step.version, restore=step.restore or ""))
+        deployment = deploy(ctx.at_size(step.size), DeployRequest(step.version, restore=step.restore or ""))
     except Exception as exc:
         # the attempt failed (the deploy refused: no state, a source gap; the kill): recorded with its error, it
         # counts against the budget and the next one waits its delay, instead of going on at every apply
@@ -182,8 +220,36 @@ def upgrade_of(ctx: JobContext, step: Step) -> Upgrade | None:
     `ctx`: the loop's (`loop_context`), so that the upgrade is recorded as the loop's own."""
     if step.action is Action.RESUME_UPGRADE:
         return Upgrades(ctx.store.storage).in_progress(ctx.name)
-    assert step.action is Action.UPGRADE and step.version is not None
-    return begin(ctx, step.version, mode=step.mode)
+    assert step.action in (Action.UPGRADE, Action.RESCALE) and step.version is not None
+    if step.action is Action.RESCALE:
+        _record_rescale(ctx, step)
+    return begin(
+        ctx,
+        step.version,
+        mode=step.mode,
+        size=step.size,
+        from_size=step.from_size,
+        partitions=step.partitions if step.action is Action.RESCALE else None,
+    )
+
+
+def _record_rescale(ctx: JobContext, step: Step) -> None:
+    """A rescale is recorded before its upgrade begins (under the job's lease): killed in between, it still counts
+    against the hourly budget and starts its cooldown, and the next apply decides again."""
+    assert step.recommendation is not None and step.size is not None and step.from_size is not None
+    with operation(ctx, "apply"):
+        record = records.read(ctx.store.storage, ctx.name)
+        rescale = Rescale(
+            at=time.time(),
+            from_size=step.from_size,
+            to_size=step.size,
+            reason=step.recommendation.reason,
+            figures=step.recommendation.figures,
+            partitions=step.partitions,
+        )
+        record.rescales = [*record.rescales, rescale][-KEPT_RESCALES:]
+        record.recommendation = {"at": rescale.at, **step.recommendation.to_dict()}
+        records.write(ctx.store.storage, record)
 
 
 def upgrade_ended(ctx: JobContext, ended: Upgrade, step: Step | None = None) -> Applied:
@@ -193,6 +259,8 @@ def upgrade_ended(ctx: JobContext, ended: Upgrade, step: Step | None = None) -> 
     step = step or Step(ctx.name, Action.UPGRADE, f"upgrade {ended.id} went on", version=ended.to_version)
     with operation(ctx, "apply"):
         record = records.read(ctx.store.storage, ctx.name)
+        if ended.size is not None and ended.from_size != ended.size:  # a rescale: the version is not in question
+            return _rescale_ended(ctx, record, ended, step)
         if ended.phase is Phase.DONE:
             record.last_stable_version = ended.to_version
             record.failed_versions.pop(ended.to_version, None)
@@ -201,6 +269,24 @@ def upgrade_ended(ctx: JobContext, ended: Upgrade, step: Step | None = None) -> 
         said = _done(ctx, record, step, f"upgrade {ended.id} to {ended.to_version} ended {ended.phase}: {ended.error}")
         held = f"{ended.to_version} is held until the jobs file changes or `savepoints apply {ctx.name} --retry`"
         return replace(said, error=UpgradeFailed(f"{ctx.name}: {said.outcome}; {held}"))
+
+
+def _rescale_ended(ctx: JobContext, record: Reconciled, ended: Upgrade, step: Step) -> Applied:
+    """What a rescale came to, on its record: its outcome, and the time it took from its start to its cutover (what
+    the next one is expected to cost). One that did not end DONE left the old size running: the step fails, saying
+    so; the cooldown and the hourly budget keep the next try apart."""
+    started = epoch_of(ended.created_at)
+    cut = epoch_of(ended.cutover_at) - started if ended.cutover_at else None
+    for i in range(len(record.rescales) - 1, -1, -1):
+        rescale = record.rescales[i]
+        if rescale.upgrade in (None, ended.id) and rescale.at <= started + 1 and rescale.to_size == ended.size:
+            record.rescales[i] = replace(rescale, upgrade=ended.id, outcome=str(ended.phase), seconds=cut)
+            break
+    what = f"rescale of {ended.to_version} from {ended.from_size} to {ended.size} (upgrade {ended.id}, {ended.mode})"
+    if ended.phase is Phase.DONE:
+        return _done(ctx, record, step, f"{what} done")
+    said = _done(ctx, record, step, f"{what} ended {ended.phase}: {ended.error}")
+    return replace(said, error=UpgradeFailed(f"{ctx.name}: {said.outcome}; it keeps running at {ended.from_size}"))
 
 
 def _done(ctx: JobContext, record: Reconciled, step: Step, outcome: str) -> Applied:
@@ -217,14 +303,31 @@ def _note(ctx: JobContext, step: Step) -> None:
         return
     record = records.read(ctx.store.storage, ctx.name)
     running = step.version  # the desired version, running
-    if running is None or record.last_stable_version == running:
+    if running is None or (record.last_stable_version == running and step.recommendation is None):
         return
     try:
         with operation(ctx, "apply"):
+            record = records.read(ctx.store.storage, ctx.name)
             record.last_stable_version = running
+            if step.recommendation is not None:
+                _judged(record, step.recommendation)
             records.write(ctx.store.storage, record)
     except SavepointsError as exc:
-        log.info("%s: the last stable version is written next time (%s)", ctx.name, exc)
+        log.info("%s: the last stable version and the autoscaler's figures are written next time (%s)", ctx.name, exc)
+
+
+def _judged(record: Reconciled, recommendation: Recommendation) -> None:
+    """The autoscaler's recommendation kept for status, the page and the metrics; the last scale-up's check, once
+    judged, kept on it (an ineffective one holds scale-ups: decide.py)."""
+    record.recommendation = {"at": time.time(), **recommendation.to_dict()}
+    if recommendation.effective is not None and record.rescales:
+        last = record.rescales[-1]
+        record.rescales[-1] = replace(last, effective=recommendation.effective)
+        if recommendation.effective is False:
+            record.scale_up_held = (
+                f"the scale-up from {last.from_size} to {last.to_size} at {utc_stamp(last.at)} did not raise the "
+                "processing rate by a tenth of what it should have"
+            )
 
 
 def apply(
@@ -269,6 +372,24 @@ def declared_status(ctx: JobContext, now: float | None = None) -> dict[str, Any]
         "held_versions": sorted(v for v, under in kept.failed_versions.items() if under == ctx.spec.fingerprint),
         "paused_by": kept.paused_by,
         "last_step": kept.last_step,
+        "autoscale": _autoscale_status(ctx, kept),
+    }
+
+
+def _autoscale_status(ctx: JobContext, kept: Reconciled) -> dict[str, Any] | None:
+    """The autoscaler's state for status, the page and the metrics (None: the job declares none)."""
+    policy = ctx.spec.autoscale
+    if policy is None:
+        return None
+    return {
+        "mode": str(policy.mode),
+        "knob": str(policy.knob_for(ctx.spec.spark_master)),
+        "min": policy.min,
+        "max": policy.max,
+        "recommendation": kept.recommendation,
+        "last_rescale": asdict(kept.rescales[-1]) if kept.rescales else None,
+        "rescales": len(kept.rescales),
+        "scale_up_held": kept.scale_up_held,
     }
 
 
@@ -303,5 +424,6 @@ def retry(ctx: JobContext) -> Reconciled:
         record = records.read(ctx.store.storage, ctx.name)
         record.failed_versions.clear()
         record.budget_from = time.time()
+        record.scale_up_held = None
         records.write(ctx.store.storage, record)
         return record

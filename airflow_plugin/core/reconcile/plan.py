@@ -25,7 +25,13 @@ The rules, in order:
                                                 person's, without a savepoint) leaves newer state than any
                                                 savepoint `desired.restore` may name
     running another version than desired       that version failed under this declaration: HOLD; else UPGRADE
-    running the desired version                NOTHING (it is the last stable version)"""
+    running the desired version                with `autoscale`: the autoscaler's decision (core/autoscale/
+                                                decide.py): a scale up or down RESCALEs (an upgrade to the same
+                                                version at the new size), unless the autoscaler is passive;
+                                                else NOTHING (it is the last stable version)
+
+The loop keeps a job at the size it runs at: a restart, a redeploy after a stop and an upgrade launch at the size
+of the deployment they follow; only a first start runs at the size the jobs file declares."""
 
 from __future__ import annotations
 
@@ -33,6 +39,8 @@ import random
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from ..autoscale.decide import Recommendation, ScalingSeen, decide
+from ..autoscale.policy import Mode as ScalingMode
 from ..jobs.spec import DEFAULT_RESTORE, STOPPED, Desired, RestartPolicy
 from ..records.deployment import State
 from .record import Reconciled
@@ -64,6 +72,7 @@ class Action(StrEnum):
     DEPLOY = "DEPLOY"
     RESTART = "RESTART"
     UPGRADE = "UPGRADE"
+    RESCALE = "RESCALE"  # an upgrade to the running version at another size: the autoscaler's
     RESUME_UPGRADE = "RESUME_UPGRADE"
     ABORT_UPGRADE = "ABORT_UPGRADE"  # a person's upgrade whose approval was abandoned: aborted before any launch
     STOP = "STOP"
@@ -72,8 +81,11 @@ class Action(StrEnum):
 
     @property
     def acts(self) -> bool:
-        upgrades = (Action.UPGRADE, Action.RESUME_UPGRADE, Action.ABORT_UPGRADE)
-        return self in (Action.DEPLOY, Action.RESTART, *upgrades, Action.STOP)
+        return self in (Action.DEPLOY, Action.RESTART, *UPGRADES, Action.STOP)
+
+
+# the steps carried out as an upgrade, outside the loop's own lease (the upgrade takes the job's its own way)
+UPGRADES = (Action.UPGRADE, Action.RESCALE, Action.RESUME_UPGRADE, Action.ABORT_UPGRADE)
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,7 @@ class Seen:
     updated_at: float | None = None  # its last heartbeat (when it failed, for a FAILED one)
     last_batch_id: int | None = None
     gone: bool = False  # its driver surely ended (a local process that is gone): nothing to kill
+    size: int | None = None  # the size it runs at on the autoscaler's knob (None: the job has no autoscale)
 
 
 @dataclass(frozen=True)
@@ -109,6 +122,7 @@ class Observed:
     deployment: Seen | None = None  # the newest live deployment, else the newest one
     upgrade: UpgradeSeen | None = None  # one that has not ended
     record: Reconciled = field(default_factory=lambda: Reconciled(""))
+    scaling: ScalingSeen | None = None  # the autoscaler's view of the running desired version, if it has one
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,10 @@ class Step:
     failed: Seen | None = None  # what a RESTART replaces
     kill_first: bool = False  # a LOST driver not surely gone: killed before the restart (one writer)
     not_before: float | None = None  # a WAIT for a restart's delay: when it is due
+    size: int | None = None  # the size DEPLOY, RESTART, UPGRADE or RESCALE launches at (None: as declared)
+    from_size: int | None = None  # a RESCALE's: the size it leaves (what a rollback restores)
+    partitions: int | None = None  # a RESCALE's: the state's new partitions, when they change
+    recommendation: Recommendation | None = None  # the autoscaler's, which the step carries out or records
 
     def describe(self) -> str:
         return f"{self.job}: {self.action} - {self.reason}"
@@ -174,7 +192,7 @@ def plan(seen: Observed) -> Step:
         why = f"{deployment.id} was stopped: from its latest state"
         if desired.restore != DEFAULT_RESTORE:
             why += f" (desired.restore {desired.restore} is a first start's only)"
-        return Step(job, Action.DEPLOY, why, version=desired.version, restore=DEFAULT_RESTORE)
+        return Step(job, Action.DEPLOY, why, version=desired.version, restore=DEFAULT_RESTORE, size=deployment.size)
     # RUNNING
     if deployment.version != desired.version:
         failed_under = record.failed_versions.get(desired.version)
@@ -191,10 +209,35 @@ def plan(seen: Observed) -> Step:
             f"{deployment.id} runs {deployment.version}, desired {desired.version}",
             version=desired.version,
             mode=desired.upgrade_mode,
+            size=deployment.size,
+            from_size=deployment.size,
         )
-    return Step(
+    running = Step(
         job, Action.NOTHING, f"{deployment.id} runs {deployment.version}, as desired", version=deployment.version
     )
+    return running if seen.scaling is None else _autoscaled(running, seen.scaling, desired, deployment)
+
+
+def _autoscaled(running: Step, scaling: ScalingSeen, desired: Desired, deployment: Seen) -> Step:
+    """The running desired version as the autoscaler sees it: RESCALE to its recommendation, or (passive, or
+    nothing to do) NOTHING, the recommendation carried for the record."""
+    recommendation = decide(scaling)
+    said = f"{running.reason}; autoscale: {recommendation.describe()}"
+    if recommendation.acts and scaling.policy.mode is ScalingMode.ACTIVE:
+        return Step(
+            running.job,
+            Action.RESCALE,
+            f"{deployment.id} ({deployment.version}) {recommendation.describe()}",
+            version=deployment.version,
+            mode=desired.upgrade_mode,
+            size=recommendation.size,
+            from_size=recommendation.current,
+            partitions=recommendation.partitions,
+            recommendation=recommendation,
+        )
+    if recommendation.acts:
+        said = f"{running.reason}; autoscale (passive, not acted on): {recommendation.describe()}"
+    return replace(running, reason=said, recommendation=recommendation)
 
 
 def _after_failure(seen: Observed, failed: Seen) -> Step:
@@ -212,6 +255,7 @@ def _after_failure(seen: Observed, failed: Seen) -> Step:
         restore=DEFAULT_RESTORE,
         failed=failed,
         kill_first=failed.state is State.LOST and not failed.gone,
+        size=failed.size,
     )
     if any(r.pending for r in tried):  # recorded, then the loop was killed before its deploy: it goes on, counted once
         return replace(restart, reason=f"{why}; its restart {len(recent)} of {policy.attempts} goes on")

@@ -1,8 +1,8 @@
 """What the reconcile loop keeps of a job, in the store (`jobs/<job>/reconcile.json`): its restart attempts (when,
 why, from which batch, what came of each), the last version that ran healthy, the versions that failed for a given
-jobs file (not tried again until the file changes or a person asks), and a person's pause (the loop leaves the job
-alone). Written whole; the job's lease makes one writer at a time (apply.py writes it only while it holds the
-lease)."""
+jobs file (not tried again until the file changes or a person asks), a person's pause (the loop leaves the job
+alone), and the autoscaler's: its rescales, its last recommendation, a scale-up it holds. Written whole; the
+job's lease makes one writer at a time (apply.py writes it only while it holds the lease)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .. import layout
+from ..autoscale.decide import Rescale
 from ..errors import IntegrityError
 from ..jobs.spec import RestartPolicy
 from ..storage import Storage
@@ -45,6 +46,9 @@ class Reconciled:
     budget_from: float | None = None  # `apply --retry`: the restart budget counts the restarts after this
     paused_at: str | None = None
     last_step: str | None = None  # what the last `apply` did, for status and the page
+    rescales: list[Rescale] = field(default_factory=list)  # the autoscaler's, newest last
+    recommendation: dict[str, Any] | None = None  # the autoscaler's last (decide.py Recommendation, and `at`)
+    scale_up_held: str | None = None  # why scale-ups are held (an ineffective one): until `apply --retry`
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()
@@ -58,6 +62,10 @@ class Reconciled:
             attempt = {f.name for f in fields(Restart)}
             record.restarts = [
                 Restart(**{k: v for k, v in r.items() if k in attempt}) for r in data.get("restarts", [])
+            ]
+            rescale = {f.name for f in fields(Rescale)}
+            record.rescales = [
+                Rescale(**{k: v for k, v in r.items() if k in rescale}) for r in data.get("rescales", [])
             ]
         except (ValueError, TypeError) as exc:
             raise IntegrityError(

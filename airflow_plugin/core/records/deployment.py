@@ -63,6 +63,8 @@ class Deployment:
     # why it started without state (deploy.py why_fresh): latest-state of a job that never started a query, or a
     # fresh start asked for by name of a job with state, naming the state (and its batch) that was not carried over
     fresh_start: str | None = None
+    # the spark-submit master it was launched with: with its spark_conf, its size (core/autoscale/policy.py size_of)
+    master: str | None = None
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()
@@ -124,6 +126,8 @@ class DeploymentStatus:
     # what the runtime changed or doubts about the query, for a person: a script's own checkpoint location or
     # trigger it replaced (runtime/script.py), a guarantee's caveat (runtime/delivery.py)
     warnings: list[str] = field(default_factory=list)
+    # its committed batches summed per 10 s over the last 30 minutes, what the autoscaler reads (core/autoscale/load.py)
+    load: list[dict[str, Any]] = field(default_factory=list)
 
     def skipping(self) -> str | None:
         """Why a deployment that commits batches is not healthy: its last batches read input by their

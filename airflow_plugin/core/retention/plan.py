@@ -41,6 +41,7 @@ from ..records.deployment import State
 from ..records.manifest import Kind, SnapshotStatus, in_flight
 from ..sources.kafka import SourceCheck
 from ..storage import ObjectInfo
+from ..timestamps import epoch_of
 from .policy import KindPolicy, OnCancellation, RetentionPolicy
 
 # A deployment whose state is one of these may still be running: what it was restored from is kept.
@@ -185,12 +186,8 @@ class Plan:
 # ---------------------------------------------------------------- the planner
 
 
-def _timestamp(iso: str) -> float:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
 def age_seconds(snapshot: SnapshotEntry, now: datetime) -> float:
-    return now.timestamp() - _timestamp(snapshot.created_at)
+    return now.timestamp() - epoch_of(snapshot.created_at)
 
 
 def _protected(observed: Observed) -> dict[str, str]:
@@ -330,7 +327,7 @@ def _checkpoint_actions(
         if not d.retired_at or d.state not in _FINISHED or not d.checkpoint_present:
             continue
         job_policy = job_policies.get(d.job, policy)
-        retired_for = now.timestamp() - _timestamp(d.retired_at)
+        retired_for = now.timestamp() - epoch_of(d.retired_at)
         if job_policy.on_cancellation is OnCancellation.DELETE:
             reason = f"deployment {d.id} is retired ({d.state}) and the policy is delete-on-cancellation"
         elif retired_for > job_policy.retired_retention_s:

@@ -30,6 +30,7 @@ from ..jobs.deploy import (
     log_fresh,
     plan_from,
     refuse_while_live,
+    repartition_restored,
     restore_source,
     submit_spec,
     why_fresh,
@@ -39,9 +40,11 @@ from ..jobs.fence import admit
 from ..jobs.fresh_start import build_of, fresh_start
 from ..jobs.observe import state_of
 from ..jobs.operation import operation
+from ..jobs.rescale import check_rescalable, current_partitions
 from ..jobs.spec import VersionSpec
 from ..jobs.startup import launch_deployment, wait_for_state, wait_until_started
 from ..records.deployment import ControlRequest, Deployment, State, new_deployment_id
+from ..records.manifest import Manifest
 from ..snapshots.restore import METADATA, execute_restore, plan_restore
 
 
@@ -55,13 +58,15 @@ def launch_beside(
     seed: dict[str, Any] | None = None,
     initial_state: str | None = None,
     wait_seconds: float = 180.0,
+    partitions: int | None = None,
 ) -> Deployment:
     """A deployment of a version beside the running one (an upgrade's green), writing into `staging` until it
     publishes (its runtime checks its sink before its query starts), under a query id of its own (sinks tell the
     two apart by it). Restored from the running one's live savepoint `snapshot_id`, its Kafka positions checked
     like any restore's; or, `fresh`, on an empty checkpoint: started at `seed`'s positions (the runtime's
     `--seed`: a replay's or a migration's start) with `initial_state` (a migration's), or from the start of its
-    sources. Under the job's lease: the upgrade holds it."""
+    sources. `partitions`: the restored state repartitioned to these before the query starts (a rescale). Under the
+    job's lease: the upgrade holds it."""
     version = ctx.spec.launchable(version_name)
     with operation(ctx, "deploy") as found:
         listed = deployments_listed(ctx, found)
@@ -70,6 +75,7 @@ def launch_beside(
             wait_until_started(ctx, earlier, wait_seconds)
             return earlier
         source = ctx.store.get(ctx.name, snapshot_id)
+        rescale_to = _rescale_to(source, None if fresh else partitions)
         deployment_id = new_deployment_id()
         checkpoint = claimable_location(ctx, deployment_id, listed)
         plan, conf = None, {**ctx.spec.conf, **version.conf}
@@ -96,11 +102,15 @@ def launch_beside(
             request_id=ctx.settings.request_id,
             source_gap=plan.source_gap if plan else None,
             build=build_of(ctx, version),
+            master=ctx.spec.spark_master,
         )
         ctx.deployments.put(deployment)
         args = gate_args(source, staging)
         if plan is not None:
             execute_restore(ctx.store, plan, progress=ctx.progress)
+            if rescale_to is not None:
+                repartition_restored(ctx, plan, deployment, rescale_to)
+                ctx.deployments.put(deployment)
         else:  # its own query id from the start: the runtime's sink check and Delta's txn tell it apart
             ctx.open(checkpoint).write(METADATA, json.dumps({"id": str(uuid.uuid4())}).encode())
             args += ("--seed", json.dumps(seed, separators=(",", ":"))) if seed else ()
@@ -141,6 +151,7 @@ def _prestart(
         checkpoint=checkpoint,
         spark_conf={**ctx.spec.conf, **version.conf},
         build=build_of(ctx, version),
+        master=ctx.spec.spark_master,
     )
     ctx.deployments.put(deployment)
     launch_deployment(
@@ -165,12 +176,14 @@ def activate(
     wait_seconds: float = 180.0,
     rewind_sink: bool = False,
     accept_source_gap: bool = False,
+    partitions: int | None = None,
 ) -> Deployment:
     """Restore state into a pre-started deployment's location and start its query. Refused while any
-    other deployment of the job is live (stop the old version first) or if it is not in STANDBY."""
+    other deployment of the job is live (stop the old version first) or if it is not in STANDBY. `partitions`: the
+    restored state repartitioned to these before the query starts (a rescale)."""
     with operation(ctx, "deploy") as found:
         listed = deployments_listed(ctx, found)
-        return _activate(ctx, deployment_id, restore, wait_seconds, rewind_sink, accept_source_gap, listed)
+        return _activate(ctx, deployment_id, restore, wait_seconds, rewind_sink, accept_source_gap, listed, partitions)
 
 
 def _activate(
@@ -181,6 +194,7 @@ def _activate(
     rewind_sink: bool,
     accept_source_gap: bool,
     listed: list[Deployment],
+    partitions: int | None = None,
 ) -> Deployment:
     deployment = ctx.deployments.get(ctx.name, deployment_id)
     state = state_of(ctx, deployment)
@@ -197,6 +211,7 @@ def _activate(
             "start with no state; activate it with a snapshot, or stop it and deploy anew"
         )
     plan = plan_from(ctx, source, deployment.checkpoint, rewind_sink, accept_source_gap, deployment.prerestored_from)
+    rescale_to = _rescale_to(source, partitions)
     if source is None:
         for storage, rewind in fresh_start(ctx, deployment.build, deployment.id, rewind_sink):
             execute_rewind(storage, rewind)
@@ -207,6 +222,8 @@ def _activate(
         deployment.restored_from, deployment.restored_batch_id = source.id, source.batch_id
         deployment.source_gap = plan.source_gap
         deployment.spark_conf = {**deployment.spark_conf, **plan.spark_conf}
+        if rescale_to is not None:
+            repartition_restored(ctx, plan, deployment, rescale_to)
     ctx.deployments.put(deployment)
     conf = {k: v for k, v in (plan.spark_conf if plan else {}).items() if k.startswith("spark.sql.")}
     gate = source.restored_gate if source else None  # what the restored deployment writes of a gated one's windows
@@ -215,3 +232,12 @@ def _activate(
     ctx.deployments.request(ctx.name, deployment_id, start)
     wait_until_started(ctx, deployment, wait_seconds)
     return deployment
+
+
+def _rescale_to(source: Manifest | None, partitions: int | None) -> int | None:
+    """The partitions a rescale repartitions the restored state to, None when they are the snapshot's already;
+    refused (before anything is written) where Spark cannot repartition the state."""
+    if source is None or partitions is None or partitions == current_partitions(source):
+        return None
+    check_rescalable(source, partitions)
+    return partitions

@@ -97,6 +97,11 @@ class Upgrade:
     request_id: str | None = None  # the request that made it (an Airflow run): its retries find it
     approved_by: str | None = None  # who approved its launch, when a person was asked (UpgradeJobOperator approve)
     approval_asked_at: str | None = None  # when a person was last asked to approve its launch (run.py await_approval)
+    # a rescale (the autoscaler's): the new deployment runs at `size` of the job's knob, the old one ran at
+    # `from_size` (what a rollback restores), its state repartitioned to `partitions` when they change
+    size: int | None = None
+    from_size: int | None = None
+    partitions: int | None = None
     # what the steps found and made
     old_deployment: str | None = None
     old_version: str | None = None

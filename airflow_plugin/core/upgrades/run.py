@@ -24,11 +24,18 @@ WAITING = frozenset({Phase.CATCHING_UP, Phase.RETIRING, Phase.CONFIRMING, Phase.
 
 
 def begin(
-    ctx: JobContext, version: str, *, mode: str | None = None, settings: UpgradeSettings | None = None
+    ctx: JobContext,
+    version: str,
+    *,
+    mode: str | None = None,
+    settings: UpgradeSettings | None = None,
+    size: int | None = None,
+    from_size: int | None = None,
+    partitions: int | None = None,
 ) -> Upgrade:
     """Record a new upgrade of the job to `version` and take its lease. Refused while another upgrade of the job
     has not ended (resume or abort it) and while another operation holds the job; a retry of the same request
-    (an Airflow task) gets the upgrade it began."""
+    (an Airflow task) gets the upgrade it began. `size`, `from_size`, `partitions`: a rescale's (Upgrade)."""
     ctx.spec.launchable(version)
     mode = None if mode in (None, "", AUTO) else mode
     if mode not in (None, *(m.value for m in Mode)):
@@ -53,8 +60,12 @@ def begin(
         settings=asdict(settings or UpgradeSettings()),
         requested_by=ctx.requested_by,
         request_id=request_id,
+        size=size,
+        from_size=from_size,
+        partitions=partitions,
     )
-    upgrade.move(Phase.SAVEPOINTING, f"upgrade to {version} requested" + (f", mode {mode}" if mode else ""))
+    what = f"rescale of {version} from {from_size} to {size}" if size is not None else f"upgrade to {version}"
+    upgrade.move(Phase.SAVEPOINTING, f"{what} requested" + (f", mode {mode}" if mode else ""))
     step = step_context(ctx, upgrade).settings
     lease = acquire(ctx.store.storage, ctx.name, str(step.holder), "upgrade", step.lease_ttl)
     lease.keep()  # the upgrade's steps take it back; nobody else may act on the job meanwhile

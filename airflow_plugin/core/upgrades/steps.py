@@ -123,6 +123,7 @@ def savepointing(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
 
 
 def preflighting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
+    ctx = ctx.at_size(upgrade.size)  # the new deployment's master decides what may run beside the old one
     settings = UpgradeSettings.of(upgrade.settings)
     assert upgrade.savepoint is not None
     report = preflight(
@@ -191,6 +192,7 @@ def migrating(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
 
 
 def launching(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
+    ctx = ctx.at_size(upgrade.size)  # a rescale's new size; else as declared
     settings = UpgradeSettings.of(upgrade.settings)
     assert upgrade.savepoint is not None
     if upgrade.mode == Mode.STOP_RESTORE:
@@ -210,7 +212,9 @@ def launching(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         )
         began = f"at {upgrade.savepoint}'s positions with the migrated state {initial}"
     else:
-        green = launch_beside(ctx, upgrade.to_version, upgrade.savepoint, upgrade.staging)
+        green = launch_beside(
+            ctx, upgrade.to_version, upgrade.savepoint, upgrade.staging, partitions=upgrade.partitions
+        )
         began = f"from {upgrade.savepoint}"
     upgrade.new_deployment = green.id
     upgrade.deadline = time.time() + settings.catch_up_seconds
@@ -276,6 +280,7 @@ def cutting_over(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
             wait_seconds=0,
             rewind_sink=True,
             accept_source_gap=settings.accept_source_gap,
+            partitions=upgrade.partitions,
         )
         upgrade.cutover_at = utc_now()
         upgrade.deadline = time.time() + settings.confirm_seconds
@@ -466,7 +471,7 @@ def rolling_back(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         if deployment_id:
             _retire(ctx, _deployment(ctx, deployment_id))
     target = upgrade.rollback_savepoint or upgrade.savepoint
-    result = rollback(ctx, target)
+    result = rollback(ctx.at_size(upgrade.from_size), target)  # a rescale's old size
     _remove_scratch(ctx, upgrade)
     return upgrade.move(Phase.ROLLED_BACK, f"{result.reason}")
 

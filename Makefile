@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED := 1
 # The locked pyspark brings its own Spark: a SPARK_HOME of the user's shell (another Spark) is not for these.
 unexport SPARK_HOME
 
-.PHONY: uv-bootstrap setup browser prometheus demo tour demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history
+.PHONY: uv-bootstrap setup s3proxy browser prometheus demo tour demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history bench-scale
 
 uv-bootstrap:  # its own target: make expands a recipe before running it, so setup's lines see the installed uv
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -33,6 +33,9 @@ AIRFLOW_PORT ?= 8080
 AIRFLOW_DIR ?= .airflow
 airflow: setup  # the UI way: `airflow standalone` with the plugin and DAGs (http://127.0.0.1:$(AIRFLOW_PORT))
 	$(UV) run --frozen python -m devtools.airflow_ui --port $(AIRFLOW_PORT) --home $(AIRFLOW_DIR)
+
+s3proxy: uv-bootstrap  # the disk-backed S3 server (S3Proxy, a jar from Maven Central, once into ~/.m2): setup resolves it too
+	@$(UV) run --frozen python -m devtools.jvm s3proxy
 
 browser:  # Debian's chromium for the browser test (playwright drives the system browser; no download)
 	@bash devtools/install_debian.sh /usr/bin/chromium chromium "the browser test drives it (tests/airflow/test_ui_browser.py)"

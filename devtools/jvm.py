@@ -6,8 +6,9 @@
     link("spark-kafka")                         # -> .jvm/lib/spark-kafka/: the jars as symlinks, for a jobs file
 
 Groups: kafka-broker (a KRaft broker in its own JVM, devtools/kafka.py), hadoop-minicluster (HDFS and YARN in
-one JVM, devtools/hadoop.py), and for Spark, on top of the jars
-pyspark ships: spark-kafka (the Kafka source and sink), s3a (hadoop-aws, s3a:// paths) and delta (Delta Lake).
+one JVM, devtools/hadoop.py), s3proxy (a disk-backed S3 server in its own JVM, devtools/disk_s3.py), and for
+Spark, on top of the jars pyspark ships: spark-kafka (the Kafka source and sink), s3a (hadoop-aws, s3a://
+paths) and delta (Delta Lake).
 
 Jars go into the user's Maven cache (~/.m2/repository, Maven's default), not a project-local repository:
 every worktree and clone of the project, CI's fresh clone and the Maven builds on the machine share one
@@ -58,6 +59,7 @@ GROUPS: dict[str, Group] = {
     "hadoop-minicluster": Group(
         "org.apache.hadoop:hadoop-client-minicluster (HDFS and YARN in one JVM)", on_spark=False
     ),
+    "s3proxy": Group("org.gaul:s3proxy (a disk-backed S3 server, devtools/disk_s3.py)", on_spark=False),
     "spark-kafka": Group("org.apache.spark:spark-sql-kafka-0-10_2.13 (Kafka source and sink)", on_spark=True),
     "s3a": Group("org.apache.hadoop:hadoop-aws (s3a:// filesystem)", on_spark=True),
     "delta": Group(

@@ -221,15 +221,11 @@ def upgrade_of(ctx: JobContext, step: Step) -> Upgrade | None:
     if step.action is Action.RESUME_UPGRADE:
         return Upgrades(ctx.store.storage).in_progress(ctx.name)
     assert step.action in (Action.UPGRADE, Action.RESCALE) and step.version is not None
-    if step.action is Action.RESCALE:
-        _record_rescale(ctx, step)
+    if step.action is Action.UPGRADE:
+        return begin(ctx, step.version, mode=step.mode)
+    _record_rescale(ctx, step)
     return begin(
-        ctx,
-        step.version,
-        mode=step.mode,
-        size=step.size,
-        from_size=step.from_size,
-        partitions=step.partitions if step.action is Action.RESCALE else None,
+        ctx, step.version, mode=step.mode, size=step.size, from_size=step.from_size, partitions=step.partitions
     )
 
 

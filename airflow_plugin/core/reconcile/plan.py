@@ -30,8 +30,9 @@ The rules, in order:
                                                 version at the new size), unless the autoscaler is passive;
                                                 else NOTHING (it is the last stable version)
 
-The loop keeps a job at the size it runs at: a restart, a redeploy after a stop and an upgrade launch at the size
-of the deployment they follow; only a first start runs at the size the jobs file declares."""
+The loop keeps a job at the size it runs at: a restart and a redeploy after a stop launch at the size of the
+deployment they follow (an upgrade's steps do the same: upgrades/steps.py `sized`); only a first start runs at the
+size the jobs file declares."""
 
 from __future__ import annotations
 
@@ -136,7 +137,7 @@ class Step:
     failed: Seen | None = None  # what a RESTART replaces
     kill_first: bool = False  # a LOST driver not surely gone: killed before the restart (one writer)
     not_before: float | None = None  # a WAIT for a restart's delay: when it is due
-    size: int | None = None  # the size DEPLOY, RESTART, UPGRADE or RESCALE launches at (None: as declared)
+    size: int | None = None  # the size DEPLOY, RESTART or RESCALE launches at (None: as declared)
     from_size: int | None = None  # a RESCALE's: the size it leaves (what a rollback restores)
     partitions: int | None = None  # a RESCALE's: the state's new partitions, when they change
     recommendation: Recommendation | None = None  # the autoscaler's, which the step carries out or records
@@ -209,8 +210,6 @@ def plan(seen: Observed) -> Step:
             f"{deployment.id} runs {deployment.version}, desired {desired.version}",
             version=desired.version,
             mode=desired.upgrade_mode,
-            size=deployment.size,
-            from_size=deployment.size,
         )
     running = Step(
         job, Action.NOTHING, f"{deployment.id} runs {deployment.version}, as desired", version=deployment.version
@@ -222,12 +221,17 @@ def _autoscaled(running: Step, scaling: ScalingSeen, desired: Desired, deploymen
     """The running desired version as the autoscaler sees it: RESCALE to its recommendation, or (passive, or
     nothing to do) NOTHING, the recommendation carried for the record."""
     recommendation = decide(scaling)
-    said = f"{running.reason}; autoscale: {recommendation.describe()}"
+    # "scale up from 2 to 4: ...", naming the knob and the state's new partitions: a dry run says what would change
+    what = ("scale " if recommendation.acts else "") + recommendation.describe()
+    if recommendation.partitions:
+        what += f" (the state repartitioned to {recommendation.partitions})"
+    on = f"autoscale on {scaling.knob}"
+    said = f"{running.reason}; {on}: {what}"
     if recommendation.acts and scaling.policy.mode is ScalingMode.ACTIVE:
         return Step(
             running.job,
             Action.RESCALE,
-            f"{deployment.id} ({deployment.version}) {recommendation.describe()}",
+            f"{deployment.id} runs {deployment.version}; {on}: {what}",
             version=deployment.version,
             mode=desired.upgrade_mode,
             size=recommendation.size,
@@ -236,7 +240,7 @@ def _autoscaled(running: Step, scaling: ScalingSeen, desired: Desired, deploymen
             recommendation=recommendation,
         )
     if recommendation.acts:
-        said = f"{running.reason}; autoscale (passive, not acted on): {recommendation.describe()}"
+        said = f"{running.reason}; {on} (passive, not acted on): {what}"
     return replace(running, reason=said, recommendation=recommendation)
 
 

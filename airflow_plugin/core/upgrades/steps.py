@@ -123,7 +123,7 @@ def savepointing(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
 
 
 def preflighting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
-    ctx = ctx.at_size(upgrade.size)  # the new deployment's master decides what may run beside the old one
+    ctx = sized(ctx, upgrade, new=True)  # the new deployment's master decides what may run beside the old one
     settings = UpgradeSettings.of(upgrade.settings)
     assert upgrade.savepoint is not None
     report = preflight(
@@ -192,7 +192,7 @@ def migrating(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
 
 
 def launching(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
-    ctx = ctx.at_size(upgrade.size)  # a rescale's new size; else as declared
+    ctx = sized(ctx, upgrade, new=True)
     settings = UpgradeSettings.of(upgrade.settings)
     assert upgrade.savepoint is not None
     if upgrade.mode == Mode.STOP_RESTORE:
@@ -471,7 +471,7 @@ def rolling_back(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         if deployment_id:
             _retire(ctx, _deployment(ctx, deployment_id))
     target = upgrade.rollback_savepoint or upgrade.savepoint
-    result = rollback(ctx.at_size(upgrade.from_size), target)  # a rescale's old size
+    result = rollback(sized(ctx, upgrade, new=False), target)
     _remove_scratch(ctx, upgrade)
     return upgrade.move(Phase.ROLLED_BACK, f"{result.reason}")
 
@@ -542,6 +542,17 @@ def new_health(ctx: JobContext, upgrade: Upgrade, settings: UpgradeSettings) -> 
         heartbeat_timeout=ctx.spec.heartbeat_timeout,
         lag_must_fall=settings.lag_must_fall,
     )
+
+
+def sized(ctx: JobContext, upgrade: Upgrade, *, new: bool) -> JobContext:
+    """The context a launch of the upgrade runs in: a rescale's new size (`new`) or the size it leaves (a
+    rollback); any other upgrade launches at the size the old deployment runs at, so that the job keeps the size the
+    autoscaler gave it (as declared for a job without `autoscale`)."""
+    size = upgrade.size if new else upgrade.from_size
+    if size is None and upgrade.old_deployment:
+        old = _deployment(ctx, upgrade.old_deployment)
+        size = ctx.spec.size_of(old.master, old.spark_conf)
+    return ctx.at_size(size)
 
 
 def staging_location(ctx: JobContext, upgrade: Upgrade) -> str:

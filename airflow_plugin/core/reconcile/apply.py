@@ -33,6 +33,7 @@ from ..upgrades.run import abandoned, abort_abandoned, begin, run_upgrade
 from . import record as records
 from .plan import APPLY, UPGRADES, Action, Observed, Seen, Step, UpgradeSeen, plan
 from .record import Reconciled, Restart
+from .scaling import describe_autoscale
 
 log = logging.getLogger(__name__)
 SPARK_DEFAULT_PARTITIONS = 200  # spark.sql.shuffle.partitions when a job sets none: what Spark pins in the checkpoint
@@ -377,9 +378,13 @@ def _autoscale_status(ctx: JobContext, kept: Reconciled) -> dict[str, Any] | Non
     policy = ctx.spec.autoscale
     if policy is None:
         return None
+    # the size it runs at: the newest deployment not retired (the green of a blue/green rescale once launched:
+    # the size it is going to); None when nothing runs. Its record, not the heartbeat: no more reads than the index
+    live = [d for d in ctx.deployments.list(ctx.name) if not d.retired_at]
     return {
         "mode": str(policy.mode),
         "knob": str(policy.knob_for(ctx.spec.spark_master)),
+        "size": ctx.spec.size_of(live[-1].master, live[-1].spark_conf) if live else None,
         "min": policy.min,
         "max": policy.max,
         "recommendation": kept.recommendation,
@@ -390,7 +395,7 @@ def _autoscale_status(ctx: JobContext, kept: Reconciled) -> dict[str, Any] | Non
 
 
 def describe_declared(job: str, declared: dict[str, Any]) -> str:
-    """One line of `declared_status` for a person."""
+    """`declared_status` for a person: a line, and the autoscaler's lines below it (scaling.py)."""
     parts = [f"{job}: desired {declared['desired']}"]
     if declared["last_stable_version"]:
         parts.append(f"last stable {declared['last_stable_version']}")
@@ -400,7 +405,8 @@ def describe_declared(job: str, declared: dict[str, Any]) -> str:
         parts.append(f"held: {', '.join(declared['held_versions'])} (`savepoints apply {job} --retry`)")
     if declared["paused_by"]:
         parts.append(f"paused by {declared['paused_by']} (`savepoints apply {job} --resume`)")
-    return "; ".join(parts)
+    autoscale = declared.get("autoscale")
+    return "\n  ".join(["; ".join(parts), *(describe_autoscale(job, autoscale) if autoscale else ())])
 
 
 def set_pause(ctx: JobContext, paused: bool) -> Reconciled:

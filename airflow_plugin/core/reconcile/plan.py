@@ -224,7 +224,7 @@ def _autoscaled(running: Step, scaling: ScalingSeen, desired: Desired, deploymen
     # "scale up from 2 to 4: ...", naming the knob and the state's new partitions: a dry run says what would change
     what = ("scale " if recommendation.acts else "") + recommendation.describe()
     if recommendation.partitions:
-        what += f" (the state repartitioned to {recommendation.partitions})"
+        what += f" (the state repartitioned to {recommendation.partitions} partitions)"
     on = f"autoscale on {scaling.knob}"
     said = f"{running.reason}; {on}: {what}"
     if recommendation.acts and scaling.policy.mode is ScalingMode.ACTIVE:

@@ -16,6 +16,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from airflow_plugin.cli import main
 from airflow_plugin.core import metrics
+from airflow_plugin.core.autoscale.decide import Rescale
 from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.layout import BLOBS, PACKS
@@ -50,14 +51,24 @@ def value(found: dict, name: str, **labels: str) -> float:
 
 @pytest.fixture
 def store_with_history(tmp_path: Path) -> tuple[Path, SnapshotStore]:
-    jobs = write_jobs(tmp_path, extra=PERIODS + '\ndesired = { version = "v2" }\nrestart = { attempts = 3 }')
+    declared = '\ndesired = { version = "v2" }\nrestart = { attempts = 3 }\nautoscale = { max = 4 }'
+    jobs = write_jobs(tmp_path, extra=PERIODS + declared + '\nspark_master = "local[3]"')
     store = SnapshotStore(open_storage(str(tmp_path / "store")))
     restarted = Reconciled("orders", restarts=[Restart(time.time() - 60, "dp-x", "LOST", 1, "dp-y")])
     restarted.restarts.append(Restart(time.time() - 7200, "dp-w", "FAILED", 1, "dp-x"))  # outside the window
+    # the autoscaler: two rescales, the job at its max and behind, scale-ups held (its size: the running
+    # deployment's master, below)
+    restarted.rescales = [
+        Rescale(time.time() - 900, 1, 2, "behind", {}),
+        Rescale(time.time() - 600, 2, 4, "behind", {}),
+    ]
+    restarted.recommendation = {"at": time.time(), "direction": "keep", "size": 4, "current": 4, "reason": "at max"}
+    restarted.recommendation["behind_at_max"] = True
+    restarted.scale_up_held = "the scale-up from 2 to 4 did not raise the processing rate"
     write_reconciled(store.storage, restarted)
     checkpoint = write_checkpoint(tmp_path / "ckpt", batches=3)
     records = Deployments(store.storage)
-    running = Deployment("dp-20260101T000000000Z-aaaa", "orders", "v2", str(checkpoint))
+    running = Deployment("dp-20260101T000000000Z-aaaa", "orders", "v2", str(checkpoint), master="local[4]")
     retired = Deployment("dp-20250101T000000000Z-bbbb", "orders", "v1", str(tmp_path / "old"), retired_at=utc_now())
     for deployment in (retired, running):
         records.put(deployment)
@@ -106,6 +117,13 @@ def test_every_figure_matches_the_store(store_with_history: tuple[Path, Snapshot
     assert value(found, "savepoints_reconcile_restarts_total", job="orders") == 2
     assert value(found, "savepoints_reconcile_restarts_left", job="orders") == 2, "one restart in the last hour"
     assert value(found, "savepoints_reconcile_desired_running", job="orders") == 1
+    # the autoscaler's: the size from the running deployment's master (local[4]), not the jobs file's (local[3])
+    assert value(found, "savepoints_autoscale_size", job="orders") == 4
+    assert value(found, "savepoints_autoscale_recommended_size", job="orders") == 4
+    assert value(found, "savepoints_autoscale_max_size", job="orders") == 4
+    assert value(found, "savepoints_autoscale_behind_at_max", job="orders") == 1
+    assert value(found, "savepoints_autoscale_rescales_total", job="orders") == 2
+    assert value(found, "savepoints_autoscale_scale_up_held", job="orders") == 1
     assert value(found, "savepoints_deployment_state", **dep, state="RUNNING") == 1
     assert value(found, "savepoints_deployment_state", **dep, state="LOST") == 0
     assert not [k for k in found if ("deployment", "dp-20250101T000000000Z-bbbb") in k[1]], "a retired one is left out"

@@ -72,6 +72,8 @@ class JobFigures:
     restarts: int | None = None
     restarts_left: int | None = None
     desired_running: bool | None = None
+    # a job with `autoscale` (core/autoscale/): reconcile/apply.py `_autoscale_status`, as `status` shows it
+    autoscale: dict[str, Any] | None = None
 
 
 @dataclass
@@ -133,6 +135,7 @@ def _reconciled(ctx: JobContext, figures: JobFigures, now: float) -> None:
     declared = declared_status(ctx, now)
     assert declared is not None and ctx.spec.desired is not None
     figures.restarts, figures.restarts_left = declared["restarts"], declared["restarts_left"]
+    figures.autoscale = declared["autoscale"]
     if ctx.spec.desired.state == RUNNING:
         running = [d.version for d in figures.deployments if d.state == State.RUNNING]
         figures.desired_running = ctx.spec.desired.version in running

@@ -80,6 +80,28 @@ def families(figures: Figures) -> list[Metric]:
     desired = _gauge(
         "savepoints_reconcile_desired_running", "1 if the declared job runs its declared version, else 0", ["job"]
     )
+    scale_size = _gauge(
+        "savepoints_autoscale_size", "The size the job runs at on its autoscaler's knob (cores or executors)", ["job"]
+    )
+    recommended = _gauge(
+        "savepoints_autoscale_recommended_size", "The size the autoscaler's last recommendation gives the job", ["job"]
+    )
+    scale_max = _gauge(
+        "savepoints_autoscale_max_size", "The largest size the autoscaler may give the job (autoscale.max)", ["job"]
+    )
+    behind = _gauge(
+        "savepoints_autoscale_behind_at_max",
+        "1 if the autoscaler's last recommendation found the job falling behind at its max size, else 0",
+        ["job"],
+    )
+    rescales = CounterMetricFamily(
+        "savepoints_autoscale_rescales", "Rescales the autoscaler began, as its record keeps them", labels=["job"]
+    )
+    held = _gauge(
+        "savepoints_autoscale_scale_up_held",
+        "1 if scale-ups are held after an ineffective one (`savepoints apply JOB --retry` clears it), else 0",
+        ["job"],
+    )
     snap = ["job", "kind"]
     age = _gauge(
         "savepoints_last_snapshot_age", "Seconds since the newest COMPLETED snapshot completed", snap, "seconds"
@@ -168,6 +190,8 @@ def families(figures: Figures) -> list[Metric]:
         _maybe(restarts, [job.job], job.restarts)
         _maybe(restarts_left, [job.job], job.restarts_left)
         _maybe(desired, [job.job], None if job.desired_running is None else int(job.desired_running))
+        if job.autoscale is not None:
+            _autoscaled(job.job, job.autoscale, scale_size, recommended, scale_max, behind, rescales, held)
         if job.lease:
             labels = [job.job, job.lease["operation"]]
             lease_age.add_metric(labels, job.lease["age_s"])
@@ -182,9 +206,30 @@ def families(figures: Figures) -> list[Metric]:
     return [
         up, state, heartbeat, driver, batch, duration, rate, rows, lag, state_rows, gate_role, gate_dropped, age,
         snap_batch, size, uploaded, snap_rows, snap_state, period, failed, failed_at, restarts, restarts_left, desired,
-        lease_age, lease_ttl, lease_expired,
+        scale_size, recommended, scale_max, behind, rescales, held, lease_age, lease_ttl, lease_expired,
         store_bytes, store_objects, orphans, measured, scrape,
     ]  # fmt: skip
+
+
+def _autoscaled(
+    job: str,
+    autoscale: dict[str, Any],
+    size: GaugeMetricFamily,
+    recommended: GaugeMetricFamily,
+    most: GaugeMetricFamily,
+    behind: GaugeMetricFamily,
+    rescales: CounterMetricFamily,
+    held: GaugeMetricFamily,
+) -> None:
+    """A job's autoscaler: its size and recommendation are absent while nothing runs or before a first one (not 0:
+    an alert on them would fire on a stopped job); the others are always there."""
+    recommendation = autoscale.get("recommendation") or {}
+    _maybe(size, [job], autoscale.get("size"))
+    _maybe(recommended, [job], recommendation.get("size"))
+    most.add_metric([job], autoscale["max"])
+    behind.add_metric([job], 1 if recommendation.get("behind_at_max") else 0)
+    rescales.add_metric([job], autoscale["rescales"])
+    held.add_metric([job], 1 if autoscale.get("scale_up_held") else 0)
 
 
 def _operator(index: int, op: dict[str, Any]) -> str:

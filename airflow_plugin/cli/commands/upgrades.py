@@ -9,6 +9,7 @@ from typing import Any
 from ...core.durations import duration_argument, format_duration
 from ...core.errors import InvalidInput
 from ...core.jobs.context import Context
+from ...core.reconcile.scaling import rescale_sizes, upgrade_title
 from ...core.upgrades.record import Mode, Upgrade, Upgrades
 from ...core.upgrades.run import AUTO, begin, cancel, current, outcome, run_upgrade
 from ...core.upgrades.steps import UpgradeSettings
@@ -108,7 +109,7 @@ def run_upgrade_command(args: argparse.Namespace, ctx: Context) -> Output:
         upgrade = current(job, ended=args.abort)  # --abort: an ended upgrade's leftovers too
         if args.abort:
             upgrade = cancel(job, upgrade)
-    say(f"upgrade {upgrade.id} of {job.name} to {upgrade.to_version}: {upgrade.phase}")
+    say(f"{_title(upgrade)}: {upgrade.phase}")
     upgrade = run_upgrade(job, upgrade, on_step=_step)
     return Output(upgrade.to_dict(), lambda: _show(upgrade), error=_error(upgrade))
 
@@ -126,7 +127,15 @@ def _error(upgrade: Upgrade) -> Exception | None:
     return None
 
 
+def _title(upgrade: Upgrade) -> str:
+    """`upgrade up-1 of orders to v2`, or for the autoscaler's: `rescale 2 -> 4 of orders (v1), upgrade up-1`."""
+    if rescale_sizes(upgrade) is None:
+        return f"upgrade {upgrade.id} of {upgrade.job} to {upgrade.to_version}"
+    return f"{upgrade_title(upgrade)} of {upgrade.job} ({upgrade.to_version}), upgrade {upgrade.id}"
+
+
 def _show(upgrade: Upgrade) -> None:
+    say(_title(upgrade))
     out.print(
         key_values(
             {

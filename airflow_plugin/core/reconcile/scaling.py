@@ -40,7 +40,7 @@ def describe_autoscale(job: str, autoscale: dict[str, Any]) -> list[str]:
         lines.append(f"recommended at {utc_stamp(recommendation['at'])}: {recommended(recommendation, autoscale)}")
     last = autoscale.get("last_rescale")
     if last:
-        lines.append(f"last rescale: {rescale_text(last)} ({autoscale['rescales']} recorded)")
+        lines.append(f"last rescale ({autoscale['rescales']} recorded): {rescale_text(last)}")
     if autoscale.get("scale_up_held"):
         lines.append(f"scale-ups held: {autoscale['scale_up_held']}; `savepoints apply {job} --retry` clears it")
     return lines

@@ -184,6 +184,23 @@ def test_a_lag_growing_at_low_utilisation_is_not_a_scale_up() -> None:
     rec = decide(seen(load, 2))
     assert rec.figures["utilization"] == pytest.approx(0.5) and rec.figures["backlog_growth"] > 0
     assert rec.direction is Direction.KEEP
+    assert "reads are capped" in rec.reason and "maxOffsetsPerTrigger" in rec.reason, "the person is told why"
+
+
+def test_a_quiet_job_whose_lag_jitters_around_its_floor_is_scaled_down() -> None:
+    # utilisation 0.2 for 15 minutes, the lag moving by less than a bucket's arrivals (20 rows/s): at its floor
+    rng = random.Random(7)
+    load = [bucket(T0 + i * BUCKET_S, 200, 2000, 50 + rng.randrange(0, 150), 2) for i in range(90)]
+    rec = decide(seen(load, 4))
+    assert rec.direction is Direction.DOWN and rec.size == 2, rec
+
+
+def test_a_window_read_mid_bucket_counts_the_time_its_buckets_stand_for() -> None:
+    # busy all the time, read 5 s into the newest bucket: 1.0, not the 0.98 of dividing by the whole window
+    load = [bucket(T0 + i * BUCKET_S, 1000, BUCKET_S * 1000, 1000 * i) for i in range(40)]
+    now = T0 + 39 * BUCKET_S + 5
+    rec = decide(seen(load, 2, now=now))
+    assert rec.figures["utilization"] == 1.0 and rec.figures["seconds"] == pytest.approx(295)
 
 
 def test_a_quiet_job_whose_backlog_is_above_its_floor_is_not_scaled_down() -> None:
@@ -284,8 +301,9 @@ def test_the_hourly_budget_spent_keeps_and_says_so() -> None:
 
 
 def test_a_rescale_that_does_not_pay_for_its_restart_keeps() -> None:
-    # utilisation about 0.8 with the arrivals creeping up: the lag grows, but 2 cores work it off in seconds
-    load = simulate([770 + i for i in range(40)], 1000)
+    # utilisation about 0.8, a burst at the window's end: the lag grows past its noise, but 2 cores work it off in
+    # a hundred seconds, sooner than through a 600 s rescale
+    load = simulate([800] * 30 + [1200] * 6, 1000)
     slow = decide(seen(load, 2, policy=Autoscale(max=8, restart_time=600)))
     assert slow.direction is Direction.KEEP
     assert "would not pay" in slow.reason and "600 s rescale" in slow.reason

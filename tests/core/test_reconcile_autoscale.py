@@ -33,7 +33,7 @@ POLICY = Autoscale(max=4, window=60, scale_down_window=120, cooldown=60, restart
 
 def behind(now: float, seconds: float = 120, rows: int = 1000, backlog_step: int = 500) -> list[dict[str, Any]]:
     """A load that cannot keep up: batches back to back, the Kafka backlog growing every bucket."""
-    start = int(now - seconds)
+    start = int((now - seconds) // BUCKET_S * BUCKET_S)  # buckets start at multiples of their length
     return [
         {
             "t": t,
@@ -47,7 +47,7 @@ def behind(now: float, seconds: float = 120, rows: int = 1000, backlog_step: int
 
 
 def quiet(now: float, seconds: float = 300) -> list[dict[str, Any]]:
-    start = int(now - seconds)
+    start = int((now - seconds) // BUCKET_S * BUCKET_S)
     return [{"t": t, "batches": 1, "rows": 10, "busy_ms": 500, "backlog": 0} for t in range(start, int(now), BUCKET_S)]
 
 
@@ -178,7 +178,7 @@ def test_apply_reads_the_running_deployments_size_and_load_and_records_a_passive
     assert applied.ok and applied.step.action is Action.NOTHING
     kept = records.read(job.store.storage, "orders")
     assert kept.recommendation is not None and kept.recommendation["direction"] == "up"
-    assert kept.recommendation["figures"]["utilization"] > POLICY.target_utilization
+    assert kept.recommendation["figures"]["utilization"] == 1.0, "busy all the time, read mid-bucket"
     status = declared_status(job)
     assert status is not None and status["autoscale"]["mode"] == "passive"
     assert status["autoscale"]["recommendation"]["size"] == step.recommendation.size

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from .load import Figures, covered, figures, window
+from .load import BUCKET_S, Figures, covered, figures, span, window
 from .policy import Autoscale, Knob, Partitions
 
 BACK_TO_BACK = 0.95  # a utilisation this high: batches run back to back (no backlog figure needed to see it)
@@ -101,6 +101,7 @@ class Recommendation:
             "figures": self.figures,
             **({"partitions": self.partitions} if self.partitions else {}),
             **({"behind_at_max": True} if self.behind_at_max else {}),
+            **({"effective": self.effective} if self.effective is not None else {}),
         }
 
 
@@ -113,11 +114,11 @@ def decide(seen: ScalingSeen) -> Recommendation:
     if covered(seen.load, now - policy.window, now) < policy.window - 1:
         have = covered(seen.load, now - policy.window, now)
         return _with(keep, f"its load covers {have:.0f} s of the {policy.window:g} s window: judged on a whole one")
-    short = figures(window(seen.load, policy.window, now), policy.window)
+    short = figures(window(seen.load, policy.window, now), span(policy.window, now))
     effective = _effective(seen, short)
     up = _scale_up(seen, short)
     if up is not None:
-        if effective is False or (seen.ineffective_held and up.direction is Direction.UP):
+        if up.direction is Direction.UP and (effective is False or seen.ineffective_held):
             rate = f"{short.processing_rate:.1f}" if short.processing_rate else "unknown"
             return Recommendation(
                 Direction.HOLD,
@@ -134,7 +135,24 @@ def decide(seen: ScalingSeen) -> Recommendation:
     if down is not None:
         return _budgeted(seen, down, effective)
     u = f"utilisation {short.utilization:.2f}, target {policy.target_utilization:g}"
+    if (short.backlog_growth or 0) > _noise(short) and short.utilization <= policy.target_utilization:
+        return Recommendation(
+            Direction.KEEP,
+            size,
+            size,
+            f"the backlog grew by {short.backlog_growth} records in {short.seconds:g} s while the job was busy only "
+            f"{short.utilization:.0%} of the time: its reads are capped (the source's maxOffsetsPerTrigger, or a "
+            "trigger longer than its batches), not its size; raise the cap in the job",
+            short.to_dict(),
+            effective=effective,
+        )
     return Recommendation(Direction.KEEP, size, size, f"{u}: keeps up", short.to_dict(), effective=effective)
+
+
+def _noise(figures: Figures) -> float:
+    """How much a backlog moves by chance: what arrives in one bucket. A backlog that grew by less across a window
+    is steady (batches end at random points of the arrivals), one within it of its floor is at its floor."""
+    return figures.arrival_rate * BUCKET_S
 
 
 def _scale_up(seen: ScalingSeen, short: Figures) -> Recommendation | None:
@@ -142,7 +160,7 @@ def _scale_up(seen: ScalingSeen, short: Figures) -> Recommendation | None:
     if short.utilization <= policy.target_utilization:
         return None
     if short.backlog is not None:
-        if not short.backlog_growth or short.backlog_growth <= 0:
+        if (short.backlog_growth or 0) <= _noise(short):
             return None
         behind = f"the backlog grew by {short.backlog_growth} records in {short.seconds:g} s, to {short.backlog}"
     elif short.utilization >= BACK_TO_BACK:
@@ -189,11 +207,14 @@ def _scale_down(seen: ScalingSeen) -> Recommendation | None:
         return None
     if covered(seen.load, now - policy.scale_down_window, now) < policy.scale_down_window - 1:
         return None
-    long = figures(window(seen.load, policy.scale_down_window, now), policy.scale_down_window)
+    long = figures(window(seen.load, policy.scale_down_window, now), span(policy.scale_down_window, now))
     quiet = policy.target_utilization - policy.boundary
     if long.utilization >= quiet:
         return None
-    if long.backlog is not None and ((long.backlog_growth or 0) > 0 or long.backlog > (long.backlog_floor or 0)):
+    noise = _noise(long)
+    if long.backlog is not None and (
+        (long.backlog_growth or 0) > noise or long.backlog > (long.backlog_floor or 0) + noise
+    ):
         return None
     if long.processing_rate:
         wanted = math.ceil(size * long.arrival_rate / policy.target_utilization / long.processing_rate)

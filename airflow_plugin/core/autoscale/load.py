@@ -14,6 +14,7 @@ its last batch or None}."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -61,6 +62,13 @@ class Figures:
 def window(load: Sequence[dict[str, Any]], seconds: float, now: float) -> Sequence[dict[str, Any]]:
     """The buckets of the last `seconds` before `now` (whole buckets: a bucket counts if it began in the window)."""
     return [b for b in load if now - seconds <= b["t"] < now]
+
+
+def span(seconds: float, now: float) -> float:
+    """The time the buckets of `window(load, seconds, now)` stand for: from the first bucket start in the window to
+    `now` (the newest bucket is only as full as the time it has run). Dividing by `seconds` instead would read a
+    job busy all the time as up to a bucket less busy."""
+    return now - math.ceil((now - seconds) / BUCKET_S) * BUCKET_S
 
 
 def covered(load: Sequence[dict[str, Any]], since: float, now: float) -> float:

@@ -155,6 +155,7 @@ def create_app(settings: views.PageSettings | None = None) -> FastAPI:
                 "older": older,
                 "savepoint": views.savepoint_now(ctx),
                 "deploy": views.deploy_now(ctx),
+                "autoscale": views.autoscale_now(ctx),
             }
 
     @app.post(

@@ -23,6 +23,7 @@ from ..core.jobs.spec import JobSpec
 from ..core.jobs.stop import job_status
 from ..core.parallel import map_parallel
 from ..core.reconcile.apply import declared_status
+from ..core.reconcile.scaling import rescale_sizes, upgrade_title
 from ..core.records.deployment import State
 from ..core.records.manifest import Manifest
 from ..core.sources.kafka import SourceCheck
@@ -92,8 +93,11 @@ def newest_upgrade(job: JobContext) -> dict[str, Any] | None:
     if upgrade is None:
         return None
     last = upgrade.history[-1] if upgrade.history else {}
+    sizes = rescale_sizes(upgrade)
     return {
         "id": upgrade.id,
+        "title": upgrade_title(upgrade),  # "rescale 2 -> 4" for the autoscaler's, which keeps the version
+        "rescale": {"from_size": sizes[0], "size": sizes[1], "partitions": upgrade.partitions} if sizes else None,
         "to_version": upgrade.to_version,
         "from_version": upgrade.old_version,
         "mode": upgrade.mode,
@@ -105,6 +109,13 @@ def newest_upgrade(job: JobContext) -> dict[str, Any] | None:
         "error": upgrade.error,
         "modes": upgrade.modes,
     }
+
+
+def autoscale_now(job: JobContext) -> dict[str, Any] | None:
+    """The job's autoscaler as `savepoints status` shows it (reconcile/apply.py `declared_status`): mode, size,
+    min..max, the last recommendation, the last rescale, a held scale-up; None when the job declares none."""
+    declared = declared_status(job)
+    return declared["autoscale"] if declared else None
 
 
 def fleet(context: Context, jobs_file: str) -> dict[str, Any]:

@@ -218,7 +218,59 @@ function declaredText(d) {
   notes.push(`${d.restarts_left} restart(s) left`);
   if (d.held_versions.length) notes.push(`held: ${d.held_versions.join(", ")}`);
   if (d.paused_by) notes.push(`paused by ${d.paused_by}`);
+  if (d.autoscale) notes.push(autoscaleText(d.autoscale));
   return notes.join(" · ");
+}
+
+// The declared cell's tooltip: what the last apply did, and why the autoscaler recommends what it does.
+function declaredTitle(d) {
+  const rec = d.autoscale && d.autoscale.recommendation;
+  return [d.last_step, rec ? `autoscale: ${rec.reason}` : ""].filter(Boolean).join("\n");
+}
+
+// The autoscaler in a few words (reconcile/apply.py _autoscale_status): its size on the knob within min..max, a
+// different size it recommends, and what needs a person (behind at its max, a held scale-up).
+function autoscaleText(a) {
+  const rec = a.recommendation;
+  const notes = [`${a.mode} autoscale: ${a.size ?? "-"} ${a.knob} (${a.min}..${a.max})`];
+  if (rec && rec.size !== a.size) notes.push(`${rec.size} recommended`);
+  if (rec && rec.behind_at_max) notes.push("behind at its max");
+  if (a.scale_up_held) notes.push("scale-ups held");
+  return notes.join(", ");
+}
+
+const stamp = (epoch) => new Date(epoch * 1000).toISOString().replace(/\.\d+Z$/, "Z");
+
+// A rescale of the record (autoscale/decide.py Rescale): sizes, outcome, its time to the cutover.
+function rescaleText(r) {
+  const partitions = r.partitions ? `, state to ${r.partitions} partitions` : "";
+  const took = r.seconds === null || r.seconds === undefined ? "" : ` in ${Math.round(r.seconds)} s`;
+  const checked = r.effective === false ? ", ineffective" : r.effective ? ", effective" : "";
+  return `${r.from_size} -> ${r.to_size}${partitions}: ${r.outcome || "under way"}${took}${checked} (${stamp(r.at)})`;
+}
+
+// The job's autoscaler (with the deployments): size, recommendation and why, passive or active, the last rescale,
+// and a held scale-up with the command that clears it.
+function renderAutoscale(a) {
+  $("autoscale-section").hidden = !a;
+  if (!a) return;
+  const rec = a.recommendation;
+  const retry = `savepoints apply ${state.job} --retry`;
+  const acted = a.mode === "active" ? "" : " (passive: recommended, not acted on)";
+  $("autoscale-status").replaceChildren(...[  // replaceChildren writes a null as "null": the absent ones left out
+    el("p", {},
+      badge(a.mode), ` size ${a.size ?? "- (not running)"} ${a.knob}, from ${a.min} to ${a.max}`,
+      rec ? el("strong", {}, ` · recommended ${rec.size}`) : "",
+      rec && ["up", "down"].includes(rec.direction) ? `: scale ${rec.direction}${acted}` : ""),
+    rec ? el("p", { class: "small muted", "data-field": "reason" }, `${stamp(rec.at)}: ${rec.reason}`) : null,
+    rec && rec.behind_at_max
+      ? el("p", { class: "small error-text" }, "At its max size and still falling behind: raise autoscale.max, or " +
+        "look for the bottleneck (a source, the sink, a skewed key).") : null,
+    a.last_rescale ? el("p", { class: "small" }, `Last rescale ${rescaleText(a.last_rescale)}; ${a.rescales} recorded`)
+      : null,
+    a.scale_up_held ? el("p", { class: "small error-text", "data-field": "held" },
+      `Scale-ups held: ${a.scale_up_held}. Clear with `, el("code", {}, retry), " ", copyButton(retry)) : null,
+  ].filter(Boolean));
 }
 
 function renderFleet() {
@@ -261,7 +313,7 @@ function renderFleet() {
             : `${age(r.last_savepoint_age_s)} ago`),
         el("td", { class: "num" }, num(r.kafka_lag)),
         el("td", { class: r.failed_snapshots ? "num error-text" : "num" }, num(r.failed_snapshots)),
-        el("td", { title: r.declared ? r.declared.last_step || "" : "no desired state: left to people" },
+        el("td", { title: r.declared ? declaredTitle(r.declared) : "no desired state: left to people" },
           r.declared ? declaredText(r.declared) : ""),
       ),
     ),
@@ -397,7 +449,8 @@ function renderUpgrade(upgrade) {
   const outcome = upgrade.ended ? (upgrade.succeeded ? "success" : "failed") : "running";
   $("upgrade-status").replaceChildren(
     badge(upgrade.phase),
-    ` ${upgrade.id}: ${upgrade.from_version || "?"} to ${upgrade.to_version}`,
+    upgrade.rescale ? ` ${upgrade.id}: ${upgrade.title} (${upgrade.to_version})`
+      : ` ${upgrade.id}: ${upgrade.from_version || "?"} to ${upgrade.to_version}`,
     upgrade.mode ? ` (${upgrade.mode})` : "",
     el("div", { class: outcome === "failed" ? "error-text small" : "muted small" }, upgrade.error || upgrade.note),
     upgradePaths(upgrade),
@@ -815,6 +868,7 @@ async function loadDeployments() {
     state.savepoint = data.savepoint;
     state.deploy = data.deploy;
     renderDeployments(data.deployments);
+    renderAutoscale(data.autoscale);
     $("deployments-older").textContent = data.older ? `(and ${num(data.older)} older retired ones)` : "";
     setError("deployments", null);
   } catch (err) {

@@ -35,11 +35,12 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pytest
 
+from airflow_plugin.core.autoscale.policy import Autoscale
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deploy import live_deployments
@@ -250,3 +251,20 @@ def test_no_page_links_outside_the_repository() -> None:
                 continue
             assert (page.parent / target).resolve().is_relative_to(REPO), f"{page.name} links {target}"
             assert (page.parent / target).exists(), f"{page.name} links {target}, which does not exist"
+
+
+def test_the_jobs_file_page_gives_every_autoscale_key_with_its_default(tmp_path: Path) -> None:
+    """jobs-file.md's complete example sets every key of `autoscale` (core/autoscale/policy.py) to its default, and
+    its keys table names each: a key added, renamed or given another default fails here until the page says so."""
+    page = REPO / "docs" / "jobs-file.md"
+    example = next(b for b in blocks(page) if b.lang == "toml" and "every key" in b.first_line)
+    (tmp_path / "jobs.toml").write_text(example.body)
+    declared = [spec.autoscale for spec in load_jobs(str(tmp_path / "jobs.toml")).values() if spec.autoscale]
+    assert len(declared) == 1, "the complete example declares one autoscaler"
+    [policy] = declared
+    assert policy == Autoscale(max=policy.max, knob=policy.knob), "the example's values are the defaults"
+    table = re.search(r"^\| `autoscale` \|.*$", page.read_text(), re.M)
+    assert table is not None, "the keys table has no autoscale row"
+    for key in (f.name for f in fields(Autoscale)):
+        assert re.search(rf"^{key} = ", example.body, re.M), f"the example does not set autoscale.{key}"
+        assert f"`{key}`" in table.group(0), f"the keys table does not name autoscale.{key}"

@@ -26,18 +26,31 @@ HELD = "the scale-up from 2 to 4 did not raise the processing rate by a tenth of
 REASON = "utilisation 0.93 above the target 0.7; the backlog grew by 900 records in 300 s, to 4000"
 
 
-def declare(tmp_path: Path, mode: str = "active") -> Path:
+def behind(now: float) -> list[dict[str, object]]:
+    """The heartbeat's load of a job that cannot keep up: batches back to back for 5 minutes (the default window),
+    the Kafka backlog growing by 500 records every 10 s."""
+    start = int(now) - 300
+    return [
+        {"t": t, "batches": 1, "rows": 1000, "busy_ms": 10_000, "backlog": (t - start) * 50}
+        for t in range(start, int(now), 10)
+    ]
+
+
+def declare(tmp_path: Path, mode: str = "active", load: list[dict[str, object]] | None = None) -> Path:
     """Job `orders` declared on local[2] with an autoscaler of 1..8 cores, and running at 4 (a rescale's deployment,
-    launched at local[4]): the size status shows is the running deployment's, not the jobs file's."""
+    launched at local[4]) on 4 state partitions: the size status shows is the running deployment's, not the jobs
+    file's."""
     extra = f'spark_master = "local[2]"\ndesired = {{ version = "v1" }}\nautoscale = {{ max = 8, mode = "{mode}" }}'
     jobs = write_jobs(tmp_path, extra=extra)
     storage = open_storage(str(tmp_path / "store"))
     deployments = Deployments(storage)
     retired = Deployment("dp-20260101T000000000Z-0001", "orders", "v1", "cp1", master="local[2]", retired_at="x")
     running = Deployment("dp-20260101T000000000Z-0002", "orders", "v1", "cp2", master="local[4]")
+    running.spark_conf = {"spark.sql.shuffle.partitions": "4"}
     for deployment in (retired, running):
         deployments.put(deployment)
-    deployments.write_status("orders", running.id, DeploymentStatus(State.RUNNING, time.time(), last_batch_id=9))
+    heartbeat = DeploymentStatus(State.RUNNING, time.time(), last_batch_id=9, load=load or [])
+    deployments.write_status("orders", running.id, heartbeat)
     return jobs
 
 
@@ -126,3 +139,20 @@ def test_a_rescale_in_the_jobs_upgrades_is_shown_as_one(tmp_path: Path, capsys: 
     assert main(["upgrade", "orders", "--show", "--jobs", str(jobs)]) == 0
     shown = capsys.readouterr().out
     assert "upgrade up-20260101T000000000Z-0002 of orders to v2" in shown and "rescale" not in shown, shown
+
+
+@pytest.mark.parametrize("mode", ["active", "passive"])
+def test_a_dry_run_says_what_the_autoscaler_would_do_on_which_knob(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    jobs = declare(tmp_path, mode=mode, load=behind(time.time()))
+    assert main(["apply", "--dry-run", "--jobs", str(jobs)]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    if mode == "active":
+        said = "orders: RESCALE - dp-20260101T000000000Z-0002 runs v1; autoscale on cores: scale up from 4 to 8: "
+    else:
+        said = "orders: NOTHING - dp-20260101T000000000Z-0002 runs v1, as desired; autoscale on cores (passive, not "
+        said += "acted on): scale up from 4 to 8: "
+    assert said in shown, shown
+    assert "above the target 0.7; the backlog grew by" in shown, "the reason, with its figures"
+    assert "(the state repartitioned to 8 partitions)" in shown, "past its 4 partitions: the state's new ones"

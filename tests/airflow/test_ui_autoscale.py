@@ -22,8 +22,8 @@ from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
 from airflow_plugin.ui.app import create_app
 from airflow_plugin.ui.views import PageSettings
-from tests.airflow.test_ui_fleet import ARTIFACTS, CHROMIUM, Served
-from tests.support.ui_support import BROWSER_WAIT_MS, bearer
+from tests.airflow.test_ui_fleet import ARTIFACTS, Served, browsing
+from tests.support.ui_support import bearer
 
 REASON = "utilisation 0.93 above the target 0.7; the backlog grew by 900 records in 300 s, to 4000"
 HELD = "the scale-up from 2 to 4 did not raise the processing rate by a tenth of what it should have"
@@ -73,22 +73,9 @@ def test_the_api_gives_the_autoscaler_and_the_rescale(page: FastAPI) -> None:
 
 
 def test_a_person_sees_the_autoscaler_on_the_fleet_and_the_jobs_page(page: FastAPI) -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (`make test` tries to)", pytrace=False)
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    expect.set_options(timeout=BROWSER_WAIT_MS)
-    ARTIFACTS.mkdir(exist_ok=True)
-    with Served(page) as url, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-dev-shm-usage"]
-        )
-        context = browser.new_context(
-            viewport={"width": 1440, "height": 1000}, extra_http_headers=bearer("viewer", "viewer")
-        )
-        view = context.new_page()
-        view.set_default_timeout(BROWSER_WAIT_MS)
-        view.goto(f"{url}/")
+    with Served(page) as url, browsing(url, bearer("viewer", "viewer")) as view:
         declared = view.locator('#fleet-table tr[data-job="orders"] td').last
         expect(declared).to_contain_text("active autoscale: 4 cores (1..8), 6 recommended, scale-ups held")
         assert REASON in (declared.get_attribute("title") or ""), "the reason in the cell's tooltip"
@@ -111,4 +98,3 @@ def test_a_person_sees_the_autoscaler_on_the_fleet_and_the_jobs_page(page: FastA
         expect(view.locator("#job-name")).to_have_text("plain")
         expect(view.locator("#deployments-empty")).to_be_visible()
         expect(view.locator("#autoscale-section")).to_be_hidden()
-        browser.close()

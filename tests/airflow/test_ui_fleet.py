@@ -12,9 +12,10 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi import FastAPI
@@ -31,6 +32,9 @@ from devtools.embedded_s3 import EmbeddedS3
 from devtools.ports import free_port
 from tests.support.catalogs import manifest
 from tests.support.ui_support import BROWSER_WAIT_MS, bearer, recorded_deployment
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 JOBS = 100
 CHROMIUM = Path("/usr/bin/chromium")
@@ -168,24 +172,35 @@ def served(page: FastAPI) -> Iterator[str]:
         yield url
 
 
-def test_a_person_finds_the_unhealthy_jobs_sorts_them_and_opens_one(served: str) -> None:
+@contextmanager
+def browsing(url: str, headers: dict[str, str]) -> Iterator[Page]:
+    """Debian's chromium (playwright) on the page at `url`, as the person `headers` authenticate: every action and
+    check waits up to BROWSER_WAIT_MS (the first answer of a fleet reads 100 jobs' records). Fails, not skips, where
+    chromium is missing: the page's tests are part of CI."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (`make test` tries to)", pytrace=False)
     from playwright.sync_api import expect, sync_playwright
 
-    expect.set_options(timeout=BROWSER_WAIT_MS)  # the first answer reads 100 jobs' records
+    expect.set_options(timeout=BROWSER_WAIT_MS)
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-dev-shm-usage"]
         )
-        context = browser.new_context(
-            viewport={"width": 1440, "height": 1000}, extra_http_headers=bearer("ops", "user")
-        )
-        page = context.new_page()
-        page.set_default_timeout(BROWSER_WAIT_MS)
-        page.goto(f"{served}/")
+        try:
+            context = browser.new_context(viewport={"width": 1440, "height": 1000}, extra_http_headers=headers)
+            page = context.new_page()
+            page.set_default_timeout(BROWSER_WAIT_MS)
+            page.goto(f"{url}/")
+            yield page
+        finally:
+            browser.close()
 
+
+def test_a_person_finds_the_unhealthy_jobs_sorts_them_and_opens_one(served: str) -> None:
+    from playwright.sync_api import expect
+
+    with browsing(served, bearer("ops", "user")) as page:
         rows = page.locator("#fleet-table tbody tr")
         expect(rows).to_have_count(JOBS)
         order = unhealthy_first()
@@ -221,7 +236,6 @@ def test_a_person_finds_the_unhealthy_jobs_sorts_them_and_opens_one(served: str)
         page.locator("#to-fleet").click()
         expect(rows).to_have_count(JOBS)
         expect(page.locator("#job")).to_be_hidden()
-        browser.close()
 
 
 IDLE = ("never-a", "never-b", "starting", "stopped")
@@ -262,22 +276,9 @@ def test_a_fleet_of_which_nothing_runs_is_not_all_healthy(idle: FastAPI) -> None
 
 
 def test_a_person_sees_what_does_not_run_and_what_can_be_done_about_it(idle: FastAPI) -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (`make test` tries to)", pytrace=False)
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    expect.set_options(timeout=BROWSER_WAIT_MS)
-    ARTIFACTS.mkdir(exist_ok=True)
-    with Served(idle) as url, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-dev-shm-usage"]
-        )
-        context = browser.new_context(
-            viewport={"width": 1440, "height": 1000}, extra_http_headers=bearer("ops", "user")
-        )
-        page = context.new_page()
-        page.set_default_timeout(BROWSER_WAIT_MS)
-        page.goto(f"{url}/")
+    with Served(idle) as url, browsing(url, bearer("ops", "user")) as page:
         rows = page.locator("#fleet-table tbody tr")
         expect(rows).to_have_count(len(IDLE))
         expect(page.locator("#fleet-summary")).to_have_text(IDLE_SUMMARY)
@@ -306,4 +307,3 @@ def test_a_person_sees_what_does_not_run_and_what_can_be_done_about_it(idle: Fas
         expect(page.locator("#savepoint-button")).to_be_disabled()
         expect(page.locator("#savepoint-reason")).to_contain_text("has no running deployment")
         page.screenshot(path=str(ARTIFACTS / "job-never-deployed.png"))
-        browser.close()

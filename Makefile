@@ -70,5 +70,8 @@ bench-upgrade: setup
 bench-s3: setup  # a snapshot of a checkpoint on S3 into a store on S3 against aws s3 sync s3 -> s3, client bytes counted
 	$(UV) run --frozen python -m bench.s3_copy_bench
 
+bench-scale: setup  # savepoints, restore, verify, an upgrade and retention at 5 GB of RocksDB state on S3Proxy, against s5cmd and aws s3 sync
+	$(UV) run --frozen python -m bench.scale_bench
+
 bench-history: setup  # everyday commands at 10, 100 and 1,000 snapshots, 100 jobs, prune + gc of 10,000 snapshots
 	$(UV) run --frozen python -m bench.history_bench

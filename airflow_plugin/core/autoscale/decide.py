@@ -140,7 +140,7 @@ def decide(seen: ScalingSeen) -> Recommendation:
             Direction.KEEP,
             size,
             size,
-            f"the backlog grew by {short.backlog_growth} records in {short.seconds:g} s while the job was busy only "
+            f"the backlog grew by {short.backlog_growth} records in {short.seconds:.0f} s while the job was busy only "
             f"{short.utilization:.0%} of the time: its reads are capped (the source's maxOffsetsPerTrigger, or a "
             "trigger longer than its batches), not its size; raise the cap in the job",
             short.to_dict(),
@@ -162,9 +162,9 @@ def _scale_up(seen: ScalingSeen, short: Figures) -> Recommendation | None:
     if short.backlog is not None:
         if (short.backlog_growth or 0) <= _noise(short):
             return None
-        behind = f"the backlog grew by {short.backlog_growth} records in {short.seconds:g} s, to {short.backlog}"
+        behind = f"the backlog grew by {short.backlog_growth} records in {short.seconds:.0f} s, to {short.backlog}"
     elif short.utilization >= BACK_TO_BACK:
-        behind = f"batches ran back to back ({short.utilization:.0%} of {short.seconds:g} s)"
+        behind = f"batches ran back to back ({short.utilization:.0%} of {short.seconds:.0f} s)"
     else:
         return None
     why = f"utilisation {short.utilization:.2f} above the target {policy.target_utilization:g}; {behind}"
@@ -227,7 +227,7 @@ def _scale_down(seen: ScalingSeen) -> Recommendation | None:
         Direction.DOWN,
         target,
         size,
-        f"utilisation {long.utilization:.2f} under {quiet:g} for {long.seconds:g} s, the backlog at its floor: "
+        f"utilisation {long.utilization:.2f} under {quiet:g} for {long.seconds:.0f} s, the backlog at its floor: "
         f"{target} runs {long.arrival_rate:.1f} rows/s at the target",
         long.to_dict(),
     )

@@ -30,6 +30,7 @@ from ..records.deployment import Deployment, DeploymentStatus, State
 from ..timestamps import epoch_of, utc_now, utc_stamp
 from ..upgrades.record import Phase, Upgrade, Upgrades
 from ..upgrades.run import abandoned, abort_abandoned, begin, run_upgrade
+from ..upgrades.steps import UpgradeSettings
 from . import record as records
 from .plan import APPLY, UPGRADES, Action, Observed, Seen, Step, UpgradeSeen, plan
 from .record import Reconciled, Restart
@@ -38,6 +39,10 @@ from .scaling import describe_autoscale
 log = logging.getLogger(__name__)
 SPARK_DEFAULT_PARTITIONS = 200  # spark.sql.shuffle.partitions when a job sets none: what Spark pins in the checkpoint
 KEPT_RESCALES = 50  # the rescales the record keeps (the hourly budget and the restart time read the newest)
+# a rescale's health gate: its batches commit, whatever its Kafka lag does. A scale-up under a load still rising
+# (or a scale-down, whose lag may rise a little) helps without the lag falling below its first batch's: the
+# autoscaler's own effectiveness check judges the size (decide.py), the gate only that the job runs at it
+RESCALE_GATE = UpgradeSettings(lag_must_fall=False)
 
 
 @dataclass(frozen=True)
@@ -226,7 +231,13 @@ def upgrade_of(ctx: JobContext, step: Step) -> Upgrade | None:
         return begin(ctx, step.version, mode=step.mode)
     _record_rescale(ctx, step)
     return begin(
-        ctx, step.version, mode=step.mode, size=step.size, from_size=step.from_size, partitions=step.partitions
+        ctx,
+        step.version,
+        mode=step.mode,
+        settings=RESCALE_GATE,
+        size=step.size,
+        from_size=step.from_size,
+        partitions=step.partitions,
     )
 
 

@@ -40,7 +40,7 @@ from .fresh_start import build_of, fresh_start
 from .launcher import SubmitSpec, process_seen
 from .observe import state_of
 from .operation import operation
-from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, repartition
+from .rescale import PARTITIONS_CONF, check_rescalable, current_partitions, log_repartition_batch, repartition
 from .snapshot import snapshot_deployment
 from .spec import DEFAULT_RESTORE, VersionSpec
 from .startup import launch_deployment, wait_until_started
@@ -306,9 +306,13 @@ def repartition_restored(ctx: JobContext, plan: RestorePlan, deployment: Deploym
     """The state just restored into `deployment`'s location repartitioned to `partitions` (a Spark application,
     before its query starts; `check_rescalable` said yes before anything was written)."""
     ctx.progress.stage(f"repartitioning the restored state to {partitions} partitions (a Spark application)")
-    batch = repartition(plan.target, {**ctx.spark_conf(), **plan.spark_conf}, partitions, env=ctx.child_env())
+    conf = {**ctx.spark_conf(), **plan.spark_conf}
+    batch = repartition(plan.target, conf, partitions, env=ctx.child_env())
+    logged = log_repartition_batch(plan.manifest, batch, ctx.open, conf)
     deployment.spark_conf[PARTITIONS_CONF] = str(partitions)
-    log.info("rescaled the state of %s to %d partitions (batch %d)", deployment.id, partitions, batch)
+    log.info(
+        "rescaled the state of %s to %d partitions (batch %d; logged in %s)", deployment.id, partitions, batch, logged
+    )
 
 
 def gate_args(source: Manifest | None, staging: str | None = None) -> tuple[str, ...]:

@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+from ..compactible_log import log_id, needed_for
 from ..errors import CheckpointError, Refused
 from ..records.manifest import Manifest
+from ..sinks import FILE
+from ..sinks import file as file_sink
 from ..snapshots.checkpoint import read_restart_point
 from ..spark_app import run_spark_tool
 from ..storage import Storage, spark_uri
 
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+SINK_COMPACT_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
+SINK_COMPACT_DEFAULT = 10
 
 
 def current_partitions(manifest: Manifest) -> int | None:
@@ -69,3 +75,58 @@ def repartition(
             f"(found batch {after.batch_id}, {after.spark_conf.get(PARTITIONS_CONF)} partitions)"
         )
     return after.batch_id
+
+
+def log_repartition_batch(
+    manifest: Manifest, batch_id: int, open_location: Callable[[str], Storage], spark_conf: dict[str, str]
+) -> list[str]:
+    """The repartition batch `batch_id` in the file sinks' logs, as Spark writes a batch that adds no file: the
+    repartition commits it in the checkpoint and runs no query, and a file sink's log must hold every batch id
+    between two compactions (at the next one Spark reads them all: BATCH_METADATA_NOT_FOUND for the missing id,
+    and the restarted query fails at every start). An empty entry, or the compact file when `batch_id` is a
+    compaction's. Only a sink at the batch before (the restore rewound it to the snapshot's batch) is written;
+    returns the log files written."""
+    written = []
+    for sink in manifest.sinks:
+        if sink.get("kind", FILE) != FILE:
+            continue  # Delta skips only batch ids at or below its newest: a gap is nothing to it
+        output = open_location(sink["location"])
+        files = file_sink.log_files(output)
+        if file_sink.position(output) != batch_id - 1:
+            continue
+        interval = _compact_interval(files, int(spark_conf.get(SINK_COMPACT_CONF) or SINK_COMPACT_DEFAULT))
+        if (batch_id + 1) % interval:
+            name, body = str(batch_id), "v1"
+        else:  # the compaction batch: every entry up to it, what a compaction of an empty batch writes
+            name, body = f"{batch_id}.compact", _compacted(output, files, batch_id - 1)
+        output.write(f"{file_sink.LOG_DIR}{name}", body.encode())
+        written.append(f"{sink['location'].rstrip('/')}/{file_sink.LOG_DIR}{name}")
+    return written
+
+
+def _compact_interval(files: dict[str, object], default: int) -> int:
+    """Spark's compaction interval of a log (CompactibleFileStreamLog.compactInterval): the configured one, unless
+    the newest compact file says the log was written with another (deriveCompactInterval)."""
+    compacts = [b[0] for name in files if (b := log_id(name)) and b[1]]
+    if not compacts or (max(compacts) + 1) % default == 0:
+        return default
+    latest = max(compacts) + 1
+    if latest <= default:
+        return latest
+    if default < latest // 2:
+        return next(i for i in [*range(default, latest // 2 + 1), latest] if latest % i == 0)
+    return latest
+
+
+def _compacted(output: Storage, files: dict[str, object], batch_id: int) -> str:
+    """A compact file holding every entry of the log up to `batch_id`, deleted files left out (as Spark's
+    FileStreamSinkLog.compactLogs); the entries' lines as Spark wrote them."""
+    lines = [
+        line
+        for name in needed_for(files, batch_id)
+        for line in output.read(f"{file_sink.LOG_DIR}{name}").decode().splitlines()[1:]
+        if line.strip()
+    ]
+    deleted = {entry["path"] for line in lines if (entry := json.loads(line)).get("action") == "delete"}
+    kept = [line for line in lines if json.loads(line)["path"] not in deleted]
+    return "\n".join(["v1", *kept])

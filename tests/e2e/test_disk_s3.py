@@ -21,6 +21,7 @@ from airflow_plugin.core.errors import Conflict
 from airflow_plugin.core.layout import BLOBS
 from airflow_plugin.core.snapshots.blobs import PackSettings
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.snapshots.verify import verify_snapshot
 from airflow_plugin.core.storage import S3Settings, S3Storage, open_storage
@@ -36,6 +37,7 @@ from tests.core.test_server_side_copy import (  # noqa: F401 (the fixture and te
 from tests.core.test_server_side_copy import (
     test_a_snapshot_of_a_checkpoint_on_the_stores_s3_copies_every_file_within_s3 as copies_within_s3,
 )
+from tests.support.synthetic import tree
 
 pytestmark = pytest.mark.slow(seconds=40)
 MiB = 1024 * 1024
@@ -175,23 +177,43 @@ def test_a_snapshot_of_a_checkpoint_written_with_checksums_copies_every_file_wit
     copies_within_s3(s3_store, tmp_path, calls, with_checksums=True)  # what S3A writes with the engine's conf
 
 
-def test_a_checkpoint_written_without_checksums_travels_through_the_client(
+def test_a_checkpoint_written_without_checksums_is_read_once_and_copied_within_s3(
     s3_store: str,
     tmp_path: Path,
     calls: Counter[str],  # noqa: F811 (the imported fixture)
 ) -> None:
-    """S3 computes a copy's SHA-256; S3Proxy does not, so a file S3A wrote without one (a job's conf without
-    `fs.s3a.create.checksum.algorithm`) is staged, found without a checksum, and read and stored by the client:
-    the snapshot is right, only slower."""
+    """S3 computes a copy's SHA-256; S3Proxy does not, and keeps no checksum of S3A's uploads (S3A sends it as an
+    aws-chunked trailer, which S3Proxy drops). The first file is staged, found without a checksum, and from then
+    on each file is read to hash it (ranged GETs pinned to its ETag) and copied within S3 by that ETag: its bytes
+    come down once and none go up."""
     store = SnapshotStore(open_storage(s3_store))
     store.blobs.init_format(PackSettings(threshold=0))
-    checkpoint, _ = checkpoint_on_s3(s3_store, tmp_path, with_checksums=False)
+    checkpoint, local = checkpoint_on_s3(s3_store, tmp_path, with_checksums=False)
     calls.clear()
 
     manifest = create_snapshot(store, checkpoint, SnapshotRequest(job="orders"))
 
-    state = [entry for entry in manifest.files if entry.path.startswith("state/")]
-    assert state and calls["CopyObject"] == len(manifest.files), "each file staged once, none promoted"
-    assert calls["GetObject"] >= len(state), "the contents read through the client"
+    contents = len({entry.sha256 for entry in manifest.files})
+    assert calls["CopyObject"] == 1 + contents, "one staging copy, then one copy a content"
+    assert calls["PutObject"] == 2 + 2 * 2 + 1 and calls["UploadPart"] == 0, "no content uploaded from here"
+    assert calls["GetObject"] >= len(manifest.files), "each file read to hash it"
     assert not [info.key for info in store.storage.list(f"{BLOBS}staging/")], "staging objects left behind"
     assert verify_snapshot(store, "orders", manifest.id).ok
+    restored = tmp_path / "restored"
+    execute_restore(store, plan_restore(store, "orders", manifest.id, open_storage(str(restored))))
+    assert tree(restored) == {k: v for k, v in tree(local).items() if k in {e.path for e in manifest.files}}
+
+
+def test_a_file_replaced_between_its_hash_and_its_copy_is_caught(storage: S3Storage) -> None:
+    """The ETag pins what was hashed to what is copied: a version replaced in between fails the copy (and the
+    create starts again at a newer batch) instead of storing other bytes under the first one's checksum."""
+    storage.write("state/0/0/9.changelog", b"first" * 1000)
+    etag = storage.checksummed("state/0/0/9.changelog").etag
+    sha, size = storage.hash_by_reading("state/0/0/9.changelog", etag, piece=1024)
+    assert (sha, size) == (hashlib.sha256(b"first" * 1000).hexdigest(), 5000)
+    storage.write("state/0/0/9.changelog", b"other" * 1000)
+    with pytest.raises(Conflict):
+        storage.copy_from(storage, "state/0/0/9.changelog", f"blobs/{sha}", if_match=etag)
+    with pytest.raises(Conflict):
+        storage.hash_by_reading("state/0/0/9.changelog", etag)
+    assert storage.stat(f"blobs/{sha}") is None

@@ -212,6 +212,9 @@ class BlobWriter:
         self._key = pack_key(secrets.token_hex(16))
         self._buffer = bytearray()
         self.packs = 0
+        # whether the store's S3 says the SHA-256 of a copy (None: not yet known); False after a staging copy
+        # came back without one (S3Proxy), so that no later file of this create pays for a staging copy
+        self.copies_checksummed: bool | None = None
 
     def fits_pack(self, size: int) -> bool:
         """Small files are read into memory and packed; any larger one goes through `put_large`."""

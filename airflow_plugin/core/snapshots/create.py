@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..catalog.snapshots import SnapshotEntry
-from ..errors import CheckpointChanged, CheckpointError, SavepointsError
+from ..errors import CheckpointChanged, CheckpointError, Conflict, SavepointsError
 from ..layout import blob_key, check_name
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..progress import NullProgress, Progress
@@ -182,9 +182,7 @@ class _Copier:
     def _copy_large(self, info: ObjectInfo) -> tuple[str, tuple[str, int]]:
         store = self.writer.copies_from(self.checkpoint, info.size)
         if store is not None:
-            copied = self._copy_in_s3(store, cast(S3Storage, self.checkpoint), info)
-            if copied is not None:
-                return copied
+            return self._copy_in_s3(store, cast(S3Storage, self.checkpoint), info)
         with self.checkpoint.fetched(info.key) as source, tempfile.TemporaryDirectory(prefix="savepoints-") as tmp:
             private = Path(tmp) / "copy"
             digest = copy_and_hash(source, private)  # the live file may be replaced; this copy may not
@@ -194,24 +192,28 @@ class _Copier:
                 self.writer.put_large(digest.sha256, private)
         return digest.sha256, location
 
-    def _copy_in_s3(self, store: S3Storage, source: S3Storage, info: ObjectInfo) -> tuple[str, tuple[str, int]] | None:
-        """A large file of a checkpoint on the store's S3, without its bytes passing through here: when S3
-        knows its SHA-256 (written with one), a HEAD and, for a new content, one copy to its blob; otherwise
-        a copy to a staging object that S3 checksums, then to its blob when new. None: this S3 computes no
-        checksums, copy it through the client."""
-        sha, size = source.sha256(info.key)
-        if sha is not None:
-            self._check_size(info, size)
-            location, new = self._claim(sha, size)
-            if new and not self.writer.copy_known(store, source, info.key, sha):
+    def _copy_in_s3(self, store: S3Storage, source: S3Storage, info: ObjectInfo) -> tuple[str, tuple[str, int]]:
+        """A large file of a checkpoint on the store's S3, its bytes never uploaded from here: when S3 knows its
+        SHA-256 (written with one), a HEAD and, for a new content, one copy to its blob; otherwise a copy to a
+        staging object that S3 checksums, then to its blob when new. Where the server computes no checksum of a
+        copy (S3Proxy; learned from the first staging copy), the file is read here to hash it and copied within
+        S3 by its ETag: its bytes come down once, and none go up."""
+        head = source.checksummed(info.key)
+        if head.sha256 is not None:
+            self._check_size(info, head.size)
+            location, new = self._claim(head.sha256, head.size)
+            if new and not self.writer.copy_known(store, source, info.key, head.sha256):
                 raise CheckpointChanged(f"{source.uri}/{info.key} was replaced while being copied")
             if new:
-                self._count_copied(size)
-            return sha, location
+                self._count_copied(head.size)
+            return head.sha256, location
+        if self.writer.copies_checksummed is False:
+            return self._hash_and_copy(store, source, info, head.etag)
         staged, sha, size = self.writer.stage(store, source, info.key)
         try:
             if sha is None:
-                return None
+                self.writer.copies_checksummed = False  # this server's copies say no checksum: stage no more
+                return self._hash_and_copy(store, source, info, head.etag)
             self._check_size(info, size)
             location, new = self._claim(sha, size)
             if new:
@@ -219,6 +221,23 @@ class _Copier:
                 self._count_copied(size)
         finally:
             store.delete([staged])
+        return sha, location
+
+    def _hash_and_copy(
+        self, store: S3Storage, source: S3Storage, info: ObjectInfo, etag: str
+    ) -> tuple[str, tuple[str, int]]:
+        """Hash the version of a file its HEAD saw (ranged GETs, each If-Match its ETag), and copy exactly that
+        version to its blob (CopySourceIfMatch): a file replaced in between fails either, and the attempt
+        starts again at a newer batch."""
+        try:
+            sha, size = source.hash_by_reading(info.key, etag)
+            self._check_size(info, size)
+            location, new = self._claim(sha, size)
+            if new:
+                store.copy_from(source, info.key, blob_key(sha), if_match=etag)
+                self._count_copied(size)
+        except Conflict:
+            raise CheckpointChanged(f"{source.uri}/{info.key} was replaced while being copied") from None
         return sha, location
 
     def _check_size(self, info: ObjectInfo, size: int) -> None:

@@ -36,6 +36,15 @@ MAX_COPY = 5 * 1024**3  # the largest object one CopyObject copies (UploadPartCo
 
 
 @dataclass(frozen=True)
+class Checksummed:
+    """What one HEAD says of an object: the SHA-256 S3 keeps of it (hex; None: it keeps none), size, ETag."""
+
+    sha256: str | None
+    size: int
+    etag: str
+
+
+@dataclass(frozen=True)
 class S3Settings:
     endpoint_url: str | None = None
     region_name: str | None = None
@@ -419,23 +428,55 @@ class S3Storage(Storage):
         """The SHA-256 (hex) S3 keeps of a whole object, if it was written with one (a single-part upload with
         the SHA256 checksum: S3A with `fs.s3a.create.checksum.algorithm=SHA256`, this engine's copies), and
         its size; one HEAD request, no bytes."""
+        head = self.checksummed(key)
+        return head.sha256, head.size
+
+    def checksummed(self, key: str) -> Checksummed:
+        """What one HEAD says of an object: the SHA-256 S3 keeps of it (`sha256`), its size and its ETag."""
         with self._errors("read", key):
             head = self.client.head_object(Bucket=self.bucket, Key=self._key(key), ChecksumMode="ENABLED")
         value = head.get("ChecksumSHA256")
         whole = head.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT" and value and "-" not in value
-        return (base64.b64decode(value).hex() if whole else None), int(head["ContentLength"])
+        return Checksummed(base64.b64decode(value).hex() if whole else None, int(head["ContentLength"]), head["ETag"])
 
-    def copy_from(self, source: S3Storage, source_key: str, key: str) -> str | None:
+    def hash_by_reading(self, key: str, etag: str, piece: int = 8 * 1024 * 1024) -> tuple[str, int]:
+        """The SHA-256 (hex) and size of exactly the version of `key` that `etag` names, read in ranged GETs of
+        `piece` bytes, each one conditional on it (If-Match): a version replaced meanwhile raises Conflict.
+        For a server that keeps no checksum of an object: the bytes come down once and never go back up (the
+        caller copies the object within S3, naming the same ETag). Memory: one piece."""
+        from botocore.exceptions import ClientError
+
+        digest = hashlib.sha256()
+        size = 0
+        while True:
+            with self._errors("read", key):
+                try:
+                    response = self.client.get_object(
+                        Bucket=self.bucket, Key=self._key(key), Range=f"bytes={size}-{size + piece - 1}", IfMatch=etag
+                    )
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") != "InvalidRange":
+                        raise
+                    return digest.hexdigest(), size  # past the end (an empty object's first range, too)
+                data = response["Body"].read()
+            digest.update(data)
+            size += len(data)
+            if len(data) < piece:
+                return digest.hexdigest(), size
+
+    def copy_from(self, source: S3Storage, source_key: str, key: str, *, if_match: str | None = None) -> str | None:
         """CopyObject `source`/`source_key` to `key` (up to MAX_COPY bytes), S3 computing the SHA-256 of what
         it copied; returns it (hex), or, from a service that computes none, the SHA-256 the copy carries (its
         source's, written with one), or None (the copy is made all the same). A missing source raises
-        FileNotFoundError."""
+        FileNotFoundError; with `if_match` (an ETag), a source that is no longer that version raises Conflict."""
+        condition = {"CopySourceIfMatch": if_match} if if_match else {}
         with self._errors("copy to", key):
             result = self.client.copy_object(
                 Bucket=self.bucket,
                 Key=self._key(key),
                 CopySource={"Bucket": source.bucket, "Key": source._key(source_key)},
                 ChecksumAlgorithm="SHA256",
+                **condition,
             )
         value = result.get("CopyObjectResult", {}).get("ChecksumSHA256")
         if value:

@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED := 1
 # The locked pyspark brings its own Spark: a SPARK_HOME of the user's shell (another Spark) is not for these.
 unexport SPARK_HOME
 
-.PHONY: uv-bootstrap setup s3proxy browser prometheus demo tour demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history bench-scale
+.PHONY: uv-bootstrap setup s3proxy seaweedfs browser prometheus demo tour demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history bench-scale
 
 uv-bootstrap:  # its own target: make expands a recipe before running it, so setup's lines see the installed uv
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -36,6 +36,9 @@ airflow: setup  # the UI way: `airflow standalone` with the plugin and DAGs (htt
 
 s3proxy: uv-bootstrap  # the disk-backed S3 server (S3Proxy, a jar from Maven Central, once into ~/.m2): setup resolves it too
 	@$(UV) run --frozen python -m devtools.jvm s3proxy
+
+seaweedfs:  # SeaweedFS's weed, built once from its Go module into ~/.cache/spark-savepoints (10 minutes of 2 cores): make bench-scale's server
+	@$(UV) run --frozen python -m devtools.disk_s3 --build
 
 browser:  # Debian's chromium for the browser test (playwright drives the system browser; no download)
 	@bash devtools/install_debian.sh /usr/bin/chromium chromium "the browser test drives it (tests/airflow/test_ui_browser.py)"
@@ -70,7 +73,7 @@ bench-upgrade: setup
 bench-s3: setup  # a snapshot of a checkpoint on S3 into a store on S3 against aws s3 sync s3 -> s3, client bytes counted
 	$(UV) run --frozen python -m bench.s3_copy_bench
 
-bench-scale: setup  # savepoints, restore, verify, an upgrade and retention at 5 GB of RocksDB state on S3Proxy, against s5cmd and aws s3 sync
+bench-scale: setup seaweedfs  # savepoints, restore, verify, an upgrade and retention at 5 GB of RocksDB state on SeaweedFS, against s5cmd and aws s3 sync
 	$(UV) run --frozen python -m bench.scale_bench
 
 bench-history: setup  # everyday commands at 10, 100 and 1,000 snapshots, 100 jobs, prune + gc of 10,000 snapshots

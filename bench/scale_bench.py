@@ -3,7 +3,11 @@ side by side with `s5cmd` and `aws s3 sync` in the same run (`make bench-scale`)
 
     uv run python -m bench.scale_bench [--state-mb 5120] [--batch-mb 400] [--savepoints 50] [--partitions 200]
 
-The server is S3Proxy with its filesystem store (devtools/disk_s3.py), its objects under .bench/scale-run/s3. The
+The server (`--server`, devtools/disk_s3.py) is SeaweedFS by default: like S3, it keeps the SHA-256 S3A sends with
+each upload, by which a snapshot copies a checkpoint's files within the server. S3Proxy with its filesystem store
+drops it (a snapshot then reads each file once to hash it), and is what `--smoke` runs on: it comes from Maven
+Central in seconds, where SeaweedFS is built once in minutes (`make seaweedfs`). Its objects go under
+.bench/scale-run/s3. The
 job (bench/scale_job.py) deduplicates 1 KiB incompressible keys on RocksDB with changelog checkpointing at Spark's
 default 200 partitions, its checkpoints on s3a:// of that server, run as a managed deployment by spark-submit. It
 grows, a batch a file, to `--state-mb` of state. Then, in this order, each figure against its peer:
@@ -53,7 +57,7 @@ from bench.report import Results, Target, log, report
 from bench.snapshot_bench import BENCH_DIR, mb, run_tool, venv_tool
 from bench.upgrade_bench import _group_hwm
 from devtools import jvm
-from devtools.disk_s3 import DiskS3, version
+from devtools.disk_s3 import SERVERS, DiskS3, SeaweedS3, disk_server, server_version
 from devtools.faulty_s3 import FaultyS3
 from devtools.feeding import BackgroundFeeder
 from devtools.windowed import processed, wait_for
@@ -66,6 +70,7 @@ ROWS_PER_MB = 1000  # a 1 KiB key a row (bench/scale_job.py): about a thousand r
 CHANGE = 0.01  # the share of new keys before the second savepoint
 SMALL_ROWS = 2000  # the batches fed while an upgrade's health gate counts them, and between retention's savepoints
 KEEP = 10  # retention keeps the newest savepoints
+PHASES = ("deep", "upgrade", "retention")  # the steps --skip may leave out
 # targets
 FIRST_VS_S5CMD = 1.0
 SECOND_VS_FIRST = 0.05
@@ -91,7 +96,7 @@ class Command:
 class Bench:
     """The server, the proxy, the job and what the steps measured."""
 
-    def __init__(self, server: DiskS3, proxy: FaultyS3, args: argparse.Namespace) -> None:
+    def __init__(self, server: DiskS3 | SeaweedS3, proxy: FaultyS3, args: argparse.Namespace) -> None:
         self.server, self.proxy, self.args = server, proxy, args
         self.direct = server.env()
         self.counted = {**server.env(), "AWS_ENDPOINT_URL": proxy.endpoint}
@@ -345,11 +350,11 @@ def state_bytes(manifest: Manifest) -> int:
 def run(args: argparse.Namespace) -> Results:
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
-    with DiskS3(args.work / "s3") as server, FaultyS3(server.endpoint) as proxy:
+    with disk_server(args.server, args.work / "s3") as server, FaultyS3(server.endpoint) as proxy:
         os.environ.update(server.env())  # this process's engine (deploy, the store's reads), direct
         server.create_bucket(BUCKET)
         bench = Bench(server, proxy, args)
-        log(f"S3Proxy {version()} at {server.endpoint}; deploying {JOB} v1 ({args.partitions} partitions)")
+        log(f"{server_version(args.server)} at {server.endpoint}; deploying {JOB} v1 ({args.partitions} partitions)")
         deploy(bench.job, DeployRequest("v1", wait_seconds=900))
         try:
             return measure(bench, args)
@@ -374,13 +379,15 @@ def measure(bench: Bench, args: argparse.Namespace) -> Results:
     log("restore against s5cmd's download; verify; verify --deep")
     restore = restore_against_s5cmd(bench, first_manifest)
     verify = bench.savepoints("verify", JOB, first_manifest.id)
-    deep = None if args.smoke else bench.savepoints("verify", JOB, first_manifest.id, "--deep")
+    deep = None if "deep" in args.skip else bench.savepoints("verify", JOB, first_manifest.id, "--deep")
     upgraded = None
-    if not args.smoke:
+    if "upgrade" not in args.skip:
         log("pre-flight and a stop/restore upgrade")
         upgraded = upgrade(bench)
-    log(f"retention: {args.savepoints} savepoints, then prune with garbage collection")
-    kept = retention(bench, args.savepoints)
+    kept = None
+    if "retention" not in args.skip:
+        log(f"retention: {args.savepoints} savepoints, then prune with garbage collection")
+        kept = retention(bench, args.savepoints)
     return tabulate(
         bench,
         {
@@ -405,7 +412,7 @@ def tabulate(bench: Bench, m: dict[str, Any]) -> Results:
     peers, restore, upgraded, kept = m["peers"], m["restore"], m["upgrade"], m["retention"]
     state = state_bytes(first_manifest)
     section = "job"
-    results.row(section, "server", f"S3Proxy {version()} (filesystem-nio2) on local disk, 127.0.0.1")
+    results.row(section, "server", f"{server_version(bench.args.server)} on local disk, 127.0.0.1")
     results.row(
         section,
         "state",
@@ -461,20 +468,23 @@ def tabulate(bench: Bench, m: dict[str, Any]) -> Results:
             f"(the job's own rhythm before it: {upgraded['rhythm_s']:.2f} s); v2's driver peak "
             f"{upgraded['driver_peak_mb']:,.0f} MB",
         )
-    pruned: Command = kept["prune"]
-    output = pruned.output if isinstance(pruned.output, dict) else {}
-    results.row(
-        "retention",
-        f"{len(kept['savepoint_s'])} savepoints",
-        f"median {statistics.median(kept['savepoint_s']) if kept['savepoint_s'] else 0:.2f} s each",
-    )
-    results.row(
-        "retention",
-        f"prune keeping {KEEP}, garbage collected",
-        f"{pruned.seconds:.2f} s, {pruned.counts.get('requests', 0):,} requests, peak {pruned.peak_mb:.0f} MB; "
-        + json.dumps({k: v for k, v in output.items() if isinstance(v, int | float)})[:300],
-    )
-    peaks = [first, second, restored, m["verify"], pruned]  # the commands that start no Spark
+    peaks = [first, second, restored, m["verify"]]  # the commands that start no Spark
+    if kept is not None:
+        pruned: Command = kept["prune"]
+        output = pruned.output if isinstance(pruned.output, dict) else {}
+        what = {key: len(value) if isinstance(value, list | dict) else value for key, value in output.items()}
+        results.row(
+            "retention",
+            f"{len(kept['savepoint_s'])} savepoints",
+            f"median {statistics.median(kept['savepoint_s']) if kept['savepoint_s'] else 0:.2f} s each",
+        )
+        results.row(
+            "retention",
+            f"prune keeping {KEEP}, garbage collected",
+            f"{pruned.seconds:.2f} s, {pruned.counts.get('requests', 0):,} requests, peak {pruned.peak_mb:.0f} MB; "
+            + json.dumps(what)[:400],
+        )
+        peaks.append(pruned)
     peak = max(run.peak_mb for run in peaks)
     results.targets += [
         Target("first savepoint / s5cmd cp", first.seconds / peers["s5cmd_s"], FIRST_VS_S5CMD, "x"),
@@ -492,7 +502,7 @@ def tabulate(bench: Bench, m: dict[str, Any]) -> Results:
         Target("savepoints process peak RSS", peak, PEAK_MB, "MB", f"at {mb(state)} MB of state"),
     ]
     results.data = {
-        "server": f"S3Proxy {version()}",
+        "server": server_version(bench.args.server),
         "state_bytes": state,
         "keys": bench.feeder.rows,
         "partitions": bench.args.partitions,
@@ -507,7 +517,7 @@ def tabulate(bench: Bench, m: dict[str, Any]) -> Results:
         "preflight_s": upgraded["preflight"].seconds if upgraded else None,
         "upgrade_s": upgraded["upgrade"].seconds if upgraded else None,
         "downtime_s": upgraded["downtime_s"] if upgraded else None,
-        "prune_s": pruned.seconds,
+        "prune_s": kept["prune"].seconds if kept else None,
         "peaks_mb": {"savepoints": peak, "driver": m["driver_grown_mb"]},
     }
     return results
@@ -525,11 +535,17 @@ def main(argv: list[str] | None = None) -> Results:
         help="4 MB, 2 partitions, 3 savepoints, and no step that starts a Spark application of its own (deep verify, "
         "pre-flight, upgrade: their own tests run them)",
     )
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=PHASES, help="leave a step out (repeat for more)"
+    )
+    parser.add_argument("--server", choices=SERVERS, help="seaweedfs (default), s3proxy (default with --smoke)")
     parser.add_argument("--work", type=Path, default=WORK, help="the run's directory, the server's objects included")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON report goes")
     args = parser.parse_args(argv)
     if args.smoke:
         args.state_mb, args.batch_mb, args.savepoints, args.partitions = 4, 2, 3, 2
+        args.skip = sorted({*args.skip, "deep", "upgrade"})
+    args.server = args.server or ("s3proxy" if args.smoke else "seaweedfs")
     results = run(args)
     report(results, args.results)
     return results

@@ -15,7 +15,8 @@ docs/benchmarks.md ("The disk-backed S3 server"). moto stays where a test needs 
 proxy in front of it.
 
 The jar comes from Maven Central through devtools/jvm.py (group `s3proxy`, ~55 MB once into ~/.m2; `make setup`
-and `make s3proxy` resolve it). `python -m devtools.disk_s3 DIR` runs one in the foreground on DIR.
+and `make s3proxy` resolve it). `python -m devtools.disk_s3 DIR` runs one in the foreground on DIR (`--server
+seaweedfs`: SeaweedFS, whose binary `make seaweedfs` builds once; `weed_binary` says why it is built as it is).
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,7 +38,7 @@ from typing import Any, ClassVar
 from airflow_plugin.core.storage import S3Settings
 from devtools import java, jvm
 from devtools.embedded_s3 import DUMMY_CREDENTIALS
-from devtools.jvm_service import JvmService
+from devtools.jvm_service import JvmService, end_process
 from devtools.ports import free_ports
 
 START_TIMEOUT_SECONDS = 120.0  # a cold JVM on a loaded 2-core machine: seconds, not minutes
@@ -53,7 +58,57 @@ class DiskS3Error(RuntimeError):
     """The disk-backed S3 server failed to start."""
 
 
-class DiskS3(JvmService):
+class S3Endpoint:
+    """What a client needs of a server on 127.0.0.1:`port` (the same as devtools/embedded_s3.py's EmbeddedS3 gives)."""
+
+    port: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {**DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
+
+    def s3a_conf(self) -> dict[str, str]:
+        """Spark conf for s3a:// paths on this server, keys included (for a SparkSession of a test or a bench,
+        which has no driver environment of its own); the jars come from devtools.jvm.spark_conf(["s3a"])."""
+        settings = S3Settings(endpoint_url=self.endpoint, region_name=DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"])
+        return {
+            **settings.spark_conf({}),  # what the engine gives a job's Spark (storage/s3.py)
+            "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+            "spark.hadoop.fs.s3a.access.key": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            "spark.hadoop.fs.s3a.secret.key": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        }
+
+    def airflow_connection(self) -> str:
+        """An Airflow AWS connection (JSON form, for AIRFLOW_CONN_<ID>) to this server."""
+        return json.dumps(
+            {
+                "conn_type": "aws",
+                "login": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                "password": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                "extra": {"endpoint_url": self.endpoint, "region_name": DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"]},
+            }
+        )
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"],
+        )
+
+    def create_bucket(self, name: str) -> str:
+        self.client().create_bucket(Bucket=name)
+        return f"s3://{name}"
+
+
+class DiskS3(JvmService, S3Endpoint):
     what = "the disk-backed S3 server (S3Proxy)"
     error = DiskS3Error
     dir_prefix = "disk-s3-"
@@ -113,59 +168,187 @@ class DiskS3(JvmService):
         """Until the server's JVM exits (its exit code); None when it was not started."""
         return self._process.wait() if self._process is not None else None
 
-    # --- what clients need (the same as devtools/embedded_s3.py's EmbeddedS3 gives)
+
+# SeaweedFS: the other server (`make seaweedfs`, `bench.scale_bench --server seaweedfs`). It keeps the SHA-256
+# S3A sends with each upload (in an aws-chunked trailer), which S3Proxy drops: on it a snapshot copies a checkpoint's
+# files within the server as on S3. Its `weed` binary is built from the Go module (the version the Go module proxy
+# serves) once into the user's cache: 10 minutes of both cores here, too long for CI, which runs on S3Proxy.
+SEAWEEDFS_MODULE = "github.com/seaweedfs/seaweedfs"
+SEAWEEDFS_VERSION = "v0.0.0-20261109003541-7506e5f91cd6"
+GO_BUILD_TIMEOUT_SECONDS = 3600
+
+
+def weed_binary(cache: Path | None = None) -> Path:
+    """SeaweedFS's `weed`, built once per version into `$XDG_CACHE_HOME/spark-savepoints/` (else ~/.cache/...).
+    Not `go install module/weed@version`: the module's go.mod has replace directives, which `go install` refuses;
+    built inside the downloaded module instead, where they apply."""
+    cache = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "spark-savepoints"
+    binary = cache / f"seaweedfs-{SEAWEEDFS_VERSION}" / "weed"
+    if binary.exists():
+        return binary
+    go = shutil.which("go")
+    if go is None:
+        raise DiskS3Error("building SeaweedFS needs Go (`go` on the PATH): install it, e.g. `apt-get install golang`")
+    env = {**os.environ, "GOFLAGS": "-mod=mod"}  # the module's go.sum as it comes; nothing written into it
+    module = f"{SEAWEEDFS_MODULE}@{SEAWEEDFS_VERSION}"
+    downloaded = _go([go, "mod", "download", "-json", module], env, Path.cwd(), f"downloading {module}")
+    source = Path(json.loads(downloaded)["Dir"])
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    building = binary.with_name(f".weed-{os.getpid()}")
+    _go([go, "build", "-o", str(building), "./weed"], env, source, f"building {module}/weed")
+    os.replace(building, binary)  # atomic: a concurrent start finds the whole binary or none
+    return binary
+
+
+def _go(command: list[str], env: dict[str, str], cwd: Path, what: str) -> str:
+    try:
+        done = subprocess.run(
+            command, env=env, cwd=cwd, capture_output=True, text=True, timeout=GO_BUILD_TIMEOUT_SECONDS, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise DiskS3Error(f"{what} took over {GO_BUILD_TIMEOUT_SECONDS} s: run `make seaweedfs` again") from None
+    if done.returncode != 0:
+        raise DiskS3Error(
+            f"{what} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}. Check that the Go module proxy "
+            "serves it (GOPROXY), then run `make seaweedfs` again"
+        )
+    return done.stdout
+
+
+class SeaweedS3(S3Endpoint):
+    """SeaweedFS's master, volume server, filer and S3 gateway in one `weed server` process on 127.0.0.1, its data
+    in `data_dir` (kept) or a temporary directory (removed on stop). The same methods as DiskS3."""
+
+    what = "the SeaweedFS S3 server"
+
+    def __init__(self, data_dir: Path | None = None, start_timeout: float = START_TIMEOUT_SECONDS) -> None:
+        self.data_dir, self.start_timeout = data_dir, start_timeout
+        self.port = 0
+        self._dir: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> SeaweedS3:
+        binary = weed_binary()
+        self._dir = Path(tempfile.mkdtemp(prefix="seaweedfs-"))
+        data = self.data_dir or self._dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        ports = free_ports(8)
+        self.port = ports[0]
+        flags = {
+            "dir": data,
+            "ip": "127.0.0.1",  # its default is a made-up public address: every service stays on loopback
+            "ip.bind": "127.0.0.1",
+            "s3": "true",
+            "s3.port": ports[0],
+            "s3.port.grpc": ports[1],
+            "s3.port.iceberg": 0,
+            "master.port": ports[2],
+            "master.port.grpc": ports[3],
+            "volume.port": ports[4],
+            "volume.port.grpc": ports[5],
+            "filer.port": ports[6],
+            "filer.port.grpc": ports[7],
+            "filer.localSocket": self._dir / "filer.sock",
+        }
+        log = (self._dir / "weed.log").open("wb")
+        try:
+            self._process = subprocess.Popen(
+                [str(binary), "server", *(f"-{name}={value}" for name, value in flags.items())],
+                cwd=self._dir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        try:
+            self._wait_until_serving()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_serving(self) -> None:
+        """Until its S3 gateway answers a listing (the gateway binds before the filer behind it is ready)."""
+        deadline = time.monotonic() + self.start_timeout
+        assert self._process is not None
+        while time.monotonic() < deadline:
+            try:
+                self.client().list_buckets()
+                return
+            except Exception:  # not listening yet, or the filer not ready: asked again once it had time
+                pass
+            try:
+                code = self._process.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                continue
+            raise DiskS3Error(f"{self.what} exited with code {code} while starting: {self._log_tail()}")
+        raise DiskS3Error(f"{self.what} did not come up within {self.start_timeout:.0f} s: {self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join((self._started_dir / "weed.log").read_text(errors="replace").splitlines()[-20:])
+        except FileNotFoundError:
+            return "(no log)"
 
     @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def _started_dir(self) -> Path:
+        if self._dir is None:
+            raise DiskS3Error(f"{self.what} is not started: use `with SeaweedS3() as server:`")
+        return self._dir
 
-    def env(self) -> dict[str, str]:
-        return {**DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
+    @property
+    def log_path(self) -> Path:
+        return self._started_dir / "weed.log"
 
-    def s3a_conf(self) -> dict[str, str]:
-        """Spark conf for s3a:// paths on this server, keys included (for a SparkSession of a test or a bench,
-        which has no driver environment of its own); the jars come from devtools.jvm.spark_conf(["s3a"])."""
-        settings = S3Settings(endpoint_url=self.endpoint, region_name=DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"])
-        return {
-            **settings.spark_conf({}),  # what the engine gives a job's Spark (storage/s3.py)
-            "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-            "spark.hadoop.fs.s3a.access.key": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            "spark.hadoop.fs.s3a.secret.key": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        }
+    def wait(self) -> int | None:
+        return self._process.wait() if self._process is not None else None
 
-    def airflow_connection(self) -> str:
-        """An Airflow AWS connection (JSON form, for AIRFLOW_CONN_<ID>) to this server."""
-        return json.dumps(
-            {
-                "conn_type": "aws",
-                "login": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                "password": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                "extra": {"endpoint_url": self.endpoint, "region_name": DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"]},
-            }
-        )
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            end_process(process, process.terminate, STOP_TIMEOUT_SECONDS, self.what, logging.getLogger(__name__))
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
-    def client(self) -> Any:
-        import boto3
+    def __enter__(self) -> SeaweedS3:
+        return self.start()
 
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name=DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"],
-        )
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
-    def create_bucket(self, name: str) -> str:
-        self.client().create_bucket(Bucket=name)
-        return f"s3://{name}"
+
+SERVERS = ("s3proxy", "seaweedfs")
+
+
+def disk_server(kind: str, data_dir: Path | None = None) -> DiskS3 | SeaweedS3:
+    """A disk-backed server of `kind` (SERVERS), not started."""
+    if kind == "seaweedfs":
+        return SeaweedS3(data_dir)
+    if kind == "s3proxy":
+        return DiskS3(data_dir)
+    raise ValueError(f"unknown S3 server {kind!r}: use one of {', '.join(SERVERS)}")
+
+
+def server_version(kind: str) -> str:
+    return f"SeaweedFS {SEAWEEDFS_VERSION}" if kind == "seaweedfs" else f"S3Proxy {version()}"
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.disk_s3", description=__doc__.splitlines()[0])
-    parser.add_argument("data_dir", type=Path, help="where the objects live (kept)")
+    parser.add_argument("data_dir", type=Path, nargs="?", help="where the objects live (kept)")
+    parser.add_argument("--server", choices=SERVERS, default="s3proxy", help="which server (default s3proxy)")
+    parser.add_argument("--build", action="store_true", help="build SeaweedFS's binary if needed, then exit")
     args = parser.parse_args(argv)
-    with DiskS3(args.data_dir) as server:
-        print(f"S3Proxy {version()} at {server.endpoint} on {args.data_dir} (log: {server.log_path}); Ctrl-C stops it")
+    if args.build:
+        print(f"SeaweedFS {SEAWEEDFS_VERSION}: {weed_binary()}")
+        return 0
+    if args.data_dir is None:
+        parser.error("give the directory the objects live in (DATA_DIR)")
+    with disk_server(args.server, args.data_dir) as server:
+        what = server_version(args.server)
+        print(f"{what} at {server.endpoint} on {args.data_dir} (log: {server.log_path}); Ctrl-C stops it")
         print(" ".join(f"{name}={value}" for name, value in server.env().items()), flush=True)
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the `with` stops the server
             server.wait()

@@ -17,6 +17,7 @@ from typing import Any
 from ..compactible_log import log_id
 from ..errors import CheckpointError, NotFound
 from ..guards.sink import start_bound
+from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..sources import offsets_by_source
 from ..sources.files import log_offset
 from ..storage import ObjectInfo, Storage
@@ -371,18 +372,23 @@ def _state_files(
         if store is not None:
             stores.setdefault(store.prefix, store)
             by_store[store.prefix][info.key[len(store.prefix) :]] = info
-    selected: list[ObjectInfo] = []
-    uses_changelog = False
-    for prefix, store in sorted(stores.items()):
+
+    def needed(prefix: str) -> list[ObjectInfo]:
         listing = by_store[prefix]
         names = files_for_version(
             {name: info.size for name, info in listing.items()},
             version,
-            lambda name, prefix=prefix: storage.read(prefix + name),
-            _unique_id(unique_ids, store, stores),
+            lambda name: storage.read(prefix + name),
+            _unique_id(unique_ids, stores[prefix], stores),
         )
-        uses_changelog = uses_changelog or any(name.endswith(".changelog") for name in listing)
-        selected.extend(listing[name] for name in names)
+        return [listing[name] for name in names]
+
+    # in parallel: each RocksDB store's newest zip is read for the SST files it names, one request each, and at
+    # Spark's default 200 partitions one after the other they were most of a snapshot's planning (11 s of 12 s
+    # at 5 GB of state on a disk-backed S3 server)
+    found = run_parallel(needed, sorted(stores), concurrency=DEFAULT_CONCURRENCY)
+    selected = sorted((info for files in found for info in files), key=lambda info: info.key)
+    uses_changelog = any(name.endswith(".changelog") for listing in by_store.values() for name in listing)
     return selected, uses_changelog
 
 

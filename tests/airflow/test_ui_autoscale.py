@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from airflow_plugin.core.autoscale.decide import Rescale
 from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.reconcile import record as records
 from airflow_plugin.core.reconcile.record import Reconciled
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
@@ -48,7 +49,10 @@ def page(tmp_path_factory: pytest.TempPathFactory, airflow_app: FastAPI) -> Fast
     now = time.time()
     rescale = Rescale(now - 900, 2, 4, "behind", {}, upgrade="up-1", outcome="DONE", seconds=42.0, effective=False)
     recommendation = {"at": now, "direction": "up", "size": 6, "current": 4, "reason": REASON, "figures": {}}
-    records.write(storage, Reconciled("orders", rescales=[rescale], recommendation=recommendation, scale_up_held=HELD))
+    kept = Reconciled("orders", rescales=[rescale], recommendation=recommendation, scale_up_held=HELD)
+    kept.scale_up_held_under = load_jobs(str(root / "jobs.toml"))["orders"].fingerprint  # held under this file
+    kept.rescales_total = 1
+    records.write(storage, kept)
     upgrade = Upgrade(id="up-20261129T000000000Z-0001", job="orders", to_version="v1", mode="stop_restore")
     upgrade.old_version, upgrade.size, upgrade.from_size = "v1", 4, 2
     upgrade.move(Phase.DONE, "v1 runs at 4")

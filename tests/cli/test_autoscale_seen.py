@@ -15,6 +15,7 @@ from airflow_plugin.cli import main
 from airflow_plugin.core.autoscale.decide import Rescale
 from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.reconcile import record as records
 from airflow_plugin.core.reconcile.record import Reconciled
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
@@ -61,7 +62,9 @@ def record(tmp_path: Path, **recommended: object) -> None:
     rescale = Rescale(now - 900, 2, 4, "behind", {}, upgrade="up-1", outcome="DONE", seconds=42.0, effective=False)
     recommendation = {"at": now, "direction": "up", "size": 6, "current": 4, "reason": REASON, "figures": {}}
     recommendation |= {"partitions": 6, **recommended}
+    under = load_jobs(str(tmp_path / "jobs.toml"))["orders"].fingerprint  # held under this jobs file
     kept = Reconciled("orders", rescales=[rescale], recommendation=recommendation, scale_up_held=HELD)
+    kept.scale_up_held_under, kept.rescales_total = under, 1
     records.write(open_storage(str(tmp_path / "store")), kept)
 
 

@@ -19,6 +19,7 @@ from airflow_plugin.core import metrics
 from airflow_plugin.core.autoscale.decide import Rescale
 from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.jobs.spec import load_jobs
 from airflow_plugin.core.layout import BLOBS, PACKS
 from airflow_plugin.core.lease import acquire
 from airflow_plugin.core.reconcile.record import Reconciled, Restart
@@ -65,6 +66,8 @@ def store_with_history(tmp_path: Path) -> tuple[Path, SnapshotStore]:
     restarted.recommendation = {"at": time.time(), "direction": "keep", "size": 4, "current": 4, "reason": "at max"}
     restarted.recommendation["behind_at_max"] = True
     restarted.scale_up_held = "the scale-up from 2 to 4 did not raise the processing rate"
+    restarted.scale_up_held_under = load_jobs(str(jobs))["orders"].fingerprint
+    restarted.rescales_total = 2
     write_reconciled(store.storage, restarted)
     checkpoint = write_checkpoint(tmp_path / "ckpt", batches=3)
     records = Deployments(store.storage)

@@ -19,7 +19,15 @@ from airflow_plugin.core.jobs.deploy import submit_spec
 from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.spec import Desired, RestartPolicy, load_jobs
 from airflow_plugin.core.reconcile import record as records
-from airflow_plugin.core.reconcile.apply import apply_job, declared_status, next_step, retry, upgrade_ended
+from airflow_plugin.core.reconcile.apply import (
+    KEPT_RESCALES,
+    _record_rescale,
+    apply_job,
+    declared_status,
+    next_step,
+    retry,
+    upgrade_ended,
+)
 from airflow_plugin.core.reconcile.plan import Action, Observed, Seen, plan
 from airflow_plugin.core.reconcile.record import Reconciled
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
@@ -149,11 +157,14 @@ def test_a_launch_at_a_size_submits_that_master_and_records_it(tmp_path: Path) -
 # ------------------------------------------------------------------------------------- apply, a store, no driver
 
 
+_EXTRA = (
+    'spark_master = "local[1]"\ndesired = {{ version = "v1", upgrade_mode = "stop_restore" }}\n'
+    'autoscale = {{ max = {max}, window = "60s", scale_down_window = "120s", cooldown = "60s", mode = "{mode}" }}'
+)
+
+
 def _declare(tmp_path: Path, mode: str = "active") -> JobContext:
-    extra = (
-        'spark_master = "local[1]"\ndesired = { version = "v1", upgrade_mode = "stop_restore" }\n'
-        f'autoscale = {{ max = 4, window = "60s", scale_down_window = "120s", cooldown = "60s", mode = "{mode}" }}'
-    )
+    extra = _EXTRA.format(mode=mode, max=4)
     return Settings(jobs_file=str(write_jobs(tmp_path, extra=extra))).resolve().job("orders")
 
 
@@ -206,9 +217,31 @@ def test_a_rescales_end_is_recorded_on_it_and_holds_no_version(tmp_path: Path) -
     assert kept.rescales[-1].outcome == "ROLLED_BACK"
 
 
-def test_retry_clears_a_held_scale_up(tmp_path: Path) -> None:
+def test_a_held_scale_up_is_released_by_retry_or_a_change_of_the_jobs_file(tmp_path: Path) -> None:
     job = _declare(tmp_path)
-    records.write(job.store.storage, Reconciled("orders", scale_up_held="it did not help"))
+    held = Reconciled("orders", scale_up_held="it did not help", scale_up_held_under=job.spec.fingerprint)
+    records.write(job.store.storage, held)
+    _running(job, behind(time.time()))
     assert declared_status(job)["autoscale"]["scale_up_held"] == "it did not help"  # type: ignore[index]
+    assert next_step(job).recommendation.direction == "hold"  # type: ignore[union-attr]
+    changed = Settings(jobs_file=str(write_jobs(tmp_path, extra=_EXTRA.format(mode="active", max=6))))
+    other = changed.resolve().job("orders")
+    assert declared_status(other)["autoscale"]["scale_up_held"] is None  # type: ignore[index]
+    assert next_step(other).action is Action.RESCALE, "a new declaration tries again"
     retry(job)
     assert records.read(job.store.storage, "orders").scale_up_held is None
+
+
+def test_a_rescale_is_counted_and_a_dry_runs_json_carries_the_recommendation(tmp_path: Path) -> None:
+    job = _declare(tmp_path)
+    _running(job, behind(time.time()))
+    dry = apply_job(job, dry_run=True).to_dict()
+    assert dry["action"] == "RESCALE" and dry["recommendation"]["direction"] == "up"
+    assert dry["recommendation"]["figures"]["backlog_growth"] > 0
+    record = Reconciled("orders", rescales=[Rescale(time.time() - 10_000, 1, 2, "r", {})] * KEPT_RESCALES)
+    record.rescales_total = KEPT_RESCALES
+    records.write(job.store.storage, record)
+    _record_rescale(job, next_step(job))
+    kept = records.read(job.store.storage, "orders")
+    assert (len(kept.rescales), kept.rescales_total) == (KEPT_RESCALES, KEPT_RESCALES + 1), "the list is capped"
+    assert declared_status(job)["autoscale"]["rescales"] == KEPT_RESCALES + 1  # type: ignore[index]

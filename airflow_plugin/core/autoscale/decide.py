@@ -10,7 +10,7 @@ Recommendation. The rules, in order (Flink's autoscaler, FLIP-271, read for micr
         the last scale-up did not help          HOLD: it raised the processing rate by less than a tenth of what
                                                 it should have (a bottleneck elsewhere: a source, a sink, a skewed
                                                 key); not scaled up again until the jobs file changes or
-                                                `apply --retry`
+                                                `apply --retry` (apply.py `held`)
         the rescale does not pay                KEEP: the backlog is worked off sooner at this size than through
                                                 the restart a rescale costs (the last rescale's measured time,
                                                 else `restart_time`)

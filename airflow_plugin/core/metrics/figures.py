@@ -136,6 +136,9 @@ def _reconciled(ctx: JobContext, figures: JobFigures, now: float) -> None:
     assert declared is not None and ctx.spec.desired is not None
     figures.restarts, figures.restarts_left = declared["restarts"], declared["restarts_left"]
     figures.autoscale = declared["autoscale"]
+    recommendation = (figures.autoscale or {}).get("recommendation")
+    if figures.autoscale is not None and recommendation:  # how old the loop's last look is: an alert needs a fresh one
+        figures.autoscale = {**figures.autoscale, "recommendation_age_s": round(now - recommendation["at"], 3)}
     if ctx.spec.desired.state == RUNNING:
         running = [d.version for d in figures.deployments if d.state == State.RUNNING]
         figures.desired_running = ctx.spec.desired.version in running

@@ -97,6 +97,12 @@ def families(figures: Figures) -> list[Metric]:
     rescales = CounterMetricFamily(
         "savepoints_autoscale_rescales", "Rescales the autoscaler began, as its record keeps them", labels=["job"]
     )
+    looked = _gauge(
+        "savepoints_autoscale_recommendation_age",
+        "Seconds since the autoscaler's last recommendation (each `savepoints apply` of the running job makes one)",
+        ["job"],
+        "seconds",
+    )
     held = _gauge(
         "savepoints_autoscale_scale_up_held",
         "1 if scale-ups are held after an ineffective one (`savepoints apply JOB --retry` clears it), else 0",
@@ -191,7 +197,7 @@ def families(figures: Figures) -> list[Metric]:
         _maybe(restarts_left, [job.job], job.restarts_left)
         _maybe(desired, [job.job], None if job.desired_running is None else int(job.desired_running))
         if job.autoscale is not None:
-            _autoscaled(job.job, job.autoscale, scale_size, recommended, scale_max, behind, rescales, held)
+            _autoscaled(job.job, job.autoscale, scale_size, recommended, scale_max, behind, rescales, held, looked)
         if job.lease:
             labels = [job.job, job.lease["operation"]]
             lease_age.add_metric(labels, job.lease["age_s"])
@@ -206,7 +212,7 @@ def families(figures: Figures) -> list[Metric]:
     return [
         up, state, heartbeat, driver, batch, duration, rate, rows, lag, state_rows, gate_role, gate_dropped, age,
         snap_batch, size, uploaded, snap_rows, snap_state, period, failed, failed_at, restarts, restarts_left, desired,
-        scale_size, recommended, scale_max, behind, rescales, held, lease_age, lease_ttl, lease_expired,
+        scale_size, recommended, scale_max, behind, rescales, held, looked, lease_age, lease_ttl, lease_expired,
         store_bytes, store_objects, orphans, measured, scrape,
     ]  # fmt: skip
 
@@ -220,6 +226,7 @@ def _autoscaled(
     behind: GaugeMetricFamily,
     rescales: CounterMetricFamily,
     held: GaugeMetricFamily,
+    looked: GaugeMetricFamily,
 ) -> None:
     """A job's autoscaler: its size and recommendation are absent while nothing runs or before a first one (not 0:
     an alert on them would fire on a stopped job); the others are always there."""
@@ -230,6 +237,7 @@ def _autoscaled(
     behind.add_metric([job], 1 if recommendation.get("behind_at_max") else 0)
     rescales.add_metric([job], autoscale["rescales"])
     held.add_metric([job], 1 if autoscale.get("scale_up_held") else 0)
+    _maybe(looked, [job], autoscale.get("recommendation_age_s"))
 
 
 def _operator(index: int, op: dict[str, Any]) -> str:

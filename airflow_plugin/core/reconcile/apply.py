@@ -34,7 +34,7 @@ from ..upgrades.steps import UpgradeSettings
 from . import record as records
 from .plan import APPLY, UPGRADES, Action, Observed, Seen, Step, UpgradeSeen, plan
 from .record import Reconciled, Restart
-from .scaling import describe_autoscale
+from .scaling import describe_autoscale, rescale_sizes
 
 log = logging.getLogger(__name__)
 SPARK_DEFAULT_PARTITIONS = 200  # spark.sql.shuffle.partitions when a job sets none: what Spark pins in the checkpoint
@@ -62,6 +62,7 @@ class Applied:
             "reason": self.step.reason,
             "outcome": self.outcome,
             "ok": self.ok,
+            **({"recommendation": self.step.recommendation.to_dict()} if self.step.recommendation else {}),
             **({"version": self.step.version} if self.step.version else {}),
             **({"not_before": self.step.not_before} if self.step.not_before else {}),
         }
@@ -120,8 +121,13 @@ def scaling_seen(
         load=status.load if status is not None else [],
         now=now,
         history=record.rescales,
-        ineffective_held=record.scale_up_held is not None,
+        ineffective_held=held(record, ctx.spec.fingerprint) is not None,
     )
+
+
+def held(record: Reconciled, fingerprint: str) -> str | None:
+    """Why scale-ups are held, while they are: until `apply --retry` or a change of the jobs file."""
+    return record.scale_up_held if record.scale_up_held_under == fingerprint else None
 
 
 def _seen(ctx: JobContext, deployment: Deployment) -> tuple[Seen, DeploymentStatus | None]:
@@ -256,6 +262,7 @@ def _record_rescale(ctx: JobContext, step: Step) -> None:
             partitions=step.partitions,
         )
         record.rescales = [*record.rescales, rescale][-KEPT_RESCALES:]
+        record.rescales_total += 1
         record.recommendation = {"at": rescale.at, **step.recommendation.to_dict()}
         records.write(ctx.store.storage, record)
 
@@ -267,7 +274,7 @@ def upgrade_ended(ctx: JobContext, ended: Upgrade, step: Step | None = None) -> 
     step = step or Step(ctx.name, Action.UPGRADE, f"upgrade {ended.id} went on", version=ended.to_version)
     with operation(ctx, "apply"):
         record = records.read(ctx.store.storage, ctx.name)
-        if ended.size is not None and ended.from_size != ended.size:  # a rescale: the version is not in question
+        if rescale_sizes(ended) is not None:  # a rescale: the version is not in question
             return _rescale_ended(ctx, record, ended, step)
         if ended.phase is Phase.DONE:
             record.last_stable_version = ended.to_version
@@ -318,15 +325,15 @@ def _note(ctx: JobContext, step: Step) -> None:
             record = records.read(ctx.store.storage, ctx.name)
             record.last_stable_version = running
             if step.recommendation is not None:
-                _judged(record, step.recommendation)
+                _judged(record, step.recommendation, ctx.spec.fingerprint)
             records.write(ctx.store.storage, record)
     except SavepointsError as exc:
         log.info("%s: the last stable version and the autoscaler's figures are written next time (%s)", ctx.name, exc)
 
 
-def _judged(record: Reconciled, recommendation: Recommendation) -> None:
+def _judged(record: Reconciled, recommendation: Recommendation, fingerprint: str) -> None:
     """The autoscaler's recommendation kept for status, the page and the metrics; the last scale-up's check, once
-    judged, kept on it (an ineffective one holds scale-ups: decide.py)."""
+    judged, kept on it (an ineffective one holds scale-ups under this jobs file: decide.py)."""
     record.recommendation = {"at": time.time(), **recommendation.to_dict()}
     if recommendation.effective is not None and record.rescales:
         last = record.rescales[-1]
@@ -336,6 +343,7 @@ def _judged(record: Reconciled, recommendation: Recommendation) -> None:
                 f"the scale-up from {last.from_size} to {last.to_size} at {utc_stamp(last.at)} did not raise the "
                 "processing rate by a tenth of what it should have"
             )
+            record.scale_up_held_under = fingerprint
 
 
 def apply(
@@ -400,8 +408,8 @@ def _autoscale_status(ctx: JobContext, kept: Reconciled) -> dict[str, Any] | Non
         "max": policy.max,
         "recommendation": kept.recommendation,
         "last_rescale": asdict(kept.rescales[-1]) if kept.rescales else None,
-        "rescales": len(kept.rescales),
-        "scale_up_held": kept.scale_up_held,
+        "rescales": kept.rescales_total,
+        "scale_up_held": held(kept, ctx.spec.fingerprint),
     }
 
 

@@ -48,7 +48,9 @@ class Reconciled:
     last_step: str | None = None  # what the last `apply` did, for status and the page
     rescales: list[Rescale] = field(default_factory=list)  # the autoscaler's, newest last
     recommendation: dict[str, Any] | None = None  # the autoscaler's last (decide.py Recommendation, and `at`)
-    scale_up_held: str | None = None  # why scale-ups are held (an ineffective one): until `apply --retry`
+    scale_up_held: str | None = None  # why scale-ups are held (an ineffective one)
+    scale_up_held_under: str | None = None  # the jobs file's fingerprint it was held under: a change releases it
+    rescales_total: int = 0  # every rescale the autoscaler began (`rescales` keeps the newest only)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()

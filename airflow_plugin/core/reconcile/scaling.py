@@ -11,8 +11,8 @@ from ..upgrades.record import Upgrade
 
 
 def rescale_sizes(upgrade: Upgrade) -> tuple[int | None, int] | None:
-    """(from, to) of an upgrade that was a rescale, else None. The test is apply.py `upgrade_ended`'s: an upgrade
-    the loop began to change the version records one size on both sides (it keeps the size), a rescale two."""
+    """(from, to) of an upgrade that was a rescale, else None: a rescale records the size it goes to and the one
+    it leaves (any other upgrade keeps the old deployment's size: upgrades/steps.py `sized`)."""
     if upgrade.size is None or upgrade.from_size == upgrade.size:
         return None
     return upgrade.from_size, upgrade.size

@@ -9,8 +9,14 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.core.errors import Refused
-from airflow_plugin.core.jobs.rescale import check_rescalable, current_partitions, repartition
-from airflow_plugin.core.records.manifest import Manifest
+from airflow_plugin.core.jobs.rescale import (
+    SINK_COMPACT_CONF,
+    check_rescalable,
+    current_partitions,
+    log_repartition_batch,
+    repartition,
+)
+from airflow_plugin.core.records.manifest import Kind, Manifest, SnapshotStatus, Trigger
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
 from airflow_plugin.core.snapshots.store import SnapshotStore
@@ -85,3 +91,44 @@ def test_a_snapshot_that_ends_inside_a_batch_is_not_rescaled(spark, tmp_path: Pa
     assert manifest.pending_batch_id == manifest.batch_id + 1
     with pytest.raises(Refused, match="Spark repartitions only at a batch boundary"):
         check_rescalable(manifest, 6)
+
+
+def test_the_repartition_batch_is_logged_in_a_file_sinks_log_and_its_compaction_goes_on(spark, tmp_path: Path) -> None:
+    """Spark's repartition commits a batch of its own in the checkpoint, which no sink ran: a file sink's log then
+    lacks that id, and at its next compaction Spark reads every id since the last (BATCH_METADATA_NOT_FOUND). Here
+    the repartition batch is a compaction's (interval 4: batches 3, 7, ...), so the log needs `3.compact`."""
+    kind = KINDS["file_source"]
+    checkpoint, inputs, output = tmp_path / "ckpt", tmp_path / "in", tmp_path / "out"
+    spark.conf.set(SINK_COMPACT_CONF, "4")
+    try:
+        query = kind.start(spark, str(checkpoint), str(inputs), str(output))
+        try:
+            run_rounds(query, kind, str(inputs), range(3))  # batches 0, 1, 2
+        finally:
+            query.stop()
+        # what the repartition leaves: batch 3 committed in the checkpoint with batch 2's offsets (it read nothing)
+        for log in ("offsets", "commits"):
+            (checkpoint / log / "3").write_bytes((checkpoint / log / "2").read_bytes())
+        manifest = Manifest(
+            "sp-1", "counts", Kind.SAVEPOINT, Trigger.MANUAL, SnapshotStatus.COMPLETED, str(checkpoint), "2026",
+            sinks=[{"kind": "file", "location": f"file:{output}"}],
+        )  # fmt: skip
+        logged = log_repartition_batch(manifest, 3, open_storage, {SINK_COMPACT_CONF: "4"})
+        assert logged == [f"file:{output}/_spark_metadata/3.compact"]
+        assert log_repartition_batch(manifest, 3, open_storage, {}) == [], "once: the sink holds batch 3 now"
+
+        resumed = kind.start(spark, str(checkpoint), str(inputs), str(output))
+        try:
+            run_rounds(resumed, kind, str(inputs), range(3, 8))  # batches 4..8: the compaction at 7 reads 3.compact
+            assert resumed.lastProgress["batchId"] == 8 and resumed.exception() is None
+        finally:
+            resumed.stop()
+        assert (output / "_spark_metadata" / "7.compact").exists()
+    finally:
+        spark.conf.unset(SINK_COMPACT_CONF)
+    reference = kind.start(spark, str(tmp_path / "ref-ckpt"), str(inputs), str(tmp_path / "ref-out"))
+    try:
+        reference.processAllAvailable()
+    finally:
+        reference.stop()
+    assert kind.final_output(spark, str(output)) == kind.final_output(spark, str(tmp_path / "ref-out"))

@@ -33,11 +33,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from airflow_plugin.core.storage import S3Settings
 from devtools import java, jvm
-from devtools.embedded_s3 import DUMMY_CREDENTIALS
+from devtools.embedded_s3 import DUMMY_CREDENTIALS, S3Endpoint
 from devtools.jvm_service import JvmService, end_process
 from devtools.ports import free_ports
 
@@ -56,56 +55,6 @@ def version() -> str:
 
 class DiskS3Error(RuntimeError):
     """The disk-backed S3 server failed to start."""
-
-
-class S3Endpoint:
-    """What a client needs of a server on 127.0.0.1:`port` (the same as devtools/embedded_s3.py's EmbeddedS3 gives)."""
-
-    port: int
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def env(self) -> dict[str, str]:
-        return {**DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
-
-    def s3a_conf(self) -> dict[str, str]:
-        """Spark conf for s3a:// paths on this server, keys included (for a SparkSession of a test or a bench,
-        which has no driver environment of its own); the jars come from devtools.jvm.spark_conf(["s3a"])."""
-        settings = S3Settings(endpoint_url=self.endpoint, region_name=DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"])
-        return {
-            **settings.spark_conf({}),  # what the engine gives a job's Spark (storage/s3.py)
-            "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-            "spark.hadoop.fs.s3a.access.key": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            "spark.hadoop.fs.s3a.secret.key": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        }
-
-    def airflow_connection(self) -> str:
-        """An Airflow AWS connection (JSON form, for AIRFLOW_CONN_<ID>) to this server."""
-        return json.dumps(
-            {
-                "conn_type": "aws",
-                "login": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                "password": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                "extra": {"endpoint_url": self.endpoint, "region_name": DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"]},
-            }
-        )
-
-    def client(self) -> Any:
-        import boto3
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name=DUMMY_CREDENTIALS["AWS_DEFAULT_REGION"],
-        )
-
-    def create_bucket(self, name: str) -> str:
-        self.client().create_bucket(Bucket=name)
-        return f"s3://{name}"
 
 
 class DiskS3(JvmService, S3Endpoint):

@@ -63,31 +63,11 @@ def _s3_first_app() -> Any:
     return S3First(create_backend_app)
 
 
-class EmbeddedS3:
-    def __init__(self, port: int = 0) -> None:
-        self.port = port
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+class S3Endpoint:
+    """What a client needs of an S3 server on 127.0.0.1:`port` with the dummy credentials: this embedded one, and
+    the disk-backed ones (devtools/disk_s3.py)."""
 
-    def start(self) -> EmbeddedS3:
-        """moto's server app on werkzeug, as moto's ThreadedMotoServer runs it, with one change: werkzeug
-        answers `Expect: 100-continue` itself, and http.server under it answered it a second time. The AWS
-        SDK v2's async client (S3A's uploads: RocksDB state snapshots, rescale) took that second `100` for the
-        final answer and failed with "S3Exception: Status Code: 100" (moto pull request 9975)."""
-        from moto.moto_server.werkzeug_app import MotoRequestHandler
-        from werkzeug.serving import make_server
-
-        class OneContinue(MotoRequestHandler):  # type: ignore[misc]
-            def handle_expect_100(self) -> bool:
-                return True  # werkzeug sends the one `100 Continue` when the app reads the body
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
-        app = _s3_first_app()
-        self._server = make_server("127.0.0.1", self.port, app, threaded=True, request_handler=OneContinue)
-        self.port = self._server.server_port  # port=0 picks a free one
-        self._thread = threading.Thread(target=self._server.serve_forever, name="embedded-s3", daemon=True)
-        self._thread.start()
-        return self
+    port: int
 
     @property
     def endpoint(self) -> str:
@@ -120,10 +100,6 @@ class EmbeddedS3:
             "spark.hadoop.fs.s3a.secret.key": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
         }
 
-    def apply_env(self) -> None:
-        """Point this process's boto3 at the embedded server."""
-        os.environ.update(self.env())
-
     def client(self) -> Any:
         import boto3
 
@@ -138,6 +114,37 @@ class EmbeddedS3:
     def create_bucket(self, name: str) -> str:
         self.client().create_bucket(Bucket=name)
         return f"s3://{name}"
+
+
+class EmbeddedS3(S3Endpoint):
+    def __init__(self, port: int = 0) -> None:
+        self.port = port
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> EmbeddedS3:
+        """moto's server app on werkzeug, as moto's ThreadedMotoServer runs it, with one change: werkzeug
+        answers `Expect: 100-continue` itself, and http.server under it answered it a second time. The AWS
+        SDK v2's async client (S3A's uploads: RocksDB state snapshots, rescale) took that second `100` for the
+        final answer and failed with "S3Exception: Status Code: 100" (moto pull request 9975)."""
+        from moto.moto_server.werkzeug_app import MotoRequestHandler
+        from werkzeug.serving import make_server
+
+        class OneContinue(MotoRequestHandler):  # type: ignore[misc]
+            def handle_expect_100(self) -> bool:
+                return True  # werkzeug sends the one `100 Continue` when the app reads the body
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+        app = _s3_first_app()
+        self._server = make_server("127.0.0.1", self.port, app, threaded=True, request_handler=OneContinue)
+        self.port = self._server.server_port  # port=0 picks a free one
+        self._thread = threading.Thread(target=self._server.serve_forever, name="embedded-s3", daemon=True)
+        self._thread.start()
+        return self
+
+    def apply_env(self) -> None:
+        """Point this process's boto3 at the embedded server."""
+        os.environ.update(self.env())
 
     def stop(self) -> None:
         if self._server is not None:

@@ -216,6 +216,9 @@ def write_jobs_file(directory: Path, partitions: int) -> Path:
         # state runs it: unbounded, each store's memtables hold their share until a snapshot, in the driver's RSS
         "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "1024",
+        # each batch's shuffle files (as large as its input) go once a GC finds them unreferenced: every 30 minutes
+        # by default, so that 5 GB of keys left 14 GB of them on the disk
+        "spark.cleaner.periodicGC.interval": "1min",
     }
     script = Path(__file__).resolve().parent / "scale_job.py"
     path = directory / "jobs.toml"
@@ -258,14 +261,14 @@ def peers_copy(bench: Bench) -> dict[str, Any]:
     """s5cmd and aws s3 sync copy the live checkpoint within S3 (CopyObject), both through the counting proxy."""
     source = bench.checkpoint.replace("s3a://", "s3://")
     seconds, counts = s5cmd(bench, "cp", f"{source}/*", f"s3://{BUCKET}/peer-s5cmd/")
+    files = list(open_storage(f"s3://{BUCKET}/peer-s5cmd").list())
+    drop(f"s3://{BUCKET}/peer-s5cmd")  # gigabytes of the machine's disk, before the next copy
     sync = [venv_tool("aws"), "--endpoint-url", bench.proxy.endpoint, "s3", "sync", f"{source}/"]
     sync += [f"s3://{BUCKET}/peer-aws/", "--only-show-errors", "--no-progress"]
     bench.proxy.reset_counts()
     aws_s = run_tool(sync, bench.direct, "aws s3 sync")
     aws_counts = bench.proxy.reset_counts()
-    files = list(open_storage(f"s3://{BUCKET}/peer-s5cmd").list())
-    for copy in ("peer-s5cmd", "peer-aws"):
-        drop(f"s3://{BUCKET}/{copy}")
+    drop(f"s3://{BUCKET}/peer-aws")
     return {
         "s5cmd_s": seconds,
         "s5cmd_requests": counts["requests"],
@@ -319,6 +322,7 @@ def upgrade(bench: Bench) -> dict[str, Any]:
         last_old = commit_times(old.checkpoint)[-1]
         wait_for(lambda: bool(commit_times(new.checkpoint, last_old[0])), "the new version's first commit", 600)
     first_new = commit_times(new.checkpoint, last_old[0])[0]
+    log(f"  no commit from batch {last_old[0]} to {first_new[0]}: {first_new[1] - last_old[1]:.2f} s")
     rhythm = statistics.median(b - a for (_, a), (_, b) in pairwise(before[-6:])) if len(before) > 2 else 0.0
     return {
         "preflight": preflight,
@@ -370,6 +374,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> Results:
     driver_grown = bench.driver_peak_mb()
     log("peers: s5cmd cp and aws s3 sync of the live checkpoint within S3")
     peers = peers_copy(bench)
+    log(f"  peers: {peers}")
     log("the first live savepoint")
     first, first_manifest = bench.savepoint(counted=True)
     log(f"{CHANGE:.0%} new keys, then the second savepoint")
@@ -378,6 +383,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> Results:
     second, second_manifest = bench.savepoint(counted=True)
     log("restore against s5cmd's download; verify; verify --deep")
     restore = restore_against_s5cmd(bench, first_manifest)
+    log(f"  s5cmd's download: {restore['s5cmd_s']:.2f} s, {restore['s5cmd_files']} files")
     verify = bench.savepoints("verify", JOB, first_manifest.id)
     deep = None if "deep" in args.skip else bench.savepoints("verify", JOB, first_manifest.id, "--deep")
     upgraded = None

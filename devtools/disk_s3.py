@@ -86,7 +86,7 @@ class DiskS3(JvmService, S3Endpoint):
 
     def _launch(self, command: list[str]) -> bool:
         directory = self._started_dir
-        data = self.data_dir or directory / "data"
+        data = (self.data_dir or directory / "data").resolve()  # S3Proxy runs in its own directory
         data.mkdir(parents=True, exist_ok=True)
         [self.port] = free_ports(1)
         settings = {
@@ -179,7 +179,7 @@ class SeaweedS3(S3Endpoint):
     def start(self) -> SeaweedS3:
         binary = weed_binary()
         self._dir = Path(tempfile.mkdtemp(prefix="seaweedfs-"))
-        data = self.data_dir or self._dir / "data"
+        data = (self.data_dir or self._dir / "data").resolve()  # weed runs in its own directory
         data.mkdir(parents=True, exist_ok=True)
         ports = free_ports(8)
         self.port = ports[0]

@@ -552,6 +552,7 @@ def main(argv: list[str] | None = None) -> Results:
         args.state_mb, args.batch_mb, args.savepoints, args.partitions = 4, 2, 3, 2
         args.skip = sorted({*args.skip, "deep", "upgrade"})
     args.server = args.server or ("s3proxy" if args.smoke else "seaweedfs")
+    args.work = args.work.resolve()  # the jobs file names the input by it, for a driver in another directory
     results = run(args)
     report(results, args.results)
     return results

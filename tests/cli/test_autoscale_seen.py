@@ -22,6 +22,7 @@ from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus,
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.upgrades.record import Phase, Upgrade, Upgrades
 from tests.support.jobs import write_jobs
+from tests.support.synthetic import ROCKSDB, write_checkpoint
 
 HELD = "the scale-up from 2 to 4 did not raise the processing rate by a tenth of what it should have"
 REASON = "utilisation 0.93 above the target 0.7; the backlog grew by 900 records in 300 s, to 4000"
@@ -46,7 +47,8 @@ def declare(tmp_path: Path, mode: str = "active", load: list[dict[str, object]] 
     storage = open_storage(str(tmp_path / "store"))
     deployments = Deployments(storage)
     retired = Deployment("dp-20260101T000000000Z-0001", "orders", "v1", "cp1", master="local[2]", retired_at="x")
-    running = Deployment("dp-20260101T000000000Z-0002", "orders", "v1", "cp2", master="local[4]")
+    checkpoint = write_checkpoint(tmp_path / "cp2", 3, partitions=4, provider=ROCKSDB)  # Spark repartitions it
+    running = Deployment("dp-20260101T000000000Z-0002", "orders", "v1", str(checkpoint), master="local[4]")
     running.spark_conf = {"spark.sql.shuffle.partitions": "4"}
     for deployment in (retired, running):
         deployments.put(deployment)

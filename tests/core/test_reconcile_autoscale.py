@@ -24,6 +24,7 @@ from airflow_plugin.core.reconcile.apply import (
     _record_rescale,
     apply_job,
     declared_status,
+    loop_context,
     next_step,
     retry,
     upgrade_ended,
@@ -34,6 +35,7 @@ from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus,
 from airflow_plugin.core.timestamps import utc_stamp
 from airflow_plugin.core.upgrades.record import Phase, Upgrade
 from tests.support.jobs import write_jobs
+from tests.support.synthetic import ROCKSDB, write_checkpoint
 
 NOW = 1_800_000_000.0
 POLICY = Autoscale(max=4, window=60, scale_down_window=120, cooldown=60, restart_time=1)
@@ -168,9 +170,12 @@ def _declare(tmp_path: Path, mode: str = "active") -> JobContext:
     return Settings(jobs_file=str(write_jobs(tmp_path, extra=extra))).resolve().job("orders")
 
 
-def _running(job: JobContext, load: list[dict[str, Any]], master: str = "local[1]") -> Deployment:
+def _running(
+    job: JobContext, load: list[dict[str, Any]], master: str = "local[1]", provider: str | None = ROCKSDB
+) -> Deployment:
     deployments = Deployments(job.store.storage)
-    deployment = Deployment("dp-20260101T000000000Z-0001", "orders", "v1", "cp", master=master)
+    checkpoint = write_checkpoint(Path(job.spec.checkpoint_root) / "cp", 3, provider=provider)
+    deployment = Deployment("dp-20260101T000000000Z-0001", "orders", "v1", str(checkpoint), master=master)
     deployment.spark_conf = {"spark.sql.shuffle.partitions": "2"}
     deployments.put(deployment)
     deployments.write_status("orders", deployment.id, DeploymentStatus(State.RUNNING, time.time(), load=load))
@@ -194,6 +199,19 @@ def test_apply_reads_the_running_deployments_size_and_load_and_records_a_passive
     assert status is not None and status["autoscale"]["mode"] == "passive"
     assert status["autoscale"]["recommendation"]["size"] == step.recommendation.size
     assert kept.rescales == [] and len(Deployments(job.store.storage).list("orders")) == 1, "nothing launched"
+
+
+def test_a_state_spark_cannot_repartition_caps_the_size_at_its_partitions_before_anything_stops(
+    tmp_path: Path,
+) -> None:
+    job = _declare(tmp_path)
+    _running(job, behind(time.time()), master="local[2]", provider=None)  # Spark's default, HDFS-backed state
+    step = next_step(job)
+    assert step.action is Action.NOTHING and step.recommendation is not None, step
+    assert step.recommendation.behind_at_max and "a state Spark cannot repartition" in step.reason, step.reason
+    _running(job, behind(time.time()), master="local[2]")  # RocksDB: repartitioned on the way
+    rescale = next_step(job)
+    assert (rescale.action, rescale.partitions, rescale.mode) == (Action.RESCALE, rescale.size, "stop_restore")
 
 
 def test_a_rescales_end_is_recorded_on_it_and_holds_no_version(tmp_path: Path) -> None:
@@ -241,7 +259,7 @@ def test_a_rescale_is_counted_and_a_dry_runs_json_carries_the_recommendation(tmp
     record = Reconciled("orders", rescales=[Rescale(time.time() - 10_000, 1, 2, "r", {})] * KEPT_RESCALES)
     record.rescales_total = KEPT_RESCALES
     records.write(job.store.storage, record)
-    _record_rescale(job, next_step(job))
+    assert _record_rescale(loop_context(job)) is not None
     kept = records.read(job.store.storage, "orders")
     assert (len(kept.rescales), kept.rescales_total) == (KEPT_RESCALES, KEPT_RESCALES + 1), "the list is capped"
     assert declared_status(job)["autoscale"]["rescales"] == KEPT_RESCALES + 1  # type: ignore[index]

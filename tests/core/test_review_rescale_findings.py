@@ -1,11 +1,11 @@
-"""A review of the autoscaler's rescale and of the S3 copy by ETag (changes since 412f4b8): each test shows one
-problem found, on the real code and a real store (local disk, or the embedded S3), no Spark. Each is marked
-xfail(strict): it passes once the problem is fixed, and then the marker must go."""
+"""Problems a cold review found in the autoscaler's rescale and the S3 copy by ETag, each shown on the real code and
+a real store (local disk, or the embedded S3), no Spark, and fixed: each test failed before its fix."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,24 +15,22 @@ from airflow_plugin.core.autoscale.decide import Direction, ScalingSeen, decide
 from airflow_plugin.core.autoscale.load import BUCKET_S
 from airflow_plugin.core.autoscale.policy import Autoscale, Knob
 from airflow_plugin.core.errors import CheckpointChanged, Refused
-from airflow_plugin.core.jobs.deploy import submit_spec
-from airflow_plugin.core.jobs.spec import load_jobs
+from airflow_plugin.core.jobs.deploy import repartition_conf, submit_spec
+from airflow_plugin.core.jobs.spec import Desired, RestartPolicy, load_jobs
 from airflow_plugin.core.layout import blob_key
 from airflow_plugin.core.progress import NullProgress
+from airflow_plugin.core.reconcile.plan import Action, Observed, Seen, plan
+from airflow_plugin.core.records.deployment import Deployment, State
 from airflow_plugin.core.snapshots.blobs import PackSettings
 from airflow_plugin.core.snapshots.create import SnapshotRequest, _Copier, _Known, create_snapshot
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import S3Storage, open_storage
 from airflow_plugin.core.upgrades.launch import _rescale_to
-from tests.support.synthetic import write_checkpoint
+from tests.support.synthetic import ROCKSDB, write_checkpoint
 
 # ------------------------------------------------------------------ the S3 copy by ETag trusts an unprobed condition
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: create.py _hash_and_copy trusts CopySourceIfMatch without a probe and drops copy_from's checksum",
-)
 def test_a_file_replaced_between_its_hash_and_its_copy_is_never_stored_under_the_first_ones_checksum(
     s3_store: str,
 ) -> None:
@@ -91,10 +89,6 @@ def _behind(now: float, seconds: float = 120) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: a rescale past the partitions of non-RocksDB state is decided, then refused only in activate",
-)
 def test_a_rescale_that_spark_cannot_repartition_is_not_decided(tmp_path: Path) -> None:
     """docs/operations.md says HDFS-backed state 'is refused before anything changes'. The autoscaler decides
     a scale-up past the state's partitions without knowing the state's provider (decide.py `_partitions`), and
@@ -109,20 +103,18 @@ def test_a_rescale_that_spark_cannot_repartition_is_not_decided(tmp_path: Path) 
     now = 1_800_000_000.0
     policy = Autoscale(max=4, window=60, scale_down_window=120, cooldown=60, restart_time=1)
     seen = ScalingSeen(policy, Knob.CORES, 2, 1, 2, _behind(now), now)
-    recommendation = decide(seen)
-    assert recommendation.direction is Direction.UP and recommendation.partitions, recommendation
-
-    # what the cutover does with the recommendation, once the old deployment was stopped:
-    try:
-        _rescale_to(manifest, recommendation.partitions)
-    except Refused as refused:
-        pytest.fail(f"the rescale was decided, and is refused only at the cutover: {refused}")
+    assert decide(seen).partitions, "RocksDB state (the default here): repartitioned past its partitions"
+    with pytest.raises(Refused, match="which Spark's"):  # what the cutover would meet, once the job was stopped
+        _rescale_to(manifest, 3)
+    # apply.py scaling_seen reads the provider: state Spark cannot repartition caps the size at its partitions
+    recommendation = decide(replace(seen, repartitionable=False))
+    assert recommendation.partitions is None and recommendation.direction is Direction.KEEP, recommendation
+    assert recommendation.behind_at_max and "a state Spark cannot repartition" in recommendation.reason
 
 
 # --------------------------------------------------- a version's own conf overrides the size the autoscaler gives
 
 
-@pytest.mark.xfail(strict=True, reason="review: a version's conf wins over JobSpec.sized's spark.executor.instances")
 def test_a_rescaled_launch_runs_at_the_size_it_was_given(tmp_path: Path) -> None:
     """The executors knob is written into the job's conf (JobSpec.sized), and every launch composes its conf as
     {**job conf, **version conf, ...} (deploy.py `_deploy`, launch.py `launch_beside` and `_prestart`): a version
@@ -174,34 +166,18 @@ versions.v1 = { application = "job.py", conf = { "spark.executor.instances" = "2
     job = Settings(jobs_file=str(jobs)).resolve().job("orders").at_size(5)
     version = job.spec.version("v1")
     submitted = submit_spec(job, version, "dp-x", "cp", {**job.spec.conf, **version.conf})
-    assert submitted.conf["spark.executor.instances"] == "2"
+    assert submitted.conf["spark.executor.instances"] == "5", "the size over the version's own conf"
 
 
 # ------------------------------------------ a rescale under load meets a savepoint that ends inside a batch
 
 
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-
-
 def _rocksdb_checkpoint(root: Path, *, pending: bool) -> Path:
-    """A checkpoint of RocksDB state (the provider pinned in each offset log entry), its last batch logged
-    without a commit when `pending`: what a live savepoint of a job whose batches run back to back holds, and
-    what a stop under load can leave (runtime/control.py stop_at_batch_boundary: 'the race with the next trigger
-    cannot be closed')."""
-    write_checkpoint(root, batches=3, partitions=2, pending=pending)
-    for entry in sorted((root / "offsets").iterdir()):
-        lines = entry.read_text().splitlines()
-        meta = json.loads(lines[1])
-        meta["conf"]["spark.sql.streaming.stateStore.providerClass"] = ROCKSDB
-        entry.write_text("\n".join([lines[0], json.dumps(meta), *lines[2:]]))
-    return root
+    """A checkpoint of RocksDB state, its last batch logged without a commit when `pending`: what a live savepoint
+    of a job whose batches run back to back holds."""
+    return write_checkpoint(root, batches=3, partitions=2, pending=pending, provider=ROCKSDB)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: a live savepoint under load ends inside a batch, and check_rescalable refuses it after the "
-    "decision (blue/green: at LAUNCHING, an abort; stop/restore's stop savepoint: at the cutover, a rollback)",
-)
 def test_a_scale_up_past_the_partitions_is_not_refused_for_a_savepoint_taken_under_load(tmp_path: Path) -> None:
     """The autoscaler scales up a job whose batches run back to back (decide.py BACK_TO_BACK, a growing backlog).
     Its upgrade's live savepoint (steps.py `savepointing`: a plain snapshot of the running checkpoint) then almost
@@ -218,20 +194,30 @@ def test_a_scale_up_past_the_partitions_is_not_refused_for_a_savepoint_taken_und
         store, open_storage(str(_rocksdb_checkpoint(tmp_path / "busy", pending=True))), SnapshotRequest(job="busy")
     )
     assert loaded.pending_batch_id == 3
-    try:
+    with pytest.raises(Refused, match="batch boundary"):
         _rescale_to(loaded, 3)
-    except Refused as refused:
-        pytest.fail(f"the scale-up is refused after it was decided and begun: {refused}")
+    # so a rescale that repartitions goes through a stop, whose savepoint is at a batch boundary, not blue/green
+    now = 1_800_000_000.0
+    policy = Autoscale(max=4, window=60, scale_down_window=120, cooldown=60, restart_time=1)
+    running = Seen(id="dp-1", version="v1", state=State.RUNNING, updated_at=now, size=2)
+    observed = Observed(
+        job="busy",
+        desired=Desired(version="v1", upgrade_mode="blue_green"),
+        restart=RestartPolicy(),
+        fingerprint="f",
+        now=now,
+        deployment=running,
+        scaling=ScalingSeen(policy, Knob.CORES, 2, 1, 2, _behind(now), now),
+    )
+    step = plan(observed)
+    assert (step.action, step.partitions, step.mode) == (Action.RESCALE, step.size, "stop_restore"), step
+    unpartitioned = plan(replace(observed, scaling=ScalingSeen(policy, Knob.CORES, 2, 1, 200, _behind(now), now)))
+    assert (unpartitioned.partitions, unpartitioned.mode) == (None, "blue_green"), "no repartition: as declared"
 
 
 # ------------------------------------------- the repartition batch's sink log entry ignores the job's interval
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: repartition_restored gives log_repartition_batch ctx.spark_conf() and the snapshot's conf, "
-    "neither of which holds the job's spark.sql.streaming.fileSink.log.compactInterval",
-)
 def test_the_repartition_batch_is_logged_with_the_compaction_interval_the_job_declares(tmp_path: Path) -> None:
     """A job that declares `spark.sql.streaming.fileSink.log.compactInterval = 4` (jobs file conf) runs its file
     sink compacting at batches 3, 7, ... deploy.py `repartition_restored` passes `{**ctx.spark_conf(),
@@ -269,7 +255,9 @@ versions.v1 = {{ application = "job.py" }}
         sinks=[{"kind": "file", "location": str(output)}],
         spark_conf={"spark.sql.shuffle.partitions": "2"},
     )  # fmt: skip
-    conf = {**ctx.spark_conf(), **manifest.spark_conf}  # what deploy.py repartition_restored passes (plan.spark_conf)
+    version = ctx.spec.version("v1")
+    deployment = Deployment("dp-1", "orders", "v1", "cp", spark_conf={**ctx.spec.conf, **version.conf})
+    conf = repartition_conf(ctx, deployment, manifest.spark_conf)  # what deploy.py repartition_restored passes
     logged = log_repartition_batch(manifest, 3, ctx.open, conf)
     assert logged == [f"{output}/_spark_metadata/3.compact"], logged
 
@@ -277,11 +265,6 @@ versions.v1 = {{ application = "job.py" }}
 # --------------------------- after an aborted blue/green rescale, latest-state skips the old deployment's progress
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review (pre-existing, made routine by the autoscaler): latest_state reads only the newest deployment's "
-    "checkpoint, and an aborted green's was deleted",
-)
 def test_latest_state_after_an_aborted_green_is_the_old_deployments_live_checkpoint(tmp_path: Path) -> None:
     """An aborted blue/green upgrade (a rescale of the loop's, now, at every abort) leaves its green's record, newest
     of the job's deployments, with its location emptied (steps.py `aborting`); the old deployment runs on and
@@ -316,7 +299,8 @@ versions.v1 = { application = "job.py" }
     )
     assert live_savepoint.batch_id == 4
     green_cp = tmp_path / "checkpoints" / "orders" / "dp-2"  # aborted: its location emptied
-    ctx.deployments.put(Deployment("dp-20260101T000100000Z-0002", "orders", "v1", str(green_cp)))
+    green = Deployment("dp-20260101T000100000Z-0002", "orders", "v1", str(green_cp), aborted_by="up-1")
+    ctx.deployments.put(green)  # what steps.py `aborting` records of it
     for batch in range(5, 10):  # the old deployment runs on past the savepoint
         add_batch(old_cp, batch, partitions=2)
 

@@ -11,8 +11,14 @@ from airflow_plugin.core.lease import LeaseRecord
 QUERY_ID = "6f1c1a52-3f5e-4a7e-9a52-0f6f3b2c1d11"
 
 
-def write_checkpoint(root: Path, batches: int, *, partitions: int = 2, pending: bool = False) -> Path:
-    """Batches 0..batches-1 committed; `pending` adds offsets/<batches> without a commit."""
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def write_checkpoint(
+    root: Path, batches: int, *, partitions: int = 2, pending: bool = False, provider: str | None = None
+) -> Path:
+    """Batches 0..batches-1 committed; `pending` adds offsets/<batches> without a commit; `provider`: the state
+    store provider each offset log entry pins (ROCKSDB; none: Spark's default, HDFS-backed)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "metadata").write_text(json.dumps({"id": QUERY_ID}))
     for directory in ("offsets", "commits", "sources/0", "state/0/_metadata"):
@@ -26,12 +32,14 @@ def write_checkpoint(root: Path, batches: int, *, partitions: int = 2, pending: 
         (root / f"state/0/{p}/_metadata").mkdir(parents=True, exist_ok=True)
         (root / f"state/0/{p}/_metadata/schema").write_text("schema")
     for batch in range(batches + (1 if pending else 0)):
-        add_batch(root, batch, partitions=partitions, commit=batch < batches)
+        add_batch(root, batch, partitions=partitions, commit=batch < batches, provider=provider)
     return root
 
 
-def add_batch(root: Path, batch: int, *, partitions: int = 2, commit: bool = True) -> None:
+def add_batch(root: Path, batch: int, *, partitions: int = 2, commit: bool = True, provider: str | None = None) -> None:
     conf = {"spark.sql.shuffle.partitions": str(partitions)}
+    if provider:
+        conf["spark.sql.streaming.stateStore.providerClass"] = provider
     (root / f"offsets/{batch}").write_text(
         "v1\n"
         + json.dumps({"batchWatermarkMs": batch * 1000, "batchTimestampMs": 1_700_000_000_000 + batch, "conf": conf})

@@ -65,11 +65,13 @@ class ScalingSeen:
     knob: Knob
     size: int
     slots_per_unit: int  # task slots a unit of the knob gives (an executor's cores)
-    partitions: int | None  # the state's partitions now
+    partitions: int | None  # the state's partitions now (None: a query without state, whose size they do not cap)
     load: list[dict[str, Any]]  # the running deployment's (its heartbeat's `load`)
     now: float
     history: list[Rescale] = field(default_factory=list)
     ineffective_held: bool = False  # an ineffective scale-up was found, and no one cleared it (`apply --retry`)
+    # Spark can repartition the state (RocksDB's): else its partitions cap the size, as with partitions = "fixed"
+    repartitionable: bool = True
 
 
 @dataclass(frozen=True)
@@ -169,10 +171,11 @@ def _scale_up(seen: ScalingSeen, short: Figures) -> Recommendation | None:
         return None
     why = f"utilisation {short.utilization:.2f} above the target {policy.target_utilization:g}; {behind}"
     top, most = policy.max, f"autoscale.max {policy.max}"
-    if policy.partitions is Partitions.FIXED and seen.partitions is not None:
-        fits = max(1, seen.partitions // seen.slots_per_unit)  # partitions = "fixed": a size is capped at them
+    if not _follows(seen) and seen.partitions is not None:
+        fits = max(1, seen.partitions // seen.slots_per_unit)  # partitions kept: a size is capped at them
         if fits < top:
-            top, most = fits, f"the state's {seen.partitions} partitions (autoscale.partitions = fixed)"
+            why_kept = "autoscale.partitions = fixed" if seen.repartitionable else "a state Spark cannot repartition"
+            top, most = fits, f"the state's {seen.partitions} partitions ({why_kept})"
     if size >= top:
         return Recommendation(
             Direction.KEEP,
@@ -274,9 +277,14 @@ def _partitions(seen: ScalingSeen, target: int) -> int | None:
     """The state partitions `target` needs, None when the current ones serve it (or the policy keeps them): a
     scale-down never shrinks them."""
     wanted = target * seen.slots_per_unit
-    if seen.policy.partitions is Partitions.FIXED or seen.partitions is None or wanted <= seen.partitions:
+    if not _follows(seen) or seen.partitions is None or wanted <= seen.partitions:
         return None
     return wanted
+
+
+def _follows(seen: ScalingSeen) -> bool:
+    """Whether the state's partitions follow the size: the policy lets them, and Spark can repartition the state."""
+    return seen.policy.partitions is Partitions.FOLLOW and seen.repartitionable
 
 
 def _budgeted(seen: ScalingSeen, rescale: Recommendation, effective: bool | None) -> Recommendation:

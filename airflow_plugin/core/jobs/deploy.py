@@ -136,7 +136,7 @@ def latest_state(ctx: JobContext, listed: list[Deployment], exclude: str | None 
         newest = ctx.store.latest(ctx.name)
     except NotFound:
         newest = None
-    previous = [d for d in listed if d.id != exclude]
+    previous = [d for d in listed if d.id != exclude and not d.aborted_by]  # an aborted green held nothing of it
     if not previous:
         return LatestState(newest)
     last = previous[-1]
@@ -294,6 +294,7 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, liste
         execute_restore(ctx.store, plan, progress=ctx.progress)
         if rescale_to is not None:
             repartition_restored(ctx, plan, deployment, rescale_to)
+            ctx.deployments.put(deployment)  # the batch it restarts after is the repartition's
 
     spec = submit_spec(ctx, version, deployment_id, checkpoint, deployment.spark_conf, gate_args(source))
     admit(ctx, deployment)  # the job's one writer from now on: any driver before it commits nothing more
@@ -306,13 +307,21 @@ def repartition_restored(ctx: JobContext, plan: RestorePlan, deployment: Deploym
     """The state just restored into `deployment`'s location repartitioned to `partitions` (a Spark application,
     before its query starts; `check_rescalable` said yes before anything was written)."""
     ctx.progress.stage(f"repartitioning the restored state to {partitions} partitions (a Spark application)")
-    conf = {**ctx.spark_conf(), **plan.spark_conf}
+    conf = repartition_conf(ctx, deployment, plan.spark_conf)
     batch = repartition(plan.target, conf, partitions, env=ctx.child_env())
     logged = log_repartition_batch(plan.manifest, batch, ctx.open, conf)
     deployment.spark_conf[PARTITIONS_CONF] = str(partitions)
+    deployment.restored_batch_id = batch  # its own batches (the health gate's) come after the repartition's
     log.info(
         "rescaled the state of %s to %d partitions (batch %d; logged in %s)", deployment.id, partitions, batch, logged
     )
+
+
+def repartition_conf(ctx: JobContext, deployment: Deployment, restored: dict[str, str]) -> dict[str, str]:
+    """The confs a repartition runs with and logs its batch by: the engine's (jars, S3A), the deployment's own (the
+    sink's log compacts at the job's `fileSink.log.compactInterval`, which Spark does not pin in the checkpoint),
+    and what the restored checkpoint pins."""
+    return {**ctx.spark_conf(), **deployment.spark_conf, **restored}
 
 
 def gate_args(source: Manifest | None, staging: str | None = None) -> tuple[str, ...]:

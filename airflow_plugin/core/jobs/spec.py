@@ -164,8 +164,11 @@ class JobSpec:
         None or a job without `autoscale`."""
         if size is None or self.autoscale is None:
             return self
-        master, conf = sized(self.autoscale.knob_for(self.spark_master), size, self.spark_master, self.conf)
-        return replace(self, spark_master=master, conf=conf)
+        knob = self.autoscale.knob_for(self.spark_master)
+        master, conf = sized(knob, size, self.spark_master, self.conf)
+        # a version's confs come after the job's at every launch: the size goes over them too
+        versions = {n: replace(v, conf=sized(knob, size, master, v.conf)[1]) for n, v in self.versions.items()}
+        return replace(self, spark_master=master, conf=conf, versions=versions)
 
     def size_of(self, master: str | None, conf: dict[str, str]) -> int | None:
         """The size a deployment launched with `master` and `conf` runs at, on the autoscaler's knob (None: the

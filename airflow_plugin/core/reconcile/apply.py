@@ -15,18 +15,19 @@ from typing import Any
 
 from ..autoscale.decide import Recommendation, Rescale, ScalingSeen
 from ..autoscale.policy import slots_per_unit
-from ..errors import NotFound, SavepointsError, UpgradeFailed
+from ..errors import CheckpointError, NotFound, SavepointsError, UpgradeFailed
 from ..jobs.context import Context, JobContext
 from ..jobs.deploy import DeployRequest, deploy
 from ..jobs.launcher import process_seen
 from ..jobs.observe import observe_deployment
 from ..jobs.operation import operation
-from ..jobs.rescale import PARTITIONS_CONF
+from ..jobs.rescale import PARTITIONS_CONF, PROVIDER_CONF
 from ..jobs.savepoint import take_savepoint
 from ..jobs.stop import kill
 from ..lease import default_holder
 from ..process import Liveness
 from ..records.deployment import Deployment, DeploymentStatus, State
+from ..snapshots.checkpoint import read_restart_point
 from ..timestamps import epoch_of, utc_now, utc_stamp
 from ..upgrades.record import Phase, Upgrade, Upgrades
 from ..upgrades.run import abandoned, abort_abandoned, begin, run_upgrade
@@ -78,7 +79,8 @@ def loop_context(ctx: JobContext) -> JobContext:
 
 def observe(ctx: JobContext, now: float | None = None, listed: list[Deployment] | None = None) -> Observed:
     """What the plan needs of one job, read from the store (and the observer: heartbeats, processes, YARN)."""
-    deployments = ctx.deployments.list(ctx.name) if listed is None else listed
+    listed = ctx.deployments.list(ctx.name) if listed is None else listed
+    deployments = [d for d in listed if not d.aborted_by]  # an aborted upgrade's new version: never the job's own
     looked = [_seen(ctx, d) for d in deployments]
     seen = [s for s, _ in looked]
     live = [s for s in seen if s.state.live]
@@ -112,17 +114,36 @@ def scaling_seen(
     if policy is None or desired is None or deployment.version != desired.version:
         return None
     knob = policy.knob_for(ctx.spec.spark_master)
+    unit = slots_per_unit(knob, deployment.spark_conf)
+    stateful = status is None or status.state_operators is None or bool(status.state_operators)  # unknown: state
+    partitions = int(deployment.spark_conf.get(PARTITIONS_CONF) or SPARK_DEFAULT_PARTITIONS) if stateful else None
+    repartitionable = False
+    if partitions is not None and policy.max * unit > partitions:  # a size past them may come: what does Spark pin?
+        pinned = _pinned(ctx, deployment)
+        partitions = int(pinned.get(PARTITIONS_CONF) or partitions)
+        # rescale.py check_rescalable's rule, before anything is stopped: only RocksDB state is repartitioned
+        repartitionable = "RocksDB" in pinned.get(PROVIDER_CONF, "")
     return ScalingSeen(
         policy=policy,
         knob=knob,
         size=ctx.spec.size_of(deployment.master, deployment.spark_conf) or 1,
-        slots_per_unit=slots_per_unit(knob, deployment.spark_conf),
-        partitions=int(deployment.spark_conf.get(PARTITIONS_CONF) or SPARK_DEFAULT_PARTITIONS),
+        slots_per_unit=unit,
+        partitions=partitions,
         load=status.load if status is not None else [],
         now=now,
         history=record.rescales,
         ineffective_held=held(record, ctx.spec.fingerprint) is not None,
+        repartitionable=repartitionable,
     )
+
+
+def _pinned(ctx: JobContext, deployment: Deployment) -> dict[str, str]:
+    """The confs Spark pinned in the deployment's checkpoint (its partitions, its state's provider): what a rescale's
+    repartition will find there; nothing where it cannot be read now (the partitions are then kept)."""
+    try:
+        return read_restart_point(ctx.open(deployment.checkpoint)).spark_conf
+    except (NotFound, CheckpointError):
+        return {}
 
 
 def held(record: Reconciled, fingerprint: str) -> str | None:
@@ -223,7 +244,8 @@ def _upgrade(ctx: JobContext, step: Step) -> Applied:
             return _done(ctx, records.read(ctx.store.storage, ctx.name), step, said)
     upgrade = upgrade_of(ctx, step)
     if upgrade is None:
-        return Applied(step, "the upgrade ended meanwhile")
+        meanwhile = "changed while the lease was taken: look again at the next apply"
+        return Applied(step, meanwhile if step.action is Action.RESCALE else "the upgrade ended meanwhile")
     return upgrade_ended(ctx, run_upgrade(ctx, upgrade), step)
 
 
@@ -235,7 +257,11 @@ def upgrade_of(ctx: JobContext, step: Step) -> Upgrade | None:
     assert step.action in (Action.UPGRADE, Action.RESCALE) and step.version is not None
     if step.action is Action.UPGRADE:
         return begin(ctx, step.version, mode=step.mode)
-    _record_rescale(ctx, step)
+    again = _record_rescale(ctx)
+    if again is None:
+        return None
+    step = again
+    assert step.version is not None
     return begin(
         ctx,
         step.version,
@@ -247,11 +273,15 @@ def upgrade_of(ctx: JobContext, step: Step) -> Upgrade | None:
     )
 
 
-def _record_rescale(ctx: JobContext, step: Step) -> None:
-    """A rescale is recorded before its upgrade begins (under the job's lease): killed in between, it still counts
-    against the hourly budget and starts its cooldown, and the next apply decides again."""
-    assert step.recommendation is not None and step.size is not None and step.from_size is not None
-    with operation(ctx, "apply"):
+def _record_rescale(ctx: JobContext) -> Step | None:
+    """A rescale decided again under the job's lease (two applies at once record one), and recorded before its
+    upgrade begins: killed in between, it still counts against the hourly budget and starts its cooldown, and the
+    next apply decides again. None: no rescale is due any more."""
+    with operation(ctx, "apply") as found:
+        step = plan(observe(ctx, listed=found))
+        if step.action is not Action.RESCALE:
+            return None
+        assert step.recommendation is not None and step.size is not None and step.from_size is not None
         record = records.read(ctx.store.storage, ctx.name)
         rescale = Rescale(
             at=time.time(),
@@ -265,6 +295,7 @@ def _record_rescale(ctx: JobContext, step: Step) -> None:
         record.rescales_total += 1
         record.recommendation = {"at": rescale.at, **step.recommendation.to_dict()}
         records.write(ctx.store.storage, record)
+        return step
 
 
 def upgrade_ended(ctx: JobContext, ended: Upgrade, step: Step | None = None) -> Applied:

@@ -233,7 +233,9 @@ def _autoscaled(running: Step, scaling: ScalingSeen, desired: Desired, deploymen
             Action.RESCALE,
             f"{deployment.id} runs {deployment.version}; {on}: {what}",
             version=deployment.version,
-            mode=desired.upgrade_mode,
+            # Spark repartitions a state only at a batch boundary: a stop's savepoint is one, a live savepoint of a
+            # job too busy to keep up seldom is (rescale.py check_rescalable)
+            mode="stop_restore" if recommendation.partitions else desired.upgrade_mode,
             size=recommendation.size,
             from_size=recommendation.current,
             partitions=recommendation.partitions,

@@ -65,6 +65,9 @@ class Deployment:
     fresh_start: str | None = None
     # the spark-submit master it was launched with: with its spark_conf, its size (core/autoscale/policy.py size_of)
     master: str | None = None
+    # the upgrade whose abort removed it (its new version, launched beside the old one): it never held the job's
+    # state, so the job's newest deployment and its latest state are the ones before it
+    aborted_by: str | None = None
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()

@@ -228,13 +228,18 @@ class _Copier:
     ) -> tuple[str, tuple[str, int]]:
         """Hash the version of a file its HEAD saw (ranged GETs, each If-Match its ETag), and copy exactly that
         version to its blob (CopySourceIfMatch): a file replaced in between fails either, and the attempt
-        starts again at a newer batch."""
+        starts again at a newer batch. Where the copy says what it copied (a checksum), that is checked too: a
+        server that ignores the condition (moto does) must not store a newer version under the hashed one's
+        checksum."""
         try:
             sha, size = source.hash_by_reading(info.key, etag)
             self._check_size(info, size)
             location, new = self._claim(sha, size)
             if new:
-                store.copy_from(source, info.key, blob_key(sha), if_match=etag)
+                copied = store.copy_from(source, info.key, blob_key(sha), if_match=etag)
+                if copied is not None and copied != sha:
+                    store.delete([blob_key(sha)])
+                    raise Conflict(f"{source.uri}/{info.key} copied as {copied}, hashed as {sha}")
                 self._count_copied(size)
         except Conflict:
             raise CheckpointChanged(f"{source.uri}/{info.key} was replaced while being copied") from None

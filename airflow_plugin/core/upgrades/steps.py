@@ -405,6 +405,9 @@ def aborting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
         note = left or note
     if new is not None:
         _retire(ctx, new)
+        new = ctx.deployments.get(ctx.name, new.id)  # as _retire left it
+        new.aborted_by = upgrade.id
+        ctx.deployments.put(new)  # before its location is emptied: the job's state is the old deployment's
         location = ctx.open(new.checkpoint)
         location.delete([info.key for info in location.list()])
     _remove_scratch(ctx, upgrade)

@@ -5,6 +5,7 @@ Done on the freshly restored copy of a new deployment only, then checked, before
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from ..snapshots.checkpoint import read_restart_point
 from ..spark_app import run_spark_tool
 from ..storage import Storage, spark_uri
 
+log = logging.getLogger(__name__)
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 SINK_COMPACT_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
@@ -92,7 +94,14 @@ def log_repartition_batch(
             continue  # Delta skips only batch ids at or below its newest: a gap is nothing to it
         output = open_location(sink["location"])
         files = file_sink.log_files(output)
-        if file_sink.position(output) != batch_id - 1:
+        if (position := file_sink.position(output)) != batch_id - 1:
+            log.warning(
+                "the file sink %s is at batch %s, not %d: the repartition batch %d is not logged in it",
+                sink["location"],
+                position,
+                batch_id - 1,
+                batch_id,
+            )
             continue
         interval = _compact_interval(files, int(spark_conf.get(SINK_COMPACT_CONF) or SINK_COMPACT_DEFAULT))
         if (batch_id + 1) % interval:

@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED := 1
 # The locked pyspark brings its own Spark: a SPARK_HOME of the user's shell (another Spark) is not for these.
 unexport SPARK_HOME
 
-.PHONY: uv-bootstrap setup s3proxy seaweedfs browser prometheus demo tour demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history bench-scale
+.PHONY: uv-bootstrap setup s3proxy seaweedfs browser prometheus demo tour demo-yarn airflow test lint format bench bench-runtime bench-delete bench-upgrade bench-s3 bench-history bench-scale bench-autoscale
 
 uv-bootstrap:  # its own target: make expands a recipe before running it, so setup's lines see the installed uv
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.8"
@@ -78,3 +78,6 @@ bench-scale: setup seaweedfs  # savepoints, restore, verify, an upgrade and rete
 
 bench-history: setup  # everyday commands at 10, 100 and 1,000 snapshots, 100 jobs, prune + gc of 10,000 snapshots
 	$(UV) run --frozen python -m bench.history_bench
+
+bench-autoscale: setup  # the autoscaler against the same Kafka job fixed at its starting and its max size: lag growing -> back at its floor
+	$(UV) run --frozen python -m bench.autoscale_bench

@@ -224,6 +224,8 @@ class ApplyLoop:
                 text=True,
             )
             out, _ = self._process.communicate()
+            if self._stop.is_set() and self._process.returncode < 0:
+                break  # ended by __exit__ mid-step: not a run that failed
             try:
                 shown = json.loads(out[out.index("{") :]) if "{" in out else {}
             except ValueError:

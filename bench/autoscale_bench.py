@@ -95,7 +95,7 @@ def measure(kafka: EmbeddedKafka, name: str, master: str, autoscale: dict[str, A
     run = Run(name)
     try:
         with RateFeeder(kafka, topic, rate=LIGHT) as feeder, ApplyLoop(jobs, every=3.0):
-            wait_for(lambda: running(ctx) is not None, f"{name}: the job to run", timeout=300)
+            wait_for(lambda: running(ctx) is not None, f"{name}: the job to run", timeout=900)
             log(f"{name}: running at {master}; the feed steps up to {HEAVY:g} events/s for {HEAVY_SECONDS:g} s")
             feeder.rate = HEAVY
             start = time.monotonic()

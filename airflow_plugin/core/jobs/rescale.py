@@ -43,7 +43,7 @@ def check_rescalable(manifest: Manifest, partitions: int) -> None:
         )
     provider = manifest.spark_conf.get(PROVIDER_CONF, "")
     if manifest.operators and "RocksDB" not in provider:
-        name = provider.rsplit(".", 1)[-1] or "the default"
+        name = provider.rsplit(".", 1)[-1] or "default"
         raise Refused(
             f"snapshot {manifest.id} of job {manifest.job} holds state of the {name} provider, which Spark's "
             "offline repartition does not support (only RocksDB state): deploy with its "

@@ -49,7 +49,17 @@ def _s3_first_app() -> Any:
         iso_first.iso_first = True  # type: ignore[attr-defined]
         serialize.parse_to_aware_datetime = iso_first
 
+    conditional = threading.Lock()
+
     class S3First(DomainDispatcherApplication):  # type: ignore[misc]
+        def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+            # moto checks a write's condition (If-None-Match, If-Match) and then writes, in two steps another request
+            # thread can come between: two racers both won one lease. S3 does both at once: here, one at a time
+            if environ.get("REQUEST_METHOD") in ("PUT", "POST", "DELETE") and any(key in environ for key in CONDITIONS):
+                with conditional:
+                    return super().__call__(environ, start_response)
+            return super().__call__(environ, start_response)
+
         def get_application(self, environ: dict[str, Any]) -> Any:
             signed_for_s3 = "/s3/aws4_request" in environ.get("HTTP_AUTHORIZATION", "")
             path = environ.get("PATH_INFO", "")
@@ -61,6 +71,10 @@ def _s3_first_app() -> Any:
                 return self.app_instances["s3"]
 
     return S3First(create_backend_app)
+
+
+# the WSGI names of the headers that make a write conditional
+CONDITIONS = ("HTTP_IF_MATCH", "HTTP_IF_NONE_MATCH", "HTTP_X_AMZ_COPY_SOURCE_IF_MATCH")
 
 
 class S3Endpoint:

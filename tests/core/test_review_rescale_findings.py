@@ -115,12 +115,8 @@ def test_a_rescale_that_spark_cannot_repartition_is_not_decided(tmp_path: Path) 
 # --------------------------------------------------- a version's own conf overrides the size the autoscaler gives
 
 
-def test_a_rescaled_launch_runs_at_the_size_it_was_given(tmp_path: Path) -> None:
-    """The executors knob is written into the job's conf (JobSpec.sized), and every launch composes its conf as
-    {**job conf, **version conf, ...} (deploy.py `_deploy`, launch.py `launch_beside` and `_prestart`): a version
-    that declares its own spark.executor.instances (or dynamic allocation) keeps it, whatever size the rescale
-    asked for. The rescale ends DONE at the old size; the deployment's conf reads that size; the autoscaler
-    rescales again, then judges its scale-up ineffective and holds scale-ups, blaming a bottleneck."""
+def _version_sized_jobs(tmp_path: Path) -> Path:
+    """A job on YARN with an autoscaler whose version declares its own executors."""
     (tmp_path / "job.py").touch()
     jobs = tmp_path / "jobs.toml"
     jobs.write_text(
@@ -136,6 +132,16 @@ autoscale = { max = 6 }
 versions.v1 = { application = "job.py", conf = { "spark.executor.instances" = "2" } }
 """
     )
+    return jobs
+
+
+def test_a_rescaled_launch_runs_at_the_size_it_was_given(tmp_path: Path) -> None:
+    """The executors knob is written into the job's conf (JobSpec.sized), and every launch composes its conf as
+    {**job conf, **version conf, ...} (deploy.py `_deploy`, launch.py `launch_beside` and `_prestart`): a version
+    that declares its own spark.executor.instances (or dynamic allocation) keeps it, whatever size the rescale
+    asked for. The rescale ends DONE at the old size; the deployment's conf reads that size; the autoscaler
+    rescales again, then judges its scale-up ineffective and holds scale-ups, blaming a bottleneck."""
+    jobs = _version_sized_jobs(tmp_path)
     spec = load_jobs(str(jobs))["orders"]
     at_five = spec.sized(5)
     version = at_five.version("v1")
@@ -146,21 +152,7 @@ versions.v1 = { application = "job.py", conf = { "spark.executor.instances" = "2
 def test_the_submitted_conf_is_the_deployments(tmp_path: Path) -> None:
     """(Support for the test above: submit_spec passes the deployment's conf through, so what the deployment
     records is what spark-submit is given.)"""
-    (tmp_path / "job.py").touch()
-    jobs = tmp_path / "jobs.toml"
-    jobs.write_text(
-        """
-[defaults]
-store = "store"
-checkpoint_root = "checkpoints"
-
-[jobs.orders]
-spark_master = "yarn"
-desired = { version = "v1" }
-autoscale = { max = 6 }
-versions.v1 = { application = "job.py", conf = { "spark.executor.instances" = "2" } }
-"""
-    )
+    jobs = _version_sized_jobs(tmp_path)
     from airflow_plugin.core.jobs.context import Settings
 
     job = Settings(jobs_file=str(jobs)).resolve().job("orders").at_size(5)

@@ -26,6 +26,7 @@ from airflow_plugin.core.snapshots.create import SnapshotRequest, _Copier, _Know
 from airflow_plugin.core.snapshots.store import SnapshotStore
 from airflow_plugin.core.storage import S3Storage, open_storage
 from airflow_plugin.core.upgrades.launch import _rescale_to
+from tests.support.jobs import write_jobs
 from tests.support.synthetic import ROCKSDB, write_checkpoint
 
 # ------------------------------------------------------------------ the S3 copy by ETag trusts an unprobed condition
@@ -270,19 +271,7 @@ def test_latest_state_after_an_aborted_green_is_the_old_deployments_live_checkpo
     from airflow_plugin.core.records.deployment import Deployment
     from tests.support.synthetic import add_batch
 
-    (tmp_path / "job.py").touch()
-    jobs = tmp_path / "jobs.toml"
-    jobs.write_text(
-        """
-[defaults]
-store = "store"
-checkpoint_root = "checkpoints"
-
-[jobs.orders]
-versions.v1 = { application = "job.py" }
-"""
-    )
-    ctx = Settings(jobs_file=str(jobs)).resolve().job("orders")
+    ctx = Settings(jobs_file=str(write_jobs(tmp_path))).resolve().job("orders")
     old_cp = write_checkpoint(tmp_path / "checkpoints" / "orders" / "dp-1", batches=5, partitions=2)
     old = Deployment("dp-20260101T000000000Z-0001", "orders", "v1", str(old_cp))
     ctx.deployments.put(old)

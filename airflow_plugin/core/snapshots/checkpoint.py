@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,10 @@ from ..sources import offsets_by_source
 from ..sources.files import log_offset
 from ..storage import ObjectInfo, Storage
 from .state_files import files_for_version
+
+# a file's identity as a listing shows it, the one by which a create reuses what an earlier snapshot knew of it:
+# (key, size, mtime)
+Identity = tuple[str, int, float]
 
 _BATCH = re.compile(r"^\d+$")
 PARTITION_META = "_metadata"
@@ -249,9 +253,12 @@ def kafka_initial_offsets(offset_json: str) -> bytes:
     return KAFKA_INITIAL_OFFSETS_PREFIX + offset_json.encode()
 
 
-def read_restart_point(storage: Storage) -> RestartPoint:
+def read_restart_point(
+    storage: Storage, zips: Mapping[Identity, Sequence[tuple[str, int]]] | None = None
+) -> RestartPoint:
     """Decide N and the exact files that restart the query at N. Raises CheckpointError for anything that
-    is not a usable checkpoint, and CheckpointChanged when a needed file is already gone."""
+    is not a usable checkpoint, and CheckpointChanged when a needed file is already gone. `zips`: what RocksDB
+    zips an earlier snapshot of this checkpoint held list (`zip_listings`), so that only new zips are read."""
     where = storage.uri
     commit_files = list(storage.list("commits/"))  # first: N is decided from what is committed
     commits = _batches(commit_files, "commits")
@@ -291,7 +298,8 @@ def read_restart_point(storage: Storage) -> RestartPoint:
     selected += [offsets[b] for b in (previous, pending) if b is not None]
     selected += _source_logs(storage, last_kept)
     state = [i for i in storage.list("state/") if not is_transient(i.key.rsplit("/", 1)[-1])]
-    state_files, uses_changelog = _state_files(storage, state, n + 1, commit.get("stateUniqueIds") or {})
+    unique_ids = commit.get("stateUniqueIds") or {}
+    state_files, uses_changelog = _state_files(storage, state, n + 1, unique_ids, zips or {})
     metadata = [info for info in state if _is_state_metadata(info.key)]
     operators = _operator_info(storage, metadata)
     _check_state_complete(where, n, operators, state)
@@ -362,7 +370,11 @@ def _source_logs(storage: Storage, last_kept: dict[str, str]) -> list[ObjectInfo
 
 
 def _state_files(
-    storage: Storage, state: list[ObjectInfo], version: int, unique_ids: dict[str, Any]
+    storage: Storage,
+    state: list[ObjectInfo],
+    version: int,
+    unique_ids: dict[str, Any],
+    zips: Mapping[Identity, Sequence[tuple[str, int]]],
 ) -> tuple[list[ObjectInfo], bool]:
     """Per store directory, the files that rebuild `version`; and whether changelog checkpointing is on."""
     stores: dict[str, StateStoreDir] = {}
@@ -375,21 +387,52 @@ def _state_files(
 
     def needed(prefix: str) -> list[ObjectInfo]:
         listing = by_store[prefix]
+        known = {name: zips[identity] for name, info in listing.items() if (identity := _identity(info)) in zips}
         names = files_for_version(
             {name: info.size for name, info in listing.items()},
             version,
             lambda name: storage.read(prefix + name),
             _unique_id(unique_ids, stores[prefix], stores),
+            known,
         )
         return [listing[name] for name in names]
 
     # in parallel: each RocksDB store's newest zip is read for the SST files it names, one request each, and at
     # Spark's default 200 partitions one after the other they were most of a snapshot's planning (11 s of 12 s
-    # at 5 GB of state on a disk-backed S3 server)
+    # at 5 GB of state on a disk-backed S3 server); a zip an earlier snapshot held is not read again (`zips`)
     found = run_parallel(needed, sorted(stores), concurrency=DEFAULT_CONCURRENCY)
     selected = sorted((info for files in found for info in files), key=lambda info: info.key)
     uses_changelog = any(name.endswith(".changelog") for listing in by_store.values() for name in listing)
     return selected, uses_changelog
+
+
+def _identity(info: ObjectInfo) -> Identity:
+    return (info.key, info.size, info.mtime)
+
+
+def zip_listings(files: Iterable[Identity]) -> dict[Identity, list[tuple[str, int]]]:
+    """What each RocksDB zip in one earlier snapshot of a checkpoint lists, from that snapshot's files alone: a
+    snapshot holds one zip per store, the
+    base of its state, and beside it exactly the SST and log files that zip lists (`files_for_version`), each
+    checked against the zip's sizes when it was taken. The same zip (key, size, mtime: the identity by which
+    a create reuses a file's content without reading it) lists the same files again."""
+    by_store: dict[str, dict[str, Identity]] = defaultdict(dict)
+    for identity in files:
+        key = identity[0]
+        store = store_of(key) if key.startswith("state/") else None
+        if store is not None:
+            by_store[store.prefix][key[len(store.prefix) :]] = identity
+    listings = {}
+    for names in by_store.values():
+        bases = [identity for name, identity in names.items() if "/" not in name and name.endswith(".zip")]
+        if len(bases) != 1:
+            continue  # no zip (changelogs from 1), or not a snapshot's one base: read the zip
+        listings[bases[0]] = sorted(
+            (name, identity[1])
+            for name, identity in names.items()
+            if name.split("/", 1)[0] in STORE_SUBDIRS and not (name.endswith(".crc") and name[:-4] in names)
+        )
+    return listings
 
 
 def _operator_metadata(metadata: list[ObjectInfo], last_batch: int) -> list[ObjectInfo]:

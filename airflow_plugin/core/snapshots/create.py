@@ -45,7 +45,7 @@ from ..sinks import file as file_sink
 from ..storage import ObjectInfo, S3Storage, Storage, copy_and_hash, open_storage
 from ..timestamps import utc_now
 from .blobs import BlobWriter
-from .checkpoint import RestartPoint, read_restart_point
+from .checkpoint import Identity, RestartPoint, read_restart_point, zip_listings
 from .state_stats import state_stats
 from .store import SnapshotStore
 
@@ -86,19 +86,23 @@ class _Known:
     """What earlier snapshots of this job already stored: by source file identity and by content, each with
     the object and offset that hold it. From a bounded number of manifests (`earlier`)."""
 
-    by_file: dict[tuple[str, int, float], FileEntry]
+    by_file: dict[Identity, FileEntry]
     contents: dict[str, tuple[str, int]]
+    zips: dict[Identity, list[tuple[str, int]]] = field(default_factory=dict)  # what their RocksDB zips list
 
     @classmethod
     def load(cls, store: SnapshotStore, request: SnapshotRequest, source: str) -> _Known:
-        by_file: dict[tuple[str, int, float], FileEntry] = {}
+        by_file: dict[Identity, FileEntry] = {}
         contents: dict[str, tuple[str, int]] = {}
+        zips: dict[Identity, list[tuple[str, int]]] = {}
         for manifest in store.manifests(earlier(store.list(request.job), request.reuse_from, source)):
             for entry in manifest.files:
                 contents[entry.sha256] = (entry.key, entry.offset)
                 if manifest.source == source:
                     by_file[(entry.path, entry.size, entry.mtime)] = entry
-        return cls(by_file, contents)
+            if manifest.source == source:
+                zips.update(zip_listings((entry.path, entry.size, entry.mtime) for entry in manifest.files))
+        return cls(by_file, contents, zips)
 
 
 def earlier(entries: list[SnapshotEntry], reuse_from: tuple[str, ...], source: str) -> list[SnapshotEntry]:
@@ -309,17 +313,18 @@ def create_snapshot(
         pinned=request.pinned,
         labels=labels,
     )
-    point = _restart_point(checkpoint, max_attempts)  # bad input fails here, before anything is written
+    known = _Known.load(store, request, checkpoint.uri)  # read once: an attempt's retry gains nothing anew
+    point = _restart_point(checkpoint, max_attempts, known)  # bad input fails here, before anything is written
     store.add(manifest)
     try:
         last_error: CheckpointChanged | None = None
         for attempt in range(1, max_attempts + 1):
             manifest.attempts = attempt
             if attempt > 1:
-                point = _restart_point(checkpoint, max_attempts)
+                point = _restart_point(checkpoint, max_attempts, known)
             try:
                 return _attempt(
-                    store, checkpoint, point, manifest, request, progress, concurrency, started, open_location
+                    store, checkpoint, point, known, manifest, request, progress, concurrency, started, open_location
                 )
             except CheckpointChanged as exc:
                 last_error = exc
@@ -340,10 +345,10 @@ def create_snapshot(
         raise
 
 
-def _restart_point(checkpoint: Storage, max_attempts: int) -> RestartPoint:
+def _restart_point(checkpoint: Storage, max_attempts: int, known: _Known) -> RestartPoint:
     for attempt in range(1, max_attempts + 1):
         try:
-            return read_restart_point(checkpoint)
+            return read_restart_point(checkpoint, known.zips)
         except CheckpointChanged:
             if attempt == max_attempts:
                 raise
@@ -354,6 +359,7 @@ def _attempt(
     store: SnapshotStore,
     checkpoint: Storage,
     point: RestartPoint,
+    known: _Known,
     manifest: Manifest,
     request: SnapshotRequest,
     progress: Progress,
@@ -362,7 +368,6 @@ def _attempt(
     open_location: Callable[[str], Storage],
 ) -> Manifest:
     planned = time.monotonic()
-    known = _Known.load(store, request, checkpoint.uri)
     writer = store.blobs.writer()
     copier = _Copier(checkpoint, known, progress, writer)
     progress.start(f"snapshot {manifest.id} (batch {point.batch_id})", point.total_bytes, len(point.files))

@@ -36,11 +36,14 @@ import json
 import re
 import struct
 import zipfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from airflow_plugin.core.errors import CheckpointChanged, CheckpointError
 
 Read = Callable[[str], bytes]
+# the SST and log files a zip lists, by zip name, (name, size) each: known without reading the zip (the zip is
+# unchanged since an earlier snapshot held it and them: snapshots/checkpoint.py `zip_listings`)
+Listed = Mapping[str, Sequence[tuple[str, int]]]
 
 _HDFS = re.compile(r"^(\d+)\.(delta|snapshot)$")
 _ROCKSDB = re.compile(r"^(\d+)\.(zip|changelog)$")
@@ -52,8 +55,10 @@ def files_for_version(
     version: int,
     read: Read,
     unique_id: str | None = None,
+    listed: Listed | None = None,
 ) -> list[str]:
-    """Relative names (in this store dir) of every file needed to rebuild `version`, sorted."""
+    """Relative names (in this store dir) of every file needed to rebuild `version`, sorted. `listed`: what
+    some zips list, known without reading them (checked against `listing` all the same)."""
     if version < 0:
         raise ValueError(f"state version must be >= 0, got {version}")
     files = {name: size for name, size in listing.items() if not _ignored(name)}
@@ -66,9 +71,9 @@ def files_for_version(
                 f"state version {version}: the store holds checkpoint format v2 files "
                 "(<version>_<uniqueId>.zip/.changelog): pass the unique id from commits/N"
             )
-        needed = _rocksdb_v2(files, version, read, unique_id)
+        needed = _rocksdb_v2(files, version, _Zips(read, listed or {}), unique_id)
     elif any(_ROCKSDB.match(n) for n in top):
-        needed = _rocksdb(files, version, read)
+        needed = _rocksdb(files, version, _Zips(read, listed or {}))
     else:
         needed = _hdfs(files, version)
     with_checksums = needed + [f"{name}.crc" for name in needed if f"{name}.crc" in files]
@@ -95,27 +100,53 @@ def _hdfs(files: Mapping[str, int], version: int) -> list[str]:
     return needed
 
 
-def _rocksdb(files: Mapping[str, int], version: int, read: Read) -> list[str]:
+class _Zips:
+    """Reads a store's files; what a zip lists comes from `listed` where it is known, else from the zip."""
+
+    def __init__(self, read: Read, listed: Listed) -> None:
+        self.read, self.listed = read, listed
+
+    def files(self, zip_name: str, version: int) -> Sequence[tuple[str, int]]:
+        known = self.listed.get(zip_name)
+        return known if known is not None else zip_listing(_read(self.read, zip_name, version), zip_name, version)
+
+
+def zip_listing(data: bytes, zip_name: str, version: int) -> list[tuple[str, int]]:
+    """The SST and log files (name in the store dir, size) a RocksDB zip's `metadata` entry lists."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            text = archive.read("metadata").decode("utf-8")
+    except (zipfile.BadZipFile, KeyError) as e:
+        raise CheckpointChanged(f"state file {zip_name} (state version {version}) is not a complete zip") from e
+    header, _, body = text.partition("\n")
+    if header != "v1":
+        raise CheckpointError(f"{zip_name}: unsupported RocksDB checkpoint metadata version {header!r}")
+    metadata = json.loads(body)
+    listed = [(f"SSTs/{f['dfsSstFileName']}", f["sizeBytes"]) for f in metadata.get("sstFiles") or []]
+    return listed + [(f"logs/{f['dfsLogFileName']}", f["sizeBytes"]) for f in metadata.get("logFiles") or []]
+
+
+def _rocksdb(files: Mapping[str, int], version: int, reader: _Zips) -> list[str]:
     """Newest `<s>.zip` with s <= V (plus the files its metadata lists), then `<s+1..V>.changelog`."""
     zips = [int(m[1]) for n in files if (m := _ROCKSDB.match(n)) and m[2] == "zip"]
     base = max((z for z in zips if z <= version), default=0)
     if base < version and not any(n.endswith(".changelog") for n in files):
         _require(files, f"{version}.zip", version)  # changelog checkpointing off: one zip per version
-    needed = _zip_and_immutables(files, f"{base}.zip", version, read) if base else []
+    needed = _zip_and_immutables(files, f"{base}.zip", version, reader) if base else []
     needed += [_require(files, f"{v}.changelog", version) for v in range(base + 1, version + 1)]
     return needed
 
 
-def _rocksdb_v2(files: Mapping[str, int], version: int, read: Read, unique_id: str) -> list[str]:
+def _rocksdb_v2(files: Mapping[str, int], version: int, reader: _Zips, unique_id: str) -> list[str]:
     """Format v2: the committed `<V>_<id>.zip`, or the changelog lineage of `<V>_<id>` back to a zip."""
     if f"{version}_{unique_id}.zip" in files:
-        return _zip_and_immutables(files, f"{version}_{unique_id}.zip", version, read)
+        return _zip_and_immutables(files, f"{version}_{unique_id}.zip", version, reader)
     changelog = _require(files, f"{version}_{unique_id}.changelog", version)
-    chain = sorted({*_changelog_lineage(_read(read, changelog, version), changelog), (version, unique_id)})
+    chain = sorted({*_changelog_lineage(_read(reader.read, changelog, version), changelog), (version, unique_id)})
     based_on = [(v, uid) for v, uid in chain if v < version and f"{v}_{uid}.zip" in files]
     if based_on:
         base, base_id = based_on[-1]
-        needed = _zip_and_immutables(files, f"{base}_{base_id}.zip", version, read)
+        needed = _zip_and_immutables(files, f"{base}_{base_id}.zip", version, reader)
     elif chain[0][0] == 1:
         base, needed = 0, []
     else:
@@ -137,20 +168,10 @@ def _read(read: Read, name: str, version: int) -> bytes:
         raise CheckpointChanged(f"state file {name} needed for state version {version} vanished") from e
 
 
-def _zip_and_immutables(files: Mapping[str, int], zip_name: str, version: int, read: Read) -> list[str]:
+def _zip_and_immutables(files: Mapping[str, int], zip_name: str, version: int, reader: _Zips) -> list[str]:
     """The zip plus the SST and log files its `metadata` entry lists, checked against their sizes."""
     _require(files, zip_name, version)
-    try:
-        with zipfile.ZipFile(io.BytesIO(_read(read, zip_name, version))) as archive:
-            text = archive.read("metadata").decode("utf-8")
-    except (zipfile.BadZipFile, KeyError) as e:
-        raise CheckpointChanged(f"state file {zip_name} (state version {version}) is not a complete zip") from e
-    header, _, body = text.partition("\n")
-    if header != "v1":
-        raise CheckpointError(f"{zip_name}: unsupported RocksDB checkpoint metadata version {header!r}")
-    metadata = json.loads(body)
-    listed = [(f"SSTs/{f['dfsSstFileName']}", f["sizeBytes"]) for f in metadata.get("sstFiles") or []]
-    listed += [(f"logs/{f['dfsLogFileName']}", f["sizeBytes"]) for f in metadata.get("logFiles") or []]
+    listed = reader.files(zip_name, version)
     for name, size in listed:
         _require(files, name, version)
         if files[name] != size:

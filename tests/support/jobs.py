@@ -97,3 +97,67 @@ def kill_every_deployment(job: JobContext) -> None:
     for deployment in job.deployments.list(job.name):
         with contextlib.suppress(SavepointsError):
             kill(job, deployment.id)
+
+
+# POLITE_JOB's behaviour, as a job the autoscaler sees falling behind and the upgrade steps can drive: its heartbeat
+# carries a load of batches back to back (autoscale/load.py's buckets, every one busy its whole length, over the last
+# five minutes); it commits a batch a second into its checkpoint (tests/support/synthetic.py), each only while the
+# job's writers record names it (left out, it ends FAILED, FENCED, as the runtime's fence does); it starts in STANDBY
+# with --standby until a start request (stop_restore's pre-start), and a --preflight run ends STOPPED at once.
+BUSY_JOB = """
+import argparse, time
+from pathlib import Path
+from airflow_plugin.core.autoscale.load import BUCKET_S
+from airflow_plugin.core.jobs.deployments import Deployments
+from airflow_plugin.core.records.deployment import State, DeploymentStatus
+from airflow_plugin.core.records.writers import read_writers
+from airflow_plugin.core.storage import open_storage
+from spark_jobs.runtime.control import ControlChannel
+from tests.support.synthetic import add_batch, write_checkpoint
+p = argparse.ArgumentParser()
+for name in ("--store", "--job", "--deployment", "--checkpoint", "--trigger-interval", "--delivery", "--preflight"):
+    p.add_argument(name)
+p.add_argument("--standby", action="store_true")
+args, _ = p.parse_known_args()
+storage = open_storage(args.store)
+deployments = Deployments(storage)
+handled = []
+
+def status(state, batch, **more):
+    now = time.time()
+    load = [{"t": t, "batches": 1, "rows": 100, "busy_ms": BUCKET_S * 1000, "backlog": None}
+            for t in range(int(now // BUCKET_S * BUCKET_S) - 300, int(now), BUCKET_S)]
+    deployments.write_status(args.job, args.deployment, DeploymentStatus(
+        state, now, last_batch_id=batch, load=load, handled_requests=list(handled), **more))
+
+if args.preflight:
+    status(State.STOPPED, None)
+    raise SystemExit(0)
+control = ControlChannel(deployments, args.job, args.deployment)
+if args.standby:
+    status(State.STANDBY, None)
+    while (request := control.next_request("start", "stop")) is None:
+        time.sleep(0.1)
+    handled.append(request.id)
+    if request.action == "stop":
+        status(State.STOPPED, None)
+        raise SystemExit(0)
+checkpoint = Path(args.checkpoint)
+if not (checkpoint / "metadata").exists():
+    write_checkpoint(checkpoint, batches=20, partitions=3)
+batch = max(int(c.name) for c in (checkpoint / "commits").iterdir() if c.name.isdigit())
+committed = time.monotonic()
+while (request := control.next_stop()) is None:
+    if time.monotonic() - committed >= 1:
+        writers, token = read_writers(storage, args.job)
+        if token is not None and not writers.admits(args.deployment):
+            status(State.FAILED, batch, error_class="FENCED", error_message="left out of the writers record")
+            raise SystemExit(1)
+        batch += 1
+        add_batch(checkpoint, batch, partitions=3)
+        committed = time.monotonic()
+    status(State.RUNNING, batch)
+    time.sleep(0.2)
+handled.append(request.id)
+status(State.STOPPED, batch)
+"""

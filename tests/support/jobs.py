@@ -100,10 +100,11 @@ def kill_every_deployment(job: JobContext) -> None:
 
 
 # POLITE_JOB's behaviour, as a job the autoscaler sees falling behind and the upgrade steps can drive: its heartbeat
-# carries a load of batches back to back (autoscale/load.py's buckets, every one busy its whole length, over the last
-# five minutes); it commits a batch a second into its checkpoint (tests/support/synthetic.py), each only while the
-# job's writers record names it (left out, it ends FAILED, FENCED, as the runtime's fence does); it starts in STANDBY
-# with --standby until a start request (stop_restore's pre-start), and a --preflight run ends STOPPED at once.
+# carries a load of batches back to back at 10 rows a second (autoscale/load.py's buckets over the last five minutes,
+# each busy all the time it covers); it commits a batch a second into its checkpoint (tests/support/synthetic.py),
+# each only while the job's writers record names it (left out, it ends FAILED, FENCED, as the runtime's fence does);
+# it starts in STANDBY with --standby until a start request (stop_restore's pre-start), and a --preflight run ends
+# STOPPED at once.
 BUSY_JOB = """
 import argparse, time
 from pathlib import Path
@@ -125,8 +126,11 @@ handled = []
 
 def status(state, batch, **more):
     now = time.time()
-    load = [{"t": t, "batches": 1, "rows": 100, "busy_ms": BUCKET_S * 1000, "backlog": None}
-            for t in range(int(now // BUCKET_S * BUCKET_S) - 300, int(now), BUCKET_S)]
+    start = int(now // BUCKET_S * BUCKET_S)  # the current bucket, as full as the time it has run
+    load = [{"t": t, "batches": 1, "rows": 10 * BUCKET_S, "busy_ms": BUCKET_S * 1000, "backlog": None}
+            for t in range(start - 300, start, BUCKET_S)]
+    load.append({"t": start, "batches": 1, "rows": int(10 * (now - start)), "busy_ms": int(1000 * (now - start)),
+                 "backlog": None})
     deployments.write_status(args.job, args.deployment, DeploymentStatus(
         state, now, last_batch_id=batch, load=load, handled_requests=list(handled), **more))
 

@@ -14,6 +14,7 @@ Each runs under the job's lease (jobs/operation.py): the upgrade holds it, so th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from typing import Any
@@ -43,9 +44,11 @@ from ..jobs.operation import operation
 from ..jobs.rescale import check_rescalable, current_partitions
 from ..jobs.spec import VersionSpec
 from ..jobs.startup import launch_deployment, wait_for_state, wait_until_started
+from ..jobs.stop import kill
 from ..records.deployment import ControlRequest, Deployment, State, new_deployment_id
 from ..records.manifest import Manifest
 from ..snapshots.restore import METADATA, execute_restore, plan_restore
+from ..timestamps import utc_now
 
 
 def launch_beside(
@@ -125,15 +128,43 @@ def launch_beside(
 
 
 def prestart(
-    ctx: JobContext, version_name: str | None, *, wait_seconds: float = 180.0, prerestore: str | None = None
+    ctx: JobContext,
+    version_name: str | None,
+    *,
+    wait_seconds: float = 180.0,
+    prerestore: str | None = None,
+    upgrade: str | None = None,
 ) -> Deployment:
     """Launch a version's driver in STANDBY next to the running deployment; returns once it is ready.
     `prerestore`: a snapshot restored into its location meanwhile (while its JVM starts), so that
     `activate` moves only what changed since. No sink is checked or rewound here: the old version still
-    runs; `activate` guards the sink against the snapshot it starts from."""
+    runs; `activate` guards the sink against the snapshot it starts from. A retry of the same request (an upgrade's
+    step, an Airflow task) takes over the standby its killed try launched (`upgrade`: the upgrade it is for)."""
     version = ctx.spec.launchable(version_name)
     with operation(ctx, "deploy") as found:
-        return _prestart(ctx, version, wait_seconds, prerestore, deployments_listed(ctx, found))
+        listed = deployments_listed(ctx, found)
+        earlier = _earlier_standby(ctx, listed, prerestore, upgrade)
+        if earlier is not None:
+            wait_for_state(ctx, earlier, (State.STANDBY,), wait_seconds, "STANDBY")
+            return earlier
+        return _prestart(ctx, version, wait_seconds, prerestore, listed)
+
+
+def _earlier_standby(
+    ctx: JobContext, listed: list[Deployment], prerestore: str | None, upgrade: str | None
+) -> Deployment | None:
+    """The standby an earlier try of this request launched before it was killed (its upgrade does not name it yet),
+    taken over once its pre-restore was recorded. One killed during its pre-restore (its location holds part of it)
+    is ended and retired, marked aborted by `upgrade` (the job's latest state is not in it), and launched anew."""
+    earlier = earlier_attempt(ctx, listed)
+    if earlier is None or earlier.prerestored_from == prerestore:
+        return earlier
+    with contextlib.suppress(Refused):  # it ended meanwhile
+        kill(ctx, earlier.id)
+    earlier = ctx.deployments.get(ctx.name, earlier.id)
+    earlier.retired_at, earlier.aborted_by = utc_now(), upgrade
+    ctx.deployments.put(earlier)
+    return None
 
 
 def _prestart(
@@ -150,6 +181,7 @@ def _prestart(
         version=version.name,
         checkpoint=checkpoint,
         spark_conf={**ctx.spec.conf, **version.conf},
+        request_id=ctx.settings.request_id,
         build=build_of(ctx, version),
         master=ctx.spec.spark_master,
     )

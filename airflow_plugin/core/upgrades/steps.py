@@ -196,7 +196,7 @@ def launching(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     settings = UpgradeSettings.of(upgrade.settings)
     assert upgrade.savepoint is not None
     if upgrade.mode == Mode.STOP_RESTORE:
-        standby = prestart(ctx, upgrade.to_version, prerestore=upgrade.savepoint)
+        standby = prestart(ctx, upgrade.to_version, prerestore=upgrade.savepoint, upgrade=upgrade.id)
         upgrade.new_deployment = standby.id
         return upgrade.move(Phase.CUTTING_OVER, f"pre-started {standby.id} in STANDBY, the savepoint restored into it")
     upgrade.staging = upgrade.staging or staging_location(ctx, upgrade)

@@ -56,6 +56,22 @@ class Rescale:
     seconds: float | None = None  # from its start to the cutover: what a rescale costs this job
     effective: bool | None = None  # a scale-up's check, once judged
 
+    @property
+    def pending(self) -> bool:
+        """No upgrade's end is recorded on it: under way, or the apply carrying it was killed before it began its
+        upgrade or recorded how it ended (the next apply goes on with it: reconcile/plan.py)."""
+        return self.upgrade is None and self.outcome is None
+
+    @property
+    def request_id(self) -> str:
+        return rescale_request_id(self.at)
+
+
+def rescale_request_id(at: float) -> str:
+    """The request a rescale recorded at `at` begins its upgrade under (upgrades/run.py `begin`): the apply that goes
+    on with it after a kill finds the upgrade it began, if it began one."""
+    return f"rescale-{at:.6f}"
+
 
 @dataclass(frozen=True)
 class ScalingSeen:

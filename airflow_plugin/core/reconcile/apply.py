@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..autoscale.decide import Recommendation, Rescale, ScalingSeen
+from ..autoscale.decide import Recommendation, Rescale, ScalingSeen, rescale_request_id
 from ..autoscale.policy import slots_per_unit
 from ..errors import CheckpointError, NotFound, SavepointsError, UpgradeFailed
 from ..jobs.context import Context, JobContext
@@ -84,9 +84,13 @@ def observe(ctx: JobContext, now: float | None = None, listed: list[Deployment] 
     looked = [_seen(ctx, d) for d in deployments]
     seen = [s for s, _ in looked]
     live = [s for s in seen if s.state.live]
-    upgrade = Upgrades(ctx.store.storage).in_progress(ctx.name)
+    last = Upgrades(ctx.store.storage).newest(ctx.name)
+    upgrade = last if last is not None and not last.phase.terminal else None
     newest = (live or seen or [None])[-1]
     record = records.read(ctx.store.storage, ctx.name)
+    pending = record.rescales[-1] if record.rescales and record.rescales[-1].pending else None
+    # the upgrade that carried the record's pending rescale and ended, its end not recorded on it (the apply killed)
+    carried = last is not None and upgrade is None and pending is not None and last.request_id == pending.request_id
     now = time.time() if now is None else now
     scaling = None
     if newest is not None and newest.state is State.RUNNING:
@@ -102,6 +106,7 @@ def observe(ctx: JobContext, now: float | None = None, listed: list[Deployment] 
         upgrade=_upgrade_seen(ctx, upgrade) if upgrade is not None else None,
         record=record,
         scaling=scaling,
+        rescale_upgrade=(last.id, str(last.phase)) if carried and last is not None else None,
     )
 
 
@@ -261,9 +266,11 @@ def upgrade_of(ctx: JobContext, step: Step) -> Upgrade | None:
     if again is None:
         return None
     step = again
-    assert step.version is not None
+    assert step.version is not None and step.rescaled_at is not None
+    # begun under the rescale's own request: an apply that goes on with it after a kill adopts the upgrade it began
+    request = rescale_request_id(step.rescaled_at)
     return begin(
-        ctx,
+        replace(ctx, settings=replace(ctx.settings, request_id=request)),
         step.version,
         mode=step.mode,
         settings=RESCALE_GATE,
@@ -275,12 +282,15 @@ def upgrade_of(ctx: JobContext, step: Step) -> Upgrade | None:
 
 def _record_rescale(ctx: JobContext) -> Step | None:
     """A rescale decided again under the job's lease (two applies at once record one), and recorded before its
-    upgrade begins: killed in between, it still counts against the hourly budget and starts its cooldown, and the
-    next apply decides again. None: no rescale is due any more."""
+    upgrade begins: killed in between, it counts against the hourly budget and starts its cooldown, and the next
+    apply goes on with it (plan.py: a rescale recorded already is not recorded again). None: no rescale is due any
+    more."""
     with operation(ctx, "apply") as found:
         step = plan(observe(ctx, listed=found))
         if step.action is not Action.RESCALE:
             return None
+        if step.rescaled_at is not None:
+            return step
         assert step.recommendation is not None and step.size is not None and step.from_size is not None
         record = records.read(ctx.store.storage, ctx.name)
         rescale = Rescale(
@@ -295,7 +305,7 @@ def _record_rescale(ctx: JobContext) -> Step | None:
         record.rescales_total += 1
         record.recommendation = {"at": rescale.at, **step.recommendation.to_dict()}
         records.write(ctx.store.storage, record)
-        return step
+        return replace(step, rescaled_at=rescale.at)
 
 
 def upgrade_ended(ctx: JobContext, ended: Upgrade, step: Step | None = None) -> Applied:

@@ -25,9 +25,14 @@ The rules, in order:
                                                 person's, without a savepoint) leaves newer state than any
                                                 savepoint `desired.restore` may name
     running another version than desired       that version failed under this declaration: HOLD; else UPGRADE
-    running the desired version                with `autoscale`: the autoscaler's decision (core/autoscale/
-                                                decide.py): a scale up or down RESCALEs (an upgrade to the same
-                                                version at the new size), unless the autoscaler is passive;
+    running the desired version                with `autoscale`: a rescale the record holds without an outcome
+                                                (the apply that recorded it was killed) goes on, counted once:
+                                                its upgrade ended (its outcome is recorded: RESCALE), or none was
+                                                begun and, within its cooldown, the job runs at the size it leaves
+                                                (RESCALE to its size);
+                                                else the autoscaler's decision (core/autoscale/decide.py): a scale
+                                                up or down RESCALEs (an upgrade to the same version at the new
+                                                size), unless the autoscaler is passive;
                                                 else NOTHING (it is the last stable version)
 
 The loop keeps a job at the size it runs at: a restart and a redeploy after a stop launch at the size of the
@@ -124,6 +129,8 @@ class Observed:
     upgrade: UpgradeSeen | None = None  # one that has not ended
     record: Reconciled = field(default_factory=lambda: Reconciled(""))
     scaling: ScalingSeen | None = None  # the autoscaler's view of the running desired version, if it has one
+    # the upgrade begun for the record's newest rescale, when it has no outcome (Rescale.pending): (its id, phase)
+    rescale_upgrade: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,7 @@ class Step:
     from_size: int | None = None  # a RESCALE's: the size it leaves (what a rollback restores)
     partitions: int | None = None  # a RESCALE's: the state's new partitions, when they change
     recommendation: Recommendation | None = None  # the autoscaler's, which the step carries out or records
+    rescaled_at: float | None = None  # a RESCALE recorded already (Rescale.at): it goes on, not recorded again
 
     def describe(self) -> str:
         return f"{self.job}: {self.action} - {self.reason}"
@@ -214,7 +222,46 @@ def plan(seen: Observed) -> Step:
     running = Step(
         job, Action.NOTHING, f"{deployment.id} runs {deployment.version}, as desired", version=deployment.version
     )
-    return running if seen.scaling is None else _autoscaled(running, seen.scaling, desired, deployment)
+    if seen.scaling is None:
+        return running
+    return _pending_rescale(seen, running, deployment) or _autoscaled(running, seen.scaling, desired, deployment)
+
+
+def _pending_rescale(seen: Observed, running: Step, deployment: Seen) -> Step | None:
+    """The record's newest rescale, when the apply that recorded it was killed before its end was recorded: it goes
+    on (counted once) where its upgrade ended, or where none was begun, within the cooldown it started, while the
+    job runs the size it leaves and the autoscaler is active (else the autoscaler decides anew)."""
+    assert seen.scaling is not None and seen.desired is not None
+    pending = seen.record.rescales[-1] if seen.record.rescales else None
+    if pending is None or not pending.pending:
+        return None
+    rescale = Step(
+        running.job,
+        Action.RESCALE,
+        "",
+        version=deployment.version,
+        mode=rescale_mode(pending.partitions, seen.desired),
+        size=pending.to_size,
+        from_size=pending.from_size,
+        partitions=pending.partitions,
+        rescaled_at=pending.at,
+    )
+    what = f"its rescale from {pending.from_size} to {pending.to_size}"
+    if seen.rescale_upgrade is not None:
+        upgrade, phase = seen.rescale_upgrade
+        return replace(rescale, reason=f"{what} ended {phase} (upgrade {upgrade}): its outcome is recorded")
+    policy = seen.scaling.policy
+    if deployment.size != pending.from_size or policy.mode is not ScalingMode.ACTIVE:
+        return None
+    if seen.now - pending.at >= policy.cooldown:
+        return None
+    return replace(rescale, reason=f"{deployment.id} runs {deployment.version}; {what} was recorded: it goes on")
+
+
+def rescale_mode(partitions: int | None, desired: Desired) -> str:
+    """A rescale's upgrade mode. Spark repartitions a state only at a batch boundary: a stop's savepoint is one, a
+    live savepoint of a job too busy to keep up seldom is (rescale.py check_rescalable)."""
+    return "stop_restore" if partitions else desired.upgrade_mode
 
 
 def _autoscaled(running: Step, scaling: ScalingSeen, desired: Desired, deployment: Seen) -> Step:
@@ -233,9 +280,7 @@ def _autoscaled(running: Step, scaling: ScalingSeen, desired: Desired, deploymen
             Action.RESCALE,
             f"{deployment.id} runs {deployment.version}; {on}: {what}",
             version=deployment.version,
-            # Spark repartitions a state only at a batch boundary: a stop's savepoint is one, a live savepoint of a
-            # job too busy to keep up seldom is (rescale.py check_rescalable)
-            mode="stop_restore" if recommendation.partitions else desired.upgrade_mode,
+            mode=rescale_mode(recommendation.partitions, desired),
             size=recommendation.size,
             from_size=recommendation.current,
             partitions=recommendation.partitions,

@@ -1,9 +1,10 @@
 """The stored contents of snapshots, behind one interface: every reader and writer of file contents (create,
 restore, verify, the sink log a restore rewinds with, delete, garbage collection, repack) goes through here.
 
-Store format 2 (restic's and git's answer to small files): a content up to `PackSettings.threshold` bytes is
-appended to a pack, an object of about `target_size` bytes holding many contents back to back (no header:
-a byte range of a pack IS the file); a larger content stays one object, `blobs/<sha[:2]>/<sha>`. The
+Store format 2 (restic's and git's answer to small files): a content up to `PackSettings.threshold` bytes (a
+file the store's S3 copies itself: up to `copy_threshold`) is appended to a pack, an object of about
+`target_size` bytes holding many contents back to back (no header: a byte range of a pack IS the file); a larger
+content stays one object, `blobs/<sha[:2]>/<sha>`. The
 manifest says per file which object holds it and at which offset (manifest.py `FileEntry.key`, `.offset`),
 so reading needs no index. Contents are still stored once: a create looks a content up by checksum in the
 job's earlier snapshots, whichever pack holds it.
@@ -23,14 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import IntegrityError, Refused
+from ..errors import Conflict, IntegrityError, Refused
 from ..layout import FORMAT, blob_key, pack_key, staging_key
 from ..parallel import DEFAULT_CONCURRENCY, run_parallel
 from ..records.manifest import FileEntry
 from ..storage import S3Storage, Storage
 
 STORE_FORMAT = 2
-MiB = 1024 * 1024
+KiB = 1024
+MiB = 1024 * KiB
 MAX_GAP = 256 * 1024  # two ranges of one pack closer than this are read as one request
 MAX_READ = 8 * MiB  # ... up to this many bytes a request (memory: concurrency x MAX_READ at most)
 MAX_ENTRIES = 256  # ... and this many files: the files of one request are handled by one thread
@@ -45,12 +47,17 @@ class PackSettings:
 
     threshold: int = 1 * MiB  # contents up to this size go into packs; larger ones stay single objects
     target_size: int = 8 * MiB  # a pack is written once it holds this much
+    # ... but a file the store's S3 can copy itself (a checkpoint on the same S3) is packed only up to this size:
+    # a packed file's bytes come down to the engine and go up again, a copy moves none through it (at 1 MiB,
+    # 12 to 40% of a live savepoint's bytes passed through the engine: docs/benchmarks.md, `make bench-scale`)
+    copy_threshold: int = 64 * KiB
 
     def __post_init__(self) -> None:
-        if not 0 <= self.threshold <= IN_MEMORY or self.target_size < 1:
+        if not 0 <= self.threshold <= IN_MEMORY or self.target_size < 1 or self.copy_threshold < 0:
             raise Refused(
-                f"format.json: pack_threshold must be 0..{IN_MEMORY} bytes and pack_size positive; "
-                f"got {self.threshold}, {self.target_size}: fix or delete the store's format.json"
+                f"format.json: pack_threshold must be 0..{IN_MEMORY} bytes, pack_size positive and copy_threshold "
+                f"0 or more; got {self.threshold}, {self.target_size}, {self.copy_threshold}: fix or delete the "
+                "store's format.json"
             )
 
 
@@ -127,11 +134,13 @@ class Blobs:
         default = PackSettings()
         try:
             return PackSettings(
-                int(raw.get("pack_threshold", default.threshold)), int(raw.get("pack_size", default.target_size))
+                int(raw.get("pack_threshold", default.threshold)),
+                int(raw.get("pack_size", default.target_size)),
+                int(raw.get("copy_threshold", default.copy_threshold)),
             )
         except (TypeError, ValueError):
             raise Refused(
-                f"{self.storage.uri}/{FORMAT}: pack_threshold and pack_size must be numbers of bytes"
+                f"{self.storage.uri}/{FORMAT}: pack_threshold, pack_size and copy_threshold must be numbers of bytes"
             ) from None
 
     def init_format(self, settings: PackSettings | None = None) -> PackSettings:
@@ -141,7 +150,8 @@ class Blobs:
             return self.settings()
         settings = settings or PackSettings()
         document = {"format_version": STORE_FORMAT, "pack_threshold": settings.threshold}
-        self.storage.write(FORMAT, json.dumps({**document, "pack_size": settings.target_size}).encode())
+        document |= {"pack_size": settings.target_size, "copy_threshold": settings.copy_threshold}
+        self.storage.write(FORMAT, json.dumps(document).encode())
         return settings
 
     # ------------------------------------------------------------ write
@@ -215,10 +225,18 @@ class BlobWriter:
         # whether the store's S3 says the SHA-256 of a copy (None: not yet known); False after a staging copy
         # came back without one (S3Proxy), so that no later file of this create pays for a staging copy
         self.copies_checksummed: bool | None = None
+        # whether the store's S3 refuses a copy whose CopySourceIfMatch fails (None: not probed yet): then a copy
+        # made on that condition holds the version the condition names, without a HEAD of the copy to tell
+        self._conditional: bool | None = None
+        self._probe = threading.Lock()
 
-    def fits_pack(self, size: int) -> bool:
-        """Small files are read into memory and packed; any larger one goes through `put_large`."""
-        return size <= self.settings.threshold
+    def fits_pack(self, size: int, source: Storage) -> bool:
+        """Small files of `source` are read into memory and packed; any larger one goes through `put_large` or
+        is copied within S3 (`copies_from`), which packs fewer of them (`PackSettings.copy_threshold`)."""
+        limit = self.settings.threshold
+        if self.copies_from(source, size) is not None:
+            limit = min(limit, self.settings.copy_threshold)
+        return size <= limit
 
     def append(self, data: bytes) -> tuple[str, int, tuple[str, bytes] | None]:
         """Append `data` to the open pack: (pack key, offset, a full pack to `write` or None). No I/O, so a
@@ -244,14 +262,33 @@ class BlobWriter:
         store = self.storage
         return store if isinstance(store, S3Storage) and store.copies_within(source, size) else None
 
-    def copy_known(self, store: S3Storage, source: S3Storage, key: str, sha256: str) -> bool:
-        """Copy a file whose SHA-256 S3 already told (`S3Storage.sha256`) to its blob; False (and nothing
-        left) when what was copied has another checksum: the file was replaced since."""
+    def copy_known(self, store: S3Storage, source: S3Storage, key: str, sha256: str, etag: str) -> bool:
+        """Copy the version `etag` of a file whose SHA-256 S3 told with that ETag (`S3Storage.checksummed`) to its
+        blob; False (and nothing left) when what was copied is another version: the file was replaced since."""
         target = blob_key(sha256)
-        if store.copy_from(source, key, target) == sha256:
-            return True
+        try:
+            if self.copy_version(store, source, key, target, etag, sha256) == sha256:
+                return True
+        except Conflict:  # the condition failed: nothing was copied
+            return False
         store.delete([target])
         return False
+
+    def copy_version(
+        self, store: S3Storage, source: S3Storage, key: str, target: str, etag: str, sha256: str
+    ) -> str | None:
+        """Copy `key` to `target` on the condition that it still is version `etag`, whose SHA-256 is `sha256`:
+        the SHA-256 the copy holds, as S3's answer says it, else as the condition guarantees it on a server
+        that honours it (probed once a create, after the first answer without a checksum: SeaweedFS and S3Proxy
+        give none), else as the copy's HEAD says it (None: the server keeps none). A source that is no longer
+        that version raises Conflict where the server honours the condition."""
+        said = store.copy(source, key, target, if_match=etag)
+        if said is not None:
+            return said
+        with self._probe:
+            if self._conditional is None:  # a probe that is not refused copies again: the HEAD below sees that copy
+                self._conditional = store.honours_copy_condition(source, key, target, etag)
+        return sha256 if self._conditional else store.sha256(target)[0]
 
     def stage(self, store: S3Storage, source: S3Storage, key: str) -> tuple[str, str | None, int]:
         """Copy a file to a staging object, S3 computing its SHA-256: (staging key, checksum or None from a

@@ -14,12 +14,14 @@ are one transaction that ends in the manifest; split, each part would need the o
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import logging
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
@@ -154,6 +156,12 @@ class _Copier:
     def batch(self, infos: list[ObjectInfo]) -> list[FileEntry]:
         return [self(info) for info in infos]
 
+    def copied_within(self, info: ObjectInfo) -> bool:
+        """Whether the store's S3 copies this file itself (no bytes through here), unless a snapshot holds it."""
+        return self.writer.copies_from(self.checkpoint, info.size) is not None and not self.writer.fits_pack(
+            info.size, self.checkpoint
+        )
+
     def __call__(self, info: ObjectInfo) -> FileEntry:
         path = self.prefix + info.key
         hit = self.known.by_file.get((path, info.size, info.mtime))
@@ -161,7 +169,7 @@ class _Copier:
             entry = FileEntry(path, info.size, hit.sha256, info.mtime, hit.key, hit.offset)
         else:
             try:
-                packed = self.writer.fits_pack(info.size)
+                packed = self.writer.fits_pack(info.size, self.checkpoint)
                 sha, (key, offset) = self._copy_small(info) if packed else self._copy_large(info)
             except FileNotFoundError:
                 raise CheckpointChanged(f"{self.checkpoint.uri}/{info.key} was deleted while being copied") from None
@@ -206,7 +214,7 @@ class _Copier:
         if head.sha256 is not None:
             self._check_size(info, head.size)
             location, new = self._claim(head.sha256, head.size)
-            if new and not self.writer.copy_known(store, source, info.key, head.sha256):
+            if new and not self.writer.copy_known(store, source, info.key, head.sha256, head.etag):
                 raise CheckpointChanged(f"{source.uri}/{info.key} was replaced while being copied")
             if new:
                 self._count_copied(head.size)
@@ -240,7 +248,7 @@ class _Copier:
             self._check_size(info, size)
             location, new = self._claim(sha, size)
             if new:
-                copied = store.copy_from(source, info.key, blob_key(sha), if_match=etag)
+                copied = self.writer.copy_version(store, source, info.key, blob_key(sha), etag, sha)
                 if copied is not None and copied != sha:
                     store.delete([blob_key(sha)])
                     raise Conflict(f"{source.uri}/{info.key} copied as {copied}, hashed as {sha}")
@@ -372,8 +380,7 @@ def _attempt(
     copier = _Copier(checkpoint, known, progress, writer)
     progress.start(f"snapshot {manifest.id} (batch {point.batch_id})", point.total_bytes, len(point.files))
     try:
-        batches = run_parallel(copier.batch, _batches(point.files), concurrency=concurrency)
-        files = [entry for batch in batches for entry in batch]
+        files = _copy(copier, point.files, concurrency)
     finally:
         progress.finish()
     copied = time.monotonic()
@@ -416,6 +423,28 @@ def _attempt(
         copier.copied_bytes + sum(c.copier.copied_bytes for c in sink_copiers),
     )
     return manifest
+
+
+def _copy(copier: _Copier, files: list[ObjectInfo], concurrency: int) -> list[FileEntry]:
+    """Copy every file: the ones whose bytes come through here (small ones packed, in batches) `concurrency` at
+    once, and beside them the ones the store's S3 copies itself, a task each, more at once
+    (`S3Storage.copy_concurrency`): a copy costs this client a request and no bytes (at
+    16 at once the first savepoint of a live checkpoint took 1.3 to 1.4x the time of `s5cmd cp`, which runs up
+    to 256)."""
+    within = [info for info in files if copier.copied_within(info)]
+    through = [info for info in files if not copier.copied_within(info)]
+    store = copier.writer.storage
+    wide = store.copy_concurrency(concurrency) if isinstance(store, S3Storage) else concurrency
+
+    def transfers() -> list[FileEntry]:
+        return [
+            entry for batch in run_parallel(copier.batch, _batches(through), concurrency=concurrency) for entry in batch
+        ]
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="savepoints-transfers") as side:
+        moved = side.submit(contextvars.copy_context().run, transfers)
+        copied = list(run_parallel(copier, within, concurrency=wide))
+        return [*moved.result(), *copied]
 
 
 @dataclass

@@ -347,7 +347,8 @@ def execute_restore(
         for batch in (first, last):
             within = {f.path for f in batch if writer.copies(store, f)}  # within S3: no bytes through here
             copied, batch = [f for f in batch if f.path in within], [f for f in batch if f.path not in within]
-            for entry in run_parallel(lambda e: writer.copy(store, e), copied, concurrency=concurrency):
+            copies = cast(S3Storage, target).copy_concurrency(concurrency) if copied else concurrency
+            for entry in run_parallel(lambda e: writer.copy(store, e), copied, concurrency=copies):
                 progress.advance(entry.size)
             small = [f for f in batch if f.size <= IN_MEMORY]
             for entry in store.blobs.read_each(small, writer.write, concurrency=concurrency):

@@ -31,6 +31,9 @@ from ..parallel import chunked, run_parallel
 from .base import ObjectInfo, Storage
 
 DELETE_BATCH = 1000  # the S3 DeleteObjects limit
+# CopyObjects within S3 run this many times as many at once as transfers through the client: a copy costs the client
+# a request and no bytes (`copy_concurrency`)
+COPY_CONCURRENCY = 4
 S3A = "spark.hadoop.fs.s3a"  # the prefix of Hadoop S3A settings as Spark conf
 MAX_COPY = 5 * 1024**3  # the largest object one CopyObject copies (UploadPartCopy above it)
 
@@ -51,7 +54,8 @@ class S3Settings:
     access_key_id: str | None = None
     secret_access_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
-    max_pool_connections: int = 64
+    # connections to S3 at once: the copies within S3 and the transfers that run beside them (`copy_concurrency`)
+    max_pool_connections: int = 128
     multipart_threshold: int = 16 * 1024 * 1024
     multipart_chunksize: int = 16 * 1024 * 1024
     max_attempts: int = 10  # in all, the first included (as AWS_MAX_ATTEMPTS counts)
@@ -464,11 +468,17 @@ class S3Storage(Storage):
             if len(data) < piece:
                 return digest.hexdigest(), size
 
-    def copy_from(self, source: S3Storage, source_key: str, key: str, *, if_match: str | None = None) -> str | None:
-        """CopyObject `source`/`source_key` to `key` (up to MAX_COPY bytes), S3 computing the SHA-256 of what
-        it copied; returns it (hex), or, from a service that computes none, the SHA-256 the copy carries (its
-        source's, written with one), or None (the copy is made all the same). A missing source raises
-        FileNotFoundError; with `if_match` (an ETag), a source that is no longer that version raises Conflict."""
+    def copy_concurrency(self, concurrency: int) -> int:
+        """How many CopyObjects to run at once beside `concurrency` transfers through this client: COPY_CONCURRENCY
+        times as many, within the connection pool (a request beyond it would open a connection and drop it)."""
+        return max(concurrency, min(concurrency * COPY_CONCURRENCY, self.settings.max_pool_connections - concurrency))
+
+    def copy(self, source: S3Storage, source_key: str, key: str, *, if_match: str | None = None) -> str | None:
+        """One CopyObject of `source`/`source_key` to `key` (up to MAX_COPY bytes), asking S3 for the SHA-256 of
+        what it copied: returns it (hex) when the answer carries it, else None (the copy is made all the same).
+        A missing source raises FileNotFoundError; with `if_match` (an ETag), a source that is no longer that
+        version raises Conflict, and nothing is copied, on a server that honours the condition
+        (`honours_copy_condition`)."""
         condition = {"CopySourceIfMatch": if_match} if if_match else {}
         with self._errors("copy to", key):
             result = self.client.copy_object(
@@ -479,13 +489,29 @@ class S3Storage(Storage):
                 **condition,
             )
         value = result.get("CopyObjectResult", {}).get("ChecksumSHA256")
-        if value:
-            return base64.b64decode(value).hex()
-        # S3Proxy (and other S3 servers) answer a copy without the checksum it asked for, but keep the checksum
-        # an object was written with (checked on the PUT) and carry it along with the bytes a copy moves: the
-        # copy's own HEAD says it, one request more, and only on such a server. Without it every large file of
-        # a checkpoint would travel through this client (or a create would take the copy for a replaced file).
-        return self.sha256(key)[0]
+        return base64.b64decode(value).hex() if value else None
+
+    def copy_from(self, source: S3Storage, source_key: str, key: str, *, if_match: str | None = None) -> str | None:
+        """`copy`, and the SHA-256 the copy holds: S3's answer, or, from a service that computes none, the one the
+        copy carries (its source's, written with one), or None."""
+        said = self.copy(source, source_key, key, if_match=if_match)
+        # S3Proxy and SeaweedFS answer a copy without the checksum it asked for, but keep the checksum an object
+        # was written with (checked on the PUT) and carry it along with the bytes a copy moves: the copy's own
+        # HEAD says it, one request more, and only on such a server. Without it every large file of a
+        # checkpoint would travel through this client (or a create would take the copy for a replaced file).
+        return said if said is not None else self.sha256(key)[0]
+
+    def honours_copy_condition(self, source: S3Storage, source_key: str, key: str, etag: str) -> bool:
+        """Whether this S3 refuses a copy whose CopySourceIfMatch names another version than the source's, as S3,
+        SeaweedFS and S3Proxy do (moto copies all the same): one CopyObject of `source_key` (whose ETag is `etag`)
+        to `key`, naming an ETag no object has. Where it is not refused, `key` holds a copy of the source as it is
+        now: the caller copies it again (or deletes it)."""
+        other = '"' + ("1" if etag.strip('"') == "0" * 32 else "0") * 32 + '"'
+        try:
+            self.copy(source, source_key, key, if_match=other)
+        except Conflict:
+            return True
+        return False
 
     def download(self, key: str, path: Path, size: int | None = None) -> None:
         # `size` is not needed: the first (ranged) GET tells s3transfer the size, no HEAD request is made

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
@@ -167,6 +168,7 @@ def _s3(settings: S3Settings) -> _S3:
                 aws_secret_access_key=settings.secret_access_key,
                 aws_session_token=settings.session_token,
                 region_name=settings.region_name,
+                botocore_session=_botocore_session(),
             )
             config = Config(
                 retries=_retries(settings),
@@ -188,6 +190,29 @@ def _s3(settings: S3Settings) -> _S3:
             )
             _clients[key] = _S3(client, transfer)
         return _clients[key]
+
+
+def _timestamp(value: str) -> datetime:
+    """A timestamp of an S3 answer: ISO 8601 (a listing's LastModified, a thousand a page) by Python's own parser,
+    anything else (a HEAD's HTTP date) by botocore's. botocore's own goes through dateutil: 0.4 ms a timestamp
+    here, a third of a snapshot's planning of a 500 MB checkpoint (817 objects listed)."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        from botocore.utils import parse_timestamp
+
+        return parse_timestamp(value)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _botocore_session() -> Any:
+    """A botocore session whose clients parse S3's timestamps with `_timestamp` (botocore's documented parser
+    setting); a session the caller made (`S3Settings.session`) is left as it is."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_timestamp)
+    return session
 
 
 @contextmanager

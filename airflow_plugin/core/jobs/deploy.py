@@ -303,6 +303,9 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, liste
     return deployment
 
 
+REPARTITION_TAKES = ("spark.sql.", "spark.hadoop.")  # of a deployment's confs: how its state and sink are kept
+
+
 def repartition_restored(ctx: JobContext, plan: RestorePlan, deployment: Deployment, partitions: int) -> None:
     """The state just restored into `deployment`'s location repartitioned to `partitions` (a Spark application,
     before its query starts; `check_rescalable` said yes before anything was written)."""
@@ -318,10 +321,13 @@ def repartition_restored(ctx: JobContext, plan: RestorePlan, deployment: Deploym
 
 
 def repartition_conf(ctx: JobContext, deployment: Deployment, restored: dict[str, str]) -> dict[str, str]:
-    """The confs a repartition runs with and logs its batch by: the engine's (jars, S3A), the deployment's own (the
-    sink's log compacts at the job's `fileSink.log.compactInterval`, which Spark does not pin in the checkpoint),
-    and what the restored checkpoint pins."""
-    return {**ctx.spark_conf(), **deployment.spark_conf, **restored}
+    """The confs a repartition runs with and logs its batch by: the engine's (jars, S3A), the deployment's own SQL
+    and Hadoop ones (the sink's log compacts at the job's `fileSink.log.compactInterval`, which Spark does not pin
+    in the checkpoint), and what the restored checkpoint pins. Not where the job runs or with which Python (a
+    cluster's `spark.pyspark.python = ./environment/bin/python`, its executors): the repartition is a Spark tool
+    of this process's (spark_app.py)."""
+    own = {key: value for key, value in deployment.spark_conf.items() if key.startswith(REPARTITION_TAKES)}
+    return {**ctx.spark_conf(), **own, **restored}
 
 
 def gate_args(source: Manifest | None, staging: str | None = None) -> tuple[str, ...]:

@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from airflow_plugin.core.autoscale.decide import Direction, Recommendation, Rescale, ScalingSeen, decide
+from airflow_plugin.core.autoscale.decide import (
+    Direction,
+    Recommendation,
+    Rescale,
+    ScalingSeen,
+    StateSeen,
+    decide,
+)
 from airflow_plugin.core.autoscale.load import BUCKET_S, KEEP_S, add_batch, covered, figures, window
 from airflow_plugin.core.autoscale.policy import (
     DYNAMIC_CONF,
@@ -122,6 +129,24 @@ def test_ramp_up_scales_up_to_the_arrivals_at_the_target_and_the_backlog_within_
     # within max
     capped = decide(seen(RAMP, 2, policy=Autoscale(max=3)))
     assert (capped.direction, capped.size) == (Direction.UP, 3)
+
+
+def test_every_decision_records_the_state_it_saw_and_a_scale_up_on_a_skewed_state_says_so() -> None:
+    even = StateSeen(rows=120_000, bytes=5 << 30, skew=1.1, snapshot="sp-1")
+    rec = decide(replace(seen(RAMP, 2), state=even))
+    assert rec.direction is Direction.UP, rec
+    f = rec.figures
+    assert (f["state_rows"], f["state_bytes"], f["state_skew"], f["state_of"]) == (120_000, 5 << 30, 1.1, "sp-1")
+    assert "skewed" not in rec.reason and f["utilization"] == 1.0, "the load's figures kept"
+    skewed = decide(replace(seen(RAMP, 2), state=replace(even, skew=3.5)))
+    assert skewed.direction is Direction.UP and skewed.size == rec.size, "said, not decided on"
+    assert "its state is skewed (the largest partition 3.5x the mean)" in skewed.reason, skewed.reason
+    # a steady load's KEEP records the state too, and says nothing of its skew; no window read, nothing recorded
+    steady = decide(replace(seen(simulate([500] * 60, 1000), 2), state=replace(even, skew=3.5)))
+    assert steady.direction is Direction.KEEP and steady.figures["state_skew"] == 3.5 and "skew" not in steady.reason
+    unknown = decide(replace(seen(RAMP[:2], 2), state=even))
+    assert unknown.figures == {} and "judged on a whole one" in unknown.reason
+    assert StateSeen(rows=7).to_dict() == {"state_rows": 7}
 
 
 def test_the_ramp_is_not_acted_on_until_the_lag_has_grown_across_a_window_of_high_utilisation() -> None:

@@ -32,6 +32,8 @@ from airflow_plugin.core.reconcile.apply import (
 from airflow_plugin.core.reconcile.plan import Action, Observed, Seen, plan
 from airflow_plugin.core.reconcile.record import Reconciled
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
+from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
+from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.timestamps import utc_stamp
 from airflow_plugin.core.upgrades.record import Phase, Upgrade
 from tests.support.jobs import write_jobs
@@ -196,10 +198,32 @@ def test_apply_reads_the_running_deployments_size_and_load_and_records_a_passive
     assert kept.recommendation is not None and kept.recommendation["direction"] == "up"
     # busy all the time (a later bucket the load has not reached yet may count: the clock ran on since it was made)
     assert kept.recommendation["figures"]["utilization"] > 0.9
+    assert "state_bytes" not in kept.recommendation["figures"], "no snapshot of this deployment yet"
     status = declared_status(job)
     assert status is not None and status["autoscale"]["mode"] == "passive"
     assert status["autoscale"]["recommendation"]["size"] == step.recommendation.size
     assert kept.rescales == [] and len(Deployments(job.store.storage).list("orders")) == 1, "nothing launched"
+
+
+def test_the_recommendation_records_the_state_its_heartbeat_and_its_newest_snapshot_show(tmp_path: Path) -> None:
+    """The state's rows from the heartbeat (summed over its operators), its bytes and skew from the deployment's
+    newest snapshot: here partition 1 holds most of the bytes."""
+    job = _declare(tmp_path, mode="passive")
+    deployment = _running(job, behind(time.time()))
+    checkpoint = Path(deployment.checkpoint)
+    (checkpoint / "state/0/1/3.delta").write_bytes(b"x" * 4000)  # partition 1's newest version: most of the state
+    operators = [{"name": "dedupe", "rows": 300}, {"name": "window", "rows": 40}]
+    status = DeploymentStatus(State.RUNNING, time.time(), load=behind(time.time()), state_operators=operators)
+    Deployments(job.store.storage).write_status("orders", deployment.id, status)
+    older = create_snapshot(job.store, open_storage(str(checkpoint)), SnapshotRequest(job="orders"))  # no deployment
+    own = create_snapshot(job.store, open_storage(str(checkpoint)), SnapshotRequest("orders", deployment=deployment.id))
+    assert older.state and own.state
+    assert apply_job(job).ok
+    figures = records.read(job.store.storage, "orders").recommendation["figures"]
+    [stats] = own.state
+    assert figures["state_rows"] == 340 and figures["state_of"] == own.id, figures
+    assert figures["state_bytes"] == stats["bytes"] and figures["state_bytes"] > 4000, (figures, stats)
+    assert figures["state_skew"] == stats["skew"]["ratio"] and figures["state_skew"] > 1.4, (figures, stats)
 
 
 def test_a_state_spark_cannot_repartition_caps_the_size_at_its_partitions_before_anything_stops(

@@ -17,7 +17,11 @@ Recommendation. The rules, in order (Flink's autoscaler, FLIP-271, read for micr
     scale-down: over `scale_down_window` the utilisation below target - boundary and the backlog at its floor:
         the size that runs the arrivals at the target, at least half the current one and `min`
     a rescale budget of `max_rescales_per_hour` spent: KEEP, saying so
-    else                                        KEEP"""
+    else                                        KEEP
+
+Every recommendation's figures carry the state as last seen (StateSeen: its rows, its bytes and the skew of its
+partitions by bytes at the newest snapshot); a scale-up or a hold on a skewed state says so: the largest
+partition's work runs in one task slot whatever the size."""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from typing import Any
 from .load import BUCKET_S, Figures, covered, figures, span, window
 from .policy import Autoscale, Knob, Partitions
 
+SKEWED = 2.0  # the largest state partition this many times the mean: one slot holds the job back
 BACK_TO_BACK = 0.95  # a utilisation this high: batches run back to back (no backlog figure needed to see it)
 EFFECTIVE = 0.1  # a scale-up that gave less than this share of the processing rate it should have: ineffective
 SCALE_DOWN_FACTOR = 0.5  # a scale-down keeps at least this share of the size
@@ -74,6 +79,24 @@ def rescale_request_id(at: float) -> str:
 
 
 @dataclass(frozen=True)
+class StateSeen:
+    """The running deployment's state, as last seen: the rows its heartbeat reports (Spark's progress, summed over
+    its stateful operators), and at its newest snapshot the bytes and the skew of its partitions by bytes (the
+    largest of its operators'; snapshots/state_stats.py)."""
+
+    rows: int | None = None
+    bytes: int | None = None
+    skew: float | None = None  # the largest partition against the mean (1.0: even)
+    snapshot: str | None = None  # the snapshot the bytes and skew are of
+
+    def to_dict(self) -> dict[str, Any]:
+        figures = {"state_rows": self.rows, "state_bytes": self.bytes, "state_skew": self.skew}
+        return {key: value for key, value in figures.items() if value is not None} | (
+            {"state_of": self.snapshot} if self.snapshot else {}
+        )
+
+
+@dataclass(frozen=True)
 class ScalingSeen:
     """What a decision reads of one running job."""
 
@@ -88,6 +111,7 @@ class ScalingSeen:
     ineffective_held: bool = False  # an ineffective scale-up was found, and no one cleared it (`apply --retry`)
     # Spark can repartition the state (RocksDB's): else its partitions cap the size, as with partitions = "fixed"
     repartitionable: bool = True
+    state: StateSeen = field(default_factory=StateSeen)
 
 
 @dataclass(frozen=True)
@@ -124,6 +148,20 @@ class Recommendation:
 
 
 def decide(seen: ScalingSeen) -> Recommendation:
+    recommendation = _decide(seen)
+    if not recommendation.figures:  # judged on no window of load: nothing read to record
+        return recommendation
+    reason = recommendation.reason
+    skew = seen.state.skew
+    if recommendation.direction in (Direction.UP, Direction.HOLD) and skew is not None and skew >= SKEWED:
+        reason += (
+            f"; its state is skewed (the largest partition {skew:g}x the mean): that partition's work runs in one "
+            "task slot whatever the size"
+        )
+    return replace(recommendation, reason=reason, figures={**recommendation.figures, **seen.state.to_dict()})
+
+
+def _decide(seen: ScalingSeen) -> Recommendation:
     policy, size, now = seen.policy, seen.size, seen.now
     keep = Recommendation(Direction.KEEP, size, size, "")
     last = seen.history[-1] if seen.history else None

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..autoscale.decide import Recommendation, Rescale, ScalingSeen, rescale_request_id
+from ..autoscale.decide import Recommendation, Rescale, ScalingSeen, StateSeen, rescale_request_id
 from ..autoscale.policy import slots_per_unit
 from ..errors import CheckpointError, NotFound, SavepointsError, UpgradeFailed
 from ..jobs.context import Context, JobContext
@@ -27,6 +27,7 @@ from ..jobs.stop import kill
 from ..lease import default_holder
 from ..process import Liveness
 from ..records.deployment import Deployment, DeploymentStatus, State
+from ..records.manifest import SnapshotStatus
 from ..snapshots.checkpoint import read_restart_point
 from ..timestamps import epoch_of, utc_now, utc_stamp
 from ..upgrades.record import Phase, Upgrade, Upgrades
@@ -139,6 +140,31 @@ def scaling_seen(
         history=record.rescales,
         ineffective_held=held(record, ctx.spec.fingerprint) is not None,
         repartitionable=repartitionable,
+        state=_state_seen(ctx, deployment, status),
+    )
+
+
+def _state_seen(ctx: JobContext, deployment: Deployment, status: DeploymentStatus | None) -> StateSeen:
+    """The deployment's state: its rows as its heartbeat reports them, its bytes and skew at its newest snapshot
+    (what that snapshot recorded of its files; none before the deployment's first snapshot: a state repartitioned
+    since an older one is spread otherwise)."""
+    operators = (status.state_operators if status is not None else None) or []
+    counted = [op["rows"] for op in operators if op.get("rows") is not None]
+    rows = sum(counted) if counted else None
+    own = [
+        entry
+        for entry in ctx.store.list(ctx.name)
+        if entry.deployment == deployment.id and entry.status is SnapshotStatus.COMPLETED and entry.state
+    ]
+    if not own:
+        return StateSeen(rows=rows)
+    newest = own[-1]
+    ratios = [op["skew"]["ratio"] for op in newest.state if (op.get("skew") or {}).get("ratio") is not None]
+    return StateSeen(
+        rows=rows,
+        bytes=sum(int(op.get("bytes") or 0) for op in newest.state),
+        skew=max(ratios) if ratios else None,
+        snapshot=newest.id,
     )
 
 

@@ -14,6 +14,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,9 +34,6 @@ from tests.core.test_server_side_copy import (  # noqa: F401 (the fixture and te
     test_a_restore_finds_a_stored_object_that_does_not_match_its_checksum,
     test_a_restore_into_the_stores_s3_copies_each_stored_object_within_s3,
     test_a_second_snapshot_copies_nothing_it_already_holds,
-)
-from tests.core.test_server_side_copy import (
-    test_a_snapshot_of_a_checkpoint_on_the_stores_s3_copies_every_file_within_s3 as copies_within_s3,
 )
 from tests.support.synthetic import tree
 
@@ -174,7 +172,33 @@ def test_a_snapshot_of_a_checkpoint_written_with_checksums_copies_every_file_wit
     tmp_path: Path,
     calls: Counter[str],  # noqa: F811 (the imported fixture)
 ) -> None:
-    copies_within_s3(s3_store, tmp_path, calls, with_checksums=True)  # what S3A writes with the engine's conf
+    """What S3A writes with the engine's conf: a HEAD tells each file's SHA-256, and one copy a content, on its
+    source's ETag (CopySourceIfMatch), stores it. S3Proxy answers the copy without a checksum but honours the
+    condition: one probe a create finds that out, and no copy is HEADed again."""
+    store = SnapshotStore(open_storage(s3_store))
+    store.blobs.init_format(PackSettings(threshold=0))  # every file its own object: each one a copy
+    checkpoint, local = checkpoint_on_s3(s3_store, tmp_path, with_checksums=True)
+    heads: list[str] = []
+    client = store.storage.client  # type: ignore[attr-defined]
+
+    def head(params: dict[str, Any], **_: Any) -> None:
+        heads.append(params["Key"])
+
+    client.meta.events.register("provide-client-params.s3.HeadObject", head)
+    calls.clear()
+    try:
+        manifest = create_snapshot(store, checkpoint, SnapshotRequest(job="orders"))
+    finally:
+        client.meta.events.unregister("provide-client-params.s3.HeadObject", head)
+
+    contents = len({entry.sha256 for entry in manifest.files})
+    assert calls["CopyObject"] == contents + 1, "one copy a content, and the probe of CopySourceIfMatch"
+    assert not [key for key in heads if f"/{BLOBS}" in key], "a copy made on its source's ETag was HEADed again"
+    assert calls["GetObject"] <= 1 + 6 + 5 + 1, "no file content read"
+    assert verify_snapshot(store, "orders", manifest.id).ok
+    restored = tmp_path / "restored"
+    execute_restore(store, plan_restore(store, "orders", manifest.id, open_storage(str(restored))))
+    assert tree(restored) == {k: v for k, v in tree(local).items() if k in {e.path for e in manifest.files}}
 
 
 def test_a_checkpoint_written_without_checksums_is_read_once_and_copied_within_s3(
@@ -183,9 +207,10 @@ def test_a_checkpoint_written_without_checksums_is_read_once_and_copied_within_s
     calls: Counter[str],  # noqa: F811 (the imported fixture)
 ) -> None:
     """S3 computes a copy's SHA-256; S3Proxy does not, and keeps no checksum of S3A's uploads (S3A sends it as an
-    aws-chunked trailer, which S3Proxy drops). The first file is staged, found without a checksum, and from then
-    on each file is read to hash it (ranged GETs pinned to its ETag) and copied within S3 by that ETag: its bytes
-    come down once and none go up."""
+    aws-chunked trailer, which S3Proxy drops). The first file is staged (once, whichever of the parallel copies
+    comes first), found without a checksum, and from then on each file is read to hash it (ranged GETs pinned to
+    its ETag) and copied within S3 by that ETag: its bytes come down once and none go up. The condition is probed
+    once: S3Proxy honours it, so the copy holds the version that was hashed."""
     store = SnapshotStore(open_storage(s3_store))
     store.blobs.init_format(PackSettings(threshold=0))
     checkpoint, local = checkpoint_on_s3(s3_store, tmp_path, with_checksums=False)
@@ -194,7 +219,7 @@ def test_a_checkpoint_written_without_checksums_is_read_once_and_copied_within_s
     manifest = create_snapshot(store, checkpoint, SnapshotRequest(job="orders"))
 
     contents = len({entry.sha256 for entry in manifest.files})
-    assert calls["CopyObject"] == 1 + contents, "one staging copy, then one copy a content"
+    assert calls["CopyObject"] == 1 + contents + 1, "one staging copy, one copy a content, and the probe"
     assert calls["PutObject"] == 2 + 2 * 2 + 1 and calls["UploadPart"] == 0, "no content uploaded from here"
     assert calls["GetObject"] >= len(manifest.files), "each file read to hash it"
     assert not [info.key for info in store.storage.list(f"{BLOBS}staging/")], "staging objects left behind"

@@ -225,6 +225,7 @@ class BlobWriter:
         # whether the store's S3 says the SHA-256 of a copy (None: not yet known); False after a staging copy
         # came back without one (S3Proxy), so that no later file of this create pays for a staging copy
         self.copies_checksummed: bool | None = None
+        self.learning = threading.Lock()  # held by the one file that learns `copies_checksummed`
         # whether the store's S3 refuses a copy whose CopySourceIfMatch fails (None: not probed yet): then a copy
         # made on that condition holds the version the condition names, without a HEAD of the copy to tell
         self._conditional: bool | None = None

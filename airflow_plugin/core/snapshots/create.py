@@ -219,13 +219,22 @@ class _Copier:
             if new:
                 self._count_copied(head.size)
             return head.sha256, location
+        if self.writer.copies_checksummed is None:  # the first such file learns it for all, the others wait
+            with self.writer.learning:
+                if self.writer.copies_checksummed is None:
+                    return self._stage(store, source, info, head.etag)
         if self.writer.copies_checksummed is False:
             return self._hash_and_copy(store, source, info, head.etag)
+        return self._stage(store, source, info, head.etag)
+
+    def _stage(self, store: S3Storage, source: S3Storage, info: ObjectInfo, etag: str) -> tuple[str, tuple[str, int]]:
+        """A copy to a staging object that S3 checksums, then to its blob when new; where the copy says no
+        checksum, this server's copies never do (S3Proxy): hashed by reading instead, and no file stages again."""
         staged, sha, size = self.writer.stage(store, source, info.key)
         try:
+            self.writer.copies_checksummed = sha is not None
             if sha is None:
-                self.writer.copies_checksummed = False  # this server's copies say no checksum: stage no more
-                return self._hash_and_copy(store, source, info, head.etag)
+                return self._hash_and_copy(store, source, info, etag)
             self._check_size(info, size)
             location, new = self._claim(sha, size)
             if new:

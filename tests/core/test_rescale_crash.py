@@ -268,6 +268,10 @@ def test_a_rescale_decided_in_another_pid_namespace_stops_the_old_driver_through
         assert "is fenced" not in said, said
         [upgrade] = Upgrades(job.store.storage).list("orders")
         assert upgrade.stop_savepoint is not None
+        # the build that runs on this state, at another size: no Spark pre-flight, its writes as its runtime said
+        assert upgrade.preflight is not None and upgrade.preflight["passed"], upgrade.preflight
+        assert upgrade.preflight["reason"].startswith("a rescale of the build"), upgrade.preflight
+        assert upgrade.preflight["log"] is None and upgrade.preflight["sink"] == stopped.sink, upgrade.preflight
         savepoint = job.store.get("orders", upgrade.stop_savepoint)
         assert savepoint.batch_id == stopped.last_batch_id, "the old driver committed nothing after its savepoint"
         assert job.deployments.get("orders", new).restored_batch_id == savepoint.batch_id

@@ -29,6 +29,7 @@ from typing import Any
 from ..errors import BrokerUnavailable, Refused, SavepointsError, StoreUnavailable
 from ..jobs.context import JobContext
 from ..jobs.fence import KILLED
+from ..jobs.fresh_start import build_of
 from ..jobs.health import Health, Verdict, assess
 from ..jobs.launcher import driver_ended
 from ..jobs.observe import observe_deployment, state_of
@@ -126,20 +127,23 @@ def preflighting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     ctx = sized(ctx, upgrade, new=True)  # the new deployment's master decides what may run beside the old one
     settings = UpgradeSettings.of(upgrade.settings)
     assert upgrade.savepoint is not None
+    old = _deployment(ctx, upgrade.old_deployment)
+    old_status = ctx.deployments.status(ctx.name, old.id)
+    version = ctx.spec.version(upgrade.to_version)
+    # a rescale of the build the old deployment runs: that code already runs on this state (preflight.py)
+    same_build = upgrade.size is not None and old.version == version.name and old.build == build_of(ctx, version)
     report = preflight(
         ctx,
         upgrade.savepoint,
         upgrade.to_version,
         allow_renames=settings.allow_renames,
         accept_source_gap=settings.accept_source_gap,
+        running=old_status if same_build and old_status is not None else None,
     )
     upgrade.preflight = report.to_dict()
     if not report.passed and not report.state_incompatible:
         upgrade.error = report.reason
         return upgrade.move(Phase.BLOCKED, f"pre-flight: {report.reason}")
-    old = _deployment(ctx, upgrade.old_deployment)
-    old_status = ctx.deployments.status(ctx.name, old.id)
-    version = ctx.spec.version(upgrade.to_version)
     manifest = ctx.store.get(ctx.name, upgrade.savepoint)
     shapes = (old_status.query_shape if old_status else None, report.query_shape)
     replay = observe_replay(

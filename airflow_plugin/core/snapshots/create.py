@@ -86,7 +86,8 @@ class SnapshotRequest:
 @dataclass
 class _Known:
     """What earlier snapshots of this job already stored: by source file identity and by content, each with
-    the object and offset that hold it. From a bounded number of manifests (`earlier`)."""
+    the object and offset that hold it, and what the RocksDB zips they held list (checkpoint.py `zip_listings`).
+    From a bounded number of manifests (`earlier`)."""
 
     by_file: dict[Identity, FileEntry]
     contents: dict[str, tuple[str, int]]
@@ -157,7 +158,7 @@ class _Copier:
         return [self(info) for info in infos]
 
     def copied_within(self, info: ObjectInfo) -> bool:
-        """Whether the store's S3 copies this file itself (no bytes through here), unless a snapshot holds it."""
+        """Whether the store's S3 copies this file itself where it must be stored (no bytes through here)."""
         return self.writer.copies_from(self.checkpoint, info.size) is not None and not self.writer.fits_pack(
             info.size, self.checkpoint
         )
@@ -437,9 +438,9 @@ def _attempt(
 def _copy(copier: _Copier, files: list[ObjectInfo], concurrency: int) -> list[FileEntry]:
     """Copy every file: the ones whose bytes come through here (small ones packed, in batches) `concurrency` at
     once, and beside them the ones the store's S3 copies itself, a task each, more at once
-    (`S3Storage.copy_concurrency`): a copy costs this client a request and no bytes (at
-    16 at once the first savepoint of a live checkpoint took 1.3 to 1.4x the time of `s5cmd cp`, which runs up
-    to 256)."""
+    (`S3Storage.copy_concurrency`): a copy costs this client a request and no bytes (at 16 at once the first
+    savepoint of a live checkpoint took 1.3 to 1.4x the time of `s5cmd cp`, which runs up to 256). A failure of
+    either part is raised once the other has finished."""
     within = [info for info in files if copier.copied_within(info)]
     through = [info for info in files if not copier.copied_within(info)]
     store = copier.writer.storage

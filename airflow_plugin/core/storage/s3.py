@@ -496,6 +496,8 @@ class S3Storage(Storage):
     def copy_concurrency(self, concurrency: int) -> int:
         """How many CopyObjects to run at once beside `concurrency` transfers through this client: COPY_CONCURRENCY
         times as many, within the connection pool (a request beyond it would open a connection and drop it)."""
+        if concurrency <= 1:  # one at a time, as asked
+            return concurrency
         return max(concurrency, min(concurrency * COPY_CONCURRENCY, self.settings.max_pool_connections - concurrency))
 
     def copy(self, source: S3Storage, source_key: str, key: str, *, if_match: str | None = None) -> str | None:

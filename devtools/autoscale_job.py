@@ -16,16 +16,20 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from airflow_plugin.core.jobs.context import JobContext
-from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus
+from airflow_plugin.core.reconcile import record as records
+from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
+from airflow_plugin.core.snapshots.checkpoint import read_restart_point
+from airflow_plugin.core.upgrades.record import Upgrades
 from devtools import jvm
 from devtools.kafka import EmbeddedKafka
-from devtools.windowed import SPARK_UI
+from devtools.windowed import SPARK_UI, wait_for
 from spark_jobs.generate import FLUSH_TIME, FLUSH_USER, iso
 from spark_jobs.jobs.windowed.output import read_output
 
@@ -50,29 +54,33 @@ def write_jobs_file(
     max_offsets_per_trigger: int = 600,
     trigger: str = "5 seconds",
     job: str = JOB,
+    checkpoint_root: str | None = None,
+    conf: dict[str, str] | None = None,
+    table: str = "",
 ) -> Path:
     """A jobs file declaring `job` (running v1, the app) on `master`, reading `topic`, writing `<directory>/output`;
     with `autoscale` (a table's keys and values) the loop sizes it. The trigger is longer than a batch's own cost
     (a few seconds on a loaded 2-core machine, whatever its rows): a job with little to read is busy only part of
-    the time, as the autoscaler must see to scale it down."""
-    conf = {
+    the time, as the autoscaler must see to scale it down. On a cluster: its `checkpoint_root` (default
+    `<directory>/checkpoints`), more `conf` and more lines of the job's `table` (`deploy_mode = ...`)."""
+    confs = {
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.jars": str(jvm.link("spark-kafka") / "*.jar"),
         **SPARK_UI,
+        **(conf or {}),
     }
     args = [
         "--topic",
         topic,
         "--output",
-        str(directory / "output"),
+        f"file://{directory / 'output'}",  # a scheme: in a YARN container a path without one is on HDFS
         "--max-offsets-per-trigger",
         str(max_offsets_per_trigger),
         "--row-ms",
         str(row_ms),
     ]
-    table = ""
     if autoscale is not None:
-        table = "autoscale = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in autoscale.items()) + " }"
+        table += "\nautoscale = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in autoscale.items()) + " }"
     path = directory / "jobs.toml"
     directory.mkdir(parents=True, exist_ok=True)
     staged = directory / ".jobs.toml.new"  # whole or not at all: `savepoints apply` may be reading it
@@ -80,13 +88,13 @@ def write_jobs_file(
         f"""
 [jobs.{job}]
 store = "{store}"
-checkpoint_root = "{directory / "checkpoints"}"
+checkpoint_root = "{checkpoint_root or directory / "checkpoints"}"
 log_dir = "{directory / "logs"}"
 spark_master = "{master}"
 trigger_interval = "{trigger}"
 heartbeat_timeout = 30
 kafka = {{ bootstrap_servers = "{bootstrap}" }}
-conf = {{ {", ".join(f'"{key}" = "{value}"' for key, value in conf.items())} }}
+conf = {{ {", ".join(f'"{key}" = "{value}"' for key, value in confs.items())} }}
 args = [{", ".join(json.dumps(arg) for arg in args)}]
 versions.v1 = {{ application = "{APP}" }}
 desired = {{ version = "v1" }}
@@ -114,8 +122,13 @@ class RateFeeder:
 
     def _run(self) -> None:
         try:
+            last = time.monotonic()
             while not self._stop.wait(self.interval):  # the pace of the feed, not a wait for a condition
-                self._owed += self.rate * self.interval
+                # owed for the time that passed, which a slow produce (a loaded machine) makes longer than the
+                # interval: the rate holds whatever a produce costs
+                now = time.monotonic()
+                self._owed += self.rate * (now - last)
+                last = now
                 count, self._owed = int(self._owed), self._owed - int(self._owed)
                 if count:
                     self.produce(count)
@@ -166,6 +179,18 @@ def written(output: Path) -> Counter[tuple[str, str]]:
     return counts
 
 
+def check_every_window_once(feeder: RateFeeder, output: Path, timeout: float = 300) -> None:
+    """After a flush of the feed, every (user, window) fed is written to `output` once, with exactly the events fed
+    for it; raises AssertionError naming the windows that are not."""
+    feeder.flush()
+    wait_for(lambda: set(written(output)) >= set(feeder.fed), "every window fed to be written", timeout=timeout)
+    counts, rows = written(output), rows_per_window(output)
+    wrong = {key: (counts[key], fed) for key, fed in feeder.fed.items() if counts[key] != fed}
+    twice = {key: n for key, n in rows.items() if n != 1}
+    assert not wrong and set(counts) == set(feeder.fed), f"(written, fed) per (user, window): {wrong}"
+    assert not twice, f"rows per (user, window) written more than once: {twice}"
+
+
 def rows_per_window(output: Path) -> Counter[tuple[str, str]]:
     """How many rows the sink committed for each (user, window): exactly once is one each."""
     return Counter((row["user"], _minute(row["window_start"])) for row in read_output(output))
@@ -183,6 +208,48 @@ def newest(ctx: JobContext) -> Deployment | None:
 def status_of(ctx: JobContext) -> tuple[Deployment | None, DeploymentStatus | None]:
     deployment = newest(ctx)
     return deployment, ctx.deployments.status(ctx.name, deployment.id) if deployment else None
+
+
+def reconciled(ctx: JobContext) -> records.Reconciled:
+    """The job's reconcile record: its rescales and the autoscaler's last recommendation."""
+    return records.read(ctx.store.storage, ctx.name)
+
+
+def recommended(ctx: JobContext) -> str | None:
+    """The direction of the autoscaler's last recommendation (up, down, keep), None before one."""
+    recommendation = reconciled(ctx).recommendation
+    return None if recommendation is None else str(recommendation["direction"])
+
+
+def rescale_ended(ctx: JobContext, count: int) -> Callable[[], bool]:
+    """A condition: the job's `count`th rescale has its outcome recorded."""
+
+    def ended() -> bool:
+        rescales = reconciled(ctx).rescales
+        return len(rescales) >= count and rescales[count - 1].outcome is not None
+
+    return ended
+
+
+def running_batches(ctx: JobContext, at_least: int) -> bool:
+    """The newest deployment runs and has committed batch `at_least` or later."""
+    _, status = status_of(ctx)
+    return status is not None and status.state is State.RUNNING and (status.last_batch_id or 0) >= at_least
+
+
+def pinned_partitions(ctx: JobContext, checkpoint: str) -> int:
+    """The state's partitions as the checkpoint pins them (its newest offset log entry's conf), wherever it is."""
+    return int(read_restart_point(ctx.open(checkpoint)).spark_conf["spark.sql.shuffle.partitions"])
+
+
+def caught_up(ctx: JobContext) -> bool:
+    """Rescaled above its first size, no upgrade under way, and the running deployment's backlog at its floor."""
+    if not reconciled(ctx).rescales or Upgrades(ctx.store.storage).in_progress(ctx.name) is not None:
+        return False
+    deployment, status = status_of(ctx)
+    if deployment is None or status is None or status.state is not State.RUNNING:
+        return False
+    return ctx.spec.size_of(deployment.master, deployment.spark_conf) > 1 and backlog(status) == 0
 
 
 def backlog(status: DeploymentStatus | None) -> int | None:

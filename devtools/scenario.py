@@ -515,10 +515,10 @@ class Lifecycle:
             f"the migration by {function} was checked on a throwaway copy and refused, naming the function",
         )
 
-    def run(self, *, tour: bool = True, rollback: bool = False, crash: bool = False) -> None:
+    def run(self, *, tour: bool = True, rollback: bool = False, crash: bool = False, abort: bool = True) -> None:
         """The core lifecycle (deploy, a savepoint, retention, a blue/green upgrade, the exactly-once check); with
-        `tour`, everything else too: the aborted and rolled-back upgrades (`rollback`), replay, migration, a crash
-        (`crash`) and the refusals."""
+        `tour`, everything else too: the aborted and rolled-back upgrades (`rollback`; without `abort` only the
+        rolled-back one), replay, migration, a crash (`crash`) and the refusals."""
         self.say(f"deploy v1 (deploy DAG), producing events to Kafka topic {self.topic}")
         with BackgroundFeeder(self.feeder) as feeding:
             self.deploy("v1")
@@ -529,7 +529,7 @@ class Lifecycle:
             self.say("upgrade to v2 (upgrade DAG; the pre-flight picks the mode)")
             self.upgrade("v2", Outcome.UPGRADED)
             if tour:
-                self._tour(feeding, rollback=rollback, crash=crash)
+                self._tour(feeding, rollback=rollback, crash=crash, abort=abort)
         self.say("stop producing; stop with a savepoint (savepoint DAG); exactly-once check")
         final = self.finish()
         if not tour:
@@ -539,11 +539,12 @@ class Lifecycle:
         self.say("Kafka retention deletes the records: the first savepoint can no longer be restored")
         self.expire(final)
 
-    def _tour(self, feeding: BackgroundFeeder, *, rollback: bool, crash: bool) -> None:
+    def _tour(self, feeding: BackgroundFeeder, *, rollback: bool, crash: bool, abort: bool) -> None:
         """The rest of the tour, while events are produced: the failed upgrades, replay, migration, the refusals."""
-        if rollback:
+        if rollback and abort:
             self.say("upgrade to poisoned, which fails before its cutover: the upgrade aborts")
             self.upgrade("poisoned", Outcome.ABORTED, feeding, poison=lambda u: _committed(self, u) >= 2)
+        if rollback:
             self.say("upgrade to poisoned, which fails after its cutover: the upgrade rolls back")
             self.upgrade("poisoned", Outcome.ROLLED_BACK, feeding, poison=lambda u: u.cut_over)
         self.say("upgrade to v3: a new grouping key, the state cannot be taken over; the pre-flight picks replay")

@@ -17,15 +17,12 @@ whatever else the machine runs. Its state has 2 partitions (spark.sql.shuffle.pa
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from airflow_plugin.core.jobs.context import JobContext, Settings
-from airflow_plugin.core.reconcile import record as records
-from airflow_plugin.core.records.deployment import State
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.timestamps import epoch_of
 from airflow_plugin.core.upgrades.record import Phase, Upgrades
 from devtools.autoscale_job import (
@@ -33,11 +30,15 @@ from devtools.autoscale_job import (
     TOPIC_PARTITIONS,
     ApplyLoop,
     RateFeeder,
-    backlog,
-    rows_per_window,
+    caught_up,
+    check_every_window_once,
+    pinned_partitions,
+    recommended,
+    reconciled,
+    rescale_ended,
+    running_batches,
     status_of,
     write_jobs_file,
-    written,
 )
 from devtools.kafka import EmbeddedKafka
 from devtools.windowed import wait_for
@@ -58,44 +59,6 @@ AUTOSCALE = {
 LIGHT, HEAVY = 10.0, 80.0  # events a second: under what one core does, and past it (under what four do)
 
 
-def _record(ctx: JobContext) -> records.Reconciled:
-    return records.read(ctx.store.storage, ctx.name)
-
-
-def _recommended(ctx: JobContext) -> str | None:
-    recommendation = _record(ctx).recommendation
-    return None if recommendation is None else str(recommendation["direction"])
-
-
-def _rescale_done(ctx: JobContext, count: int) -> Callable[[], bool]:
-    def done() -> bool:
-        rescales = _record(ctx).rescales
-        return len(rescales) >= count and rescales[count - 1].outcome is not None
-
-    return done
-
-
-def _caught_up(ctx: JobContext) -> bool:
-    """Scaled up, no upgrade under way, and the running deployment's backlog at its floor (none left)."""
-    if not _record(ctx).rescales or Upgrades(ctx.store.storage).in_progress(JOB) is not None:
-        return False
-    deployment, status = status_of(ctx)
-    sized = deployment is not None and deployment.master not in (None, "local[1]")
-    return sized and status is not None and status.state is State.RUNNING and backlog(status) == 0
-
-
-def _running_batches(ctx: JobContext, at_least: int) -> bool:
-    _, status = status_of(ctx)
-    return status is not None and status.state is State.RUNNING and (status.last_batch_id or 0) >= at_least
-
-
-def _pinned_partitions(checkpoint: str) -> int:
-    """The state's partitions as the checkpoint pins them: the newest offset log entry's conf."""
-    offsets = Path(checkpoint) / "offsets"
-    newest = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    return int(json.loads(newest.read_text().splitlines()[1])["conf"]["spark.sql.shuffle.partitions"])
-
-
 @pytest.mark.slow(seconds=480)
 @pytest.mark.timeout(1800)  # bounds polled below; a loaded 2-core machine took 4 minutes a rescale
 def test_a_declared_job_scales_up_catches_up_and_scales_down_counting_every_window_once(
@@ -107,14 +70,14 @@ def test_a_declared_job_scales_up_catches_up_and_scales_down_counting_every_wind
     ctx = Settings(jobs_file=str(jobs)).resolve().job(JOB)
     try:
         with RateFeeder(kafka, topic, rate=LIGHT) as feeder, ApplyLoop(jobs, log=tmp_path / "apply.log") as loop:
-            wait_for(lambda: _running_batches(ctx, 1), "the loop's first deployment to run", timeout=300)
+            wait_for(lambda: running_batches(ctx, 1), "the loop's first deployment to run", timeout=300)
             first, _ = status_of(ctx)
             assert first is not None and first.master == "local[1]", first
 
             # 0. passive: the feed rises past one core, the loop recommends a scale-up and records it, nothing more
             feeder.rate = HEAVY
-            wait_for(lambda: _recommended(ctx) == "up", "a recommendation to scale up", timeout=300)
-            record = _record(ctx)
+            wait_for(lambda: recommended(ctx) == "up", "a recommendation to scale up", timeout=300)
+            record = reconciled(ctx)
             assert record.rescales == [] and "RESCALE" not in loop.actions(), record
             assert record.recommendation is not None and record.recommendation["current"] == 1, record
             assert record.recommendation["figures"]["backlog_growth"] > 0, record.recommendation
@@ -124,11 +87,11 @@ def test_a_declared_job_scales_up_catches_up_and_scales_down_counting_every_wind
             # 1. active: scaled up through an upgrade that ends DONE; the feed falls back once it has, and the job
             # works its backlog off at the new size (however fast this machine's cores are today)
             write_jobs_file(tmp_path, str(tmp_path / "store"), kafka.bootstrap, topic, autoscale=AUTOSCALE)
-            wait_for(_rescale_done(ctx, 1), "a scale-up to end", timeout=600)
+            wait_for(rescale_ended(ctx, 1), "a scale-up to end", timeout=600)
             feeder.rate = LIGHT
-            wait_for(lambda: _caught_up(ctx), "the backlog back at its floor", timeout=600)
+            wait_for(lambda: caught_up(ctx), "the backlog back at its floor", timeout=600)
             feeder.check()
-            ups = _record(ctx).rescales
+            ups = reconciled(ctx).rescales
             assert ups and all(r.to_size > r.from_size and r.outcome == str(Phase.DONE) for r in ups), ups
             assert ups[0].from_size == 1 and ups[0].figures["utilization"] > 0.7, ups[0]
             assert ups[0].figures["backlog_growth"] > 0, ups[0].figures
@@ -143,24 +106,24 @@ def test_a_declared_job_scales_up_catches_up_and_scales_down_counting_every_wind
             past = next(r for r in ups if r.to_size > 2)
             assert past.partitions == past.to_size, past
             assert scaled.spark_conf["spark.sql.shuffle.partitions"] == str(past.to_size), scaled.spark_conf
-            assert _pinned_partitions(scaled.checkpoint) == past.to_size
+            assert pinned_partitions(ctx, scaled.checkpoint) == past.to_size
 
             # 2. the feed stays light: scaled down after the longer quiet window, the partitions kept
-            wait_for(lambda: len(_record(ctx).rescales) > len(ups), "a scale-down to begin", timeout=400)
-            wait_for(_rescale_done(ctx, len(ups) + 1), "the scale-down to end", timeout=480)
+            wait_for(lambda: len(reconciled(ctx).rescales) > len(ups), "a scale-down to begin", timeout=400)
+            wait_for(rescale_ended(ctx, len(ups) + 1), "the scale-down to end", timeout=480)
             feeder.check()
-            down = _record(ctx).rescales[len(ups)]
+            down = reconciled(ctx).rescales[len(ups)]
             assert (down.from_size, down.outcome) == (top.to_size, str(Phase.DONE)), down
             assert 1 <= down.to_size < top.to_size and down.partitions is None, down
             cut = epoch_of(str(upgrade.cutover_at))
             assert down.at - cut >= AUTOSCALE["scale_down_window"], "judged on a whole quiet window of its own"
             smaller, _ = status_of(ctx)
             assert smaller is not None and smaller.master == f"local[{down.to_size}]", smaller
-            wait_for(lambda: _running_batches(ctx, 1), "the smaller size's batches", timeout=60)
-            assert _pinned_partitions(smaller.checkpoint) == past.to_size
+            wait_for(lambda: running_batches(ctx, 1), "the smaller size's batches", timeout=60)
+            assert pinned_partitions(ctx, smaller.checkpoint) == past.to_size
 
             # 3. the reconcile record: every rescale, the last recommendation with its figures
-            record = _record(ctx)
+            record = reconciled(ctx)
             assert [(r.from_size, r.to_size) for r in record.rescales[: len(ups) + 1]] == [
                 *((r.from_size, r.to_size) for r in ups),
                 (top.to_size, down.to_size),
@@ -173,10 +136,6 @@ def test_a_declared_job_scales_up_catches_up_and_scales_down_counting_every_wind
         assert all(run.returncode == 0 for run in loop.runs), [run.output for run in loop.runs if run.returncode]
 
         # 4. every (user, window) once, with the events fed for it
-        feeder.flush()
-        output = tmp_path / "output"
-        wait_for(lambda: set(written(output)) >= set(feeder.fed), "every window fed to be written", timeout=240)
-        assert written(output) == feeder.fed
-        assert set(rows_per_window(output).values()) == {1}
+        check_every_window_once(feeder, tmp_path / "output", timeout=240)
     finally:
         kill_every_deployment(ctx)

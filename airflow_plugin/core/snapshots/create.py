@@ -331,10 +331,14 @@ def create_snapshot(
         pinned=request.pinned,
         labels=labels,
     )
-    known = _Known.load(store, request, checkpoint.uri)  # read once: an attempt's retry gains nothing anew
-    point = _restart_point(checkpoint, max_attempts, known)  # bad input fails here, before anything is written
+    # the earlier snapshots' zip file lists spare reading unchanged zips (facts of the zips, not stored contents)
+    point = _restart_point(checkpoint, max_attempts, _Known.load(store, request, checkpoint.uri))
+    # bad input failed above, before anything is written. What the store holds is read only once this create is in
+    # flight (its IN_PROGRESS manifest written): a delete or prune meanwhile keeps what an in-flight create may
+    # reuse, and what one removed before is not reused (records/manifest.py `in_flight`)
     store.add(manifest)
     try:
+        known = _Known.load(store, request, checkpoint.uri)  # read once: an attempt's retry gains nothing anew
         last_error: CheckpointChanged | None = None
         for attempt in range(1, max_attempts + 1):
             manifest.attempts = attempt

@@ -261,7 +261,8 @@ def test_a_repartition_of_a_cluster_jobs_state_runs_here_with_its_sql_confs_not_
     """The repartition is a Spark tool of the deciding process (spark_app.py run_spark_tool): a YARN job's
     `spark.pyspark.python = ./environment/bin/python` (its shipped archive's, in a container) made that tool's
     spark-submit fail with `error=2, No such file or directory`, and every rescale of a YARN job past its
-    partitions rolled back. It takes the job's SQL and Hadoop confs, not where or with what the job runs."""
+    partitions rolled back. It takes the job's confs (its jars, state store classes, driver memory), not where or
+    with what the job runs."""
     from airflow_plugin.core.jobs.context import Settings
     from airflow_plugin.core.jobs.rescale import SINK_COMPACT_CONF
 
@@ -272,7 +273,8 @@ def test_a_repartition_of_a_cluster_jobs_state_runs_here_with_its_sql_confs_not_
         "spark.executor.instances": "2",
         "spark.yarn.maxAppAttempts": "1",
     }
-    confs = {**cluster, SINK_COMPACT_CONF: "4", "spark.hadoop.dfs.replication": "1"}
+    own = {SINK_COMPACT_CONF: "4", "spark.hadoop.dfs.replication": "1", "spark.jars": "/opt/state-store.jar"}
+    confs = {**cluster, **own, "spark.driver.memory": "4g"}
     jobs = tmp_path / "jobs.toml"
     jobs.write_text(
         f"""
@@ -288,7 +290,7 @@ versions.v1 = {{ application = "job.py" }}
     ctx = Settings(jobs_file=str(jobs)).resolve().job("orders")
     deployment = Deployment("dp-1", "orders", "v1", "cp", spark_conf={**ctx.spec.conf, **ctx.spec.version("v1").conf})
     conf = repartition_conf(ctx, deployment, {"spark.sql.shuffle.partitions": "1"})
-    assert conf[SINK_COMPACT_CONF] == "4" and conf["spark.hadoop.dfs.replication"] == "1", conf
+    assert {key: conf.get(key) for key in own} == own and conf["spark.driver.memory"] == "4g", conf
     assert conf["spark.sql.shuffle.partitions"] == "1", "what the checkpoint pins wins"
     assert not set(cluster) & set(conf), conf
 

@@ -303,7 +303,22 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, liste
     return deployment
 
 
-REPARTITION_TAKES = ("spark.sql.", "spark.hadoop.")  # of a deployment's confs: how its state and sink are kept
+# of a deployment's confs, what says where and with what its driver and executors run: the repartition is a Spark
+# tool of the deciding process (spark_app.py), on its own master, not the job's cluster
+CLUSTER_ONLY = (
+    "spark.master",
+    "spark.submit.",
+    "spark.pyspark.",
+    "spark.archives",
+    "spark.files",
+    "spark.yarn.",
+    "spark.kubernetes.",
+    "spark.executor.",
+    "spark.executorEnv.",
+    "spark.dynamicAllocation.",
+    "spark.driver.extra",
+    "spark.ui.",
+)
 
 
 def repartition_restored(ctx: JobContext, plan: RestorePlan, deployment: Deployment, partitions: int) -> None:
@@ -321,12 +336,12 @@ def repartition_restored(ctx: JobContext, plan: RestorePlan, deployment: Deploym
 
 
 def repartition_conf(ctx: JobContext, deployment: Deployment, restored: dict[str, str]) -> dict[str, str]:
-    """The confs a repartition runs with and logs its batch by: the engine's (jars, S3A), the deployment's own SQL
-    and Hadoop ones (the sink's log compacts at the job's `fileSink.log.compactInterval`, which Spark does not pin
-    in the checkpoint), and what the restored checkpoint pins. Not where the job runs or with which Python (a
-    cluster's `spark.pyspark.python = ./environment/bin/python`, its executors): the repartition is a Spark tool
-    of this process's (spark_app.py)."""
-    own = {key: value for key, value in deployment.spark_conf.items() if key.startswith(REPARTITION_TAKES)}
+    """The confs a repartition runs with and logs its batch by: the engine's (jars, S3A), the deployment's own (its
+    jars and state store classes, its driver's memory; the sink's log compacts at the job's
+    `fileSink.log.compactInterval`, which Spark does not pin in the checkpoint), and what the restored checkpoint
+    pins. Not where the job runs or with which Python (CLUSTER_ONLY: a YARN job's `spark.pyspark.python =
+    ./environment/bin/python` failed the tool with error=2)."""
+    own = {key: value for key, value in deployment.spark_conf.items() if not key.startswith(CLUSTER_ONLY)}
     return {**ctx.spark_conf(), **own, **restored}
 
 

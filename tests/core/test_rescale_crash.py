@@ -282,3 +282,25 @@ def test_a_rescale_decided_in_another_pid_namespace_stops_the_old_driver_through
             os.killpg(elsewhere.pid, signal.SIGKILL)  # the namespace's init: everything in it ends with it
             elsewhere.wait()
         kill_every_deployment(job)
+
+
+@pytest.mark.slow(seconds=40)
+def test_a_rescale_after_the_code_file_was_edited_in_place_runs_the_whole_pre_flight(tmp_path: Path) -> None:
+    """The same version, application path and arguments, other bytes (a `git pull` on the worker): the rescale's
+    pre-flight runs the code on a copy of the state as any new code's does, where the running build's is skipped."""
+    jobs, job = _declare(tmp_path, str(tmp_path / "store"))
+    try:
+        assert main(["apply", "orders", "--jobs", jobs]) == 0
+        [old] = _live(job)
+        launched = job.deployments.get("orders", old).code_digest
+        app = Path(job.spec.version("v1").code)
+        app.write_text(app.read_text() + "\n# edited in place\n")
+        assert main(["apply", "orders", "--jobs", jobs]) == 0
+        [upgrade] = Upgrades(job.store.storage).list("orders")
+        assert upgrade.size == 2 and upgrade.preflight is not None, upgrade
+        assert not upgrade.preflight["reason"].startswith("a rescale of the build"), upgrade.preflight
+        assert upgrade.preflight["log"], "a Spark application of the version ran on a copy of the state"
+        [new] = _live(job)
+        assert launched is not None and job.deployments.get("orders", new).code_digest not in (None, launched)
+    finally:
+        kill_every_deployment(job)

@@ -36,7 +36,7 @@ from ..spark_app import fenced_conf, tool_path
 from ..timestamps import utc_now
 from .context import JobContext
 from .fence import admit, fence_interval
-from .fresh_start import build_of, fresh_start
+from .fresh_start import build_of, code_digest, fresh_start
 from .launcher import SubmitSpec, process_seen
 from .observe import state_of
 from .operation import operation
@@ -280,6 +280,7 @@ def _deploy(ctx: JobContext, request: DeployRequest, version: VersionSpec, liste
         request_id=ctx.settings.request_id,
         source_gap=plan.source_gap if plan else None,
         build=build,
+        code_digest=code_digest(version),
         fresh_start=why_fresh(ctx, request.restore, listed) if source is None else None,
         master=ctx.spec.spark_master,
     )

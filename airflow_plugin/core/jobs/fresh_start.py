@@ -11,7 +11,9 @@ the runtime's to check (spark_jobs/runtime/sink.py), just before the query start
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from pathlib import Path
 
 from ..errors import Refused
 from ..guards.sink import FRESH, FRESH_START, Rewind, ahead, plan_fresh_rewind, rewind_of_fresh_start
@@ -26,6 +28,14 @@ log = logging.getLogger(__name__)
 def build_of(ctx: JobContext, version: VersionSpec) -> list[str]:
     """What a deployment of `version` runs: its application or script and the arguments from the jobs file."""
     return [version.code, *ctx.spec.args, *version.args]
+
+
+def code_digest(version: VersionSpec) -> str | None:
+    """The SHA-256 of the version's code file, where it is a file here (None: on a cluster's storage, or missing)."""
+    path = Path(version.code)
+    if not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _sink_of_build(ctx: JobContext, build: list[str]) -> SinkRef | None:

@@ -60,6 +60,9 @@ class Deployment:
     source_gap: dict[str, Any] | None = None  # records its restore accepted to lose (guards/source.py)
     # the application and the arguments it was built with: deployments of the same build write the same sink
     build: list[str] = field(default_factory=list)
+    # the SHA-256 of its code file as launched (jobs/fresh_start.py code_digest; None where not a local file): a
+    # rescale runs the old deployment's code again without a pre-flight only while it is byte for byte the same
+    code_digest: str | None = None
     # why it started without state (deploy.py why_fresh): latest-state of a job that never started a query, or a
     # fresh start asked for by name of a job with state, naming the state (and its batch) that was not carried over
     fresh_start: str | None = None

@@ -38,7 +38,7 @@ from ..jobs.deploy import (
 )
 from ..jobs.deployments import new_request_id
 from ..jobs.fence import admit
-from ..jobs.fresh_start import build_of, fresh_start
+from ..jobs.fresh_start import build_of, code_digest, fresh_start
 from ..jobs.observe import state_of
 from ..jobs.operation import operation
 from ..jobs.rescale import check_rescalable, current_partitions
@@ -105,6 +105,7 @@ def launch_beside(
             request_id=ctx.settings.request_id,
             source_gap=plan.source_gap if plan else None,
             build=build_of(ctx, version),
+            code_digest=code_digest(version),
             master=ctx.spec.spark_master,
         )
         ctx.deployments.put(deployment)
@@ -183,6 +184,7 @@ def _prestart(
         spark_conf={**ctx.spec.conf, **version.conf},
         request_id=ctx.settings.request_id,
         build=build_of(ctx, version),
+        code_digest=code_digest(version),
         master=ctx.spec.spark_master,
     )
     ctx.deployments.put(deployment)

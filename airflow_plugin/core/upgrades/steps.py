@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import BrokerUnavailable, Refused, SavepointsError, StoreUnavailable
 from ..jobs.context import JobContext
 from ..jobs.fence import KILLED
-from ..jobs.fresh_start import build_of
+from ..jobs.fresh_start import build_of, code_digest
 from ..jobs.health import Health, Verdict, assess
 from ..jobs.launcher import driver_ended
 from ..jobs.observe import observe_deployment, state_of
@@ -130,8 +130,16 @@ def preflighting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     old = _deployment(ctx, upgrade.old_deployment)
     old_status = ctx.deployments.status(ctx.name, old.id)
     version = ctx.spec.version(upgrade.to_version)
-    # a rescale of the build the old deployment runs: that code already runs on this state (preflight.py)
-    same_build = upgrade.size is not None and old.version == version.name and old.build == build_of(ctx, version)
+    # a rescale of the build the old deployment runs, its code file byte for byte the one it launched: that code
+    # already runs on this state (preflight.py); a file edited in place since is checked like any new code
+    digest = old.code_digest
+    same_build = (
+        upgrade.size is not None
+        and old.version == version.name
+        and old.build == build_of(ctx, version)
+        and digest is not None
+        and digest == code_digest(version)
+    )
     report = preflight(
         ctx,
         upgrade.savepoint,

@@ -11,7 +11,7 @@ The jars come from devtools/jvm.py (group hadoop-minicluster), the launcher is d
 Java's source-file launcher: a JDK is needed, `make setup`'s Java check says which), Java from devtools/java.py. The
 NodeManager runs containers as processes of its own (YARN's DefaultContainerExecutor), so a Spark driver in cluster
 mode is a child of this JVM, never of spark-submit. Containers are small (see _config) and the NodeManager offers
-4 GiB of memory in all: two applications of a driver and one executor fit at once. The log goes to
+6 GiB of memory in all: two applications of a driver and two executors fit at once. The log goes to
 <tmp>/hadoop.log; a cluster that does not come up raises with the log's tail. stop() (and leaving the `with`, also
 on Ctrl-C) closes the JVM's standard input, which stops YARN (and the containers it runs), then HDFS; SIGTERM, then
 SIGKILL after STOP_TIMEOUT_SECONDS if it does not end, and then any container process still running in the
@@ -41,7 +41,7 @@ from devtools.ports import free_ports
 START_TIMEOUT_SECONDS = 240.0  # four servers in one JVM on 2 busy cores (about 10 s when idle)
 STOP_TIMEOUT_SECONDS = 60.0  # a stop takes a few seconds (MiniHadoop.java bounds YARN's)
 LAUNCHER = Path(__file__).resolve().parent / "jvm" / "MiniHadoop.java"
-NODE_MEMORY_MB = 4096  # what the NodeManager offers: two applications of a driver and an executor
+NODE_MEMORY_MB = 6144  # what the NodeManager offers: two applications of a driver and two executors (896 MB each)
 LOOPBACK = "127.0.0.1"
 
 _LOG = logging.getLogger(__name__)

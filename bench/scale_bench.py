@@ -361,6 +361,20 @@ def retention(bench: Bench, count: int) -> dict[str, Any]:
     return {"savepoint_s": seconds, "prune": pruned}
 
 
+def deep_verify_verdict(output: Any) -> str:
+    """What `verify --deep` found: each store's rows, and whether they were compared with the original checkpoint
+    (Spark reads it only while it still holds the snapshot's batch)."""
+    report = output if isinstance(output, dict) else {}
+    stores = [
+        f"operator {op.get('operator')} {op.get('store')}: {op.get('rows')} rows, "
+        + {True: "equal to the original's", False: "NOT equal to the original's", None: "not compared"}.get(
+            op.get("matches_original"), "not compared"
+        )
+        for op in (report.get("deep") or {}).get("operators", [])
+    ]
+    return f"ok {report.get('ok')}; " + "; ".join(stores)
+
+
 def state_bytes(manifest: Manifest) -> int:
     return sum(int(operator.get("bytes") or 0) for operator in manifest.state or [])
 
@@ -478,10 +492,20 @@ def tabulate(bench: Bench, m: dict[str, Any]) -> Results:
     results.row("verify", "verify", f"{m['verify'].seconds:.2f} s, peak {m['verify'].peak_mb:.0f} MB")
     if m["deep"] is not None:  # its peak is its Spark application's: wait4 counts the descendants it waited for
         deep = m["deep"]
-        results.row("verify", "verify --deep", f"{deep.seconds:.2f} s, peak {deep.peak_mb:.0f} MB with its Spark")
+        results.row(
+            "verify",
+            "verify --deep",
+            f"{deep.seconds:.2f} s, peak {deep.peak_mb:.0f} MB with its Spark; {deep_verify_verdict(deep.output)}",
+        )
     if upgraded is not None:
         preflight = upgraded["preflight"]
-        results.row("upgrade", "pre-flight", f"{preflight.seconds:.2f} s")
+        said = preflight.output if isinstance(preflight.output, dict) else {}
+        results.row(
+            "upgrade",
+            "pre-flight",
+            f"{preflight.seconds:.2f} s, peak {preflight.peak_mb:.0f} MB (its Spark application not counted); "
+            f"snapshot {said.get('snapshot')} (batch {said.get('batch_id')}): {said.get('reason')}",
+        )
         results.row(
             "upgrade",
             "stop/restore",

@@ -77,8 +77,8 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ),
     ExitCode(
         10,
-        "timed out: a job did not stop in time; the stop request is withdrawn, the job keeps running, nothing is "
-        "deleted",
+        "timed out: a job did not stop in time (the stop request is withdrawn, the job keeps running, nothing is "
+        "deleted), or a pre-started driver was not in STANDBY in time (it runs on: stop it or wait longer)",
         (TimedOut,),
     ),
     ExitCode(

@@ -86,6 +86,15 @@ class TimedOut(SavepointsError):
     """Something did not happen in time (a job that does not stop); nothing was changed because of it."""
 
 
+class NotReady(TimedOut):
+    """A driver launched to wait in STANDBY did not get there in time (its session or its warm-up still running):
+    nothing may count on it yet. It runs on: `deployment_id` names it, for whoever stops it or waits longer."""
+
+    def __init__(self, message: str, deployment_id: str = "") -> None:
+        super().__init__(message)
+        self.deployment_id = deployment_id
+
+
 class UpgradeFailed(SavepointsError):
     """An upgrade did not go through: aborted before its cutover (the old version runs on) or rolled back after
     it (the old version back from a savepoint); its record says why (`savepoints upgrade JOB --show`)."""

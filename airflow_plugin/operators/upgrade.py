@@ -120,6 +120,7 @@ class UpgradeBaseOperator(SavepointsBaseOperator):
         accept_source_gap: bool | str = False,
         catch_up_seconds: float | str = UpgradeSettings.catch_up_seconds,
         confirm_seconds: float = UpgradeSettings.confirm_seconds,
+        start_seconds: float = UpgradeSettings.start_seconds,
         answer_seconds: float = UpgradeSettings.answer_seconds,
         replay_margin_seconds: float = UpgradeSettings.replay_margin_seconds,
         **kwargs: Any,
@@ -130,6 +131,7 @@ class UpgradeBaseOperator(SavepointsBaseOperator):
         self.allow_renames, self.accept_source_gap = allow_renames, accept_source_gap
         self.catch_up_seconds, self.confirm_seconds = catch_up_seconds, confirm_seconds
         self.answer_seconds, self.replay_margin_seconds = answer_seconds, replay_margin_seconds
+        self.start_seconds = start_seconds
 
     def begin(self, ctx: JobContext) -> Upgrade:
         settings = UpgradeSettings(
@@ -139,6 +141,7 @@ class UpgradeBaseOperator(SavepointsBaseOperator):
             accept_source_gap=flag(self.accept_source_gap),
             catch_up_seconds=float(self.catch_up_seconds),
             confirm_seconds=float(self.confirm_seconds),
+            start_seconds=float(self.start_seconds),
             answer_seconds=float(self.answer_seconds),
             replay_margin_seconds=float(self.replay_margin_seconds),
         )

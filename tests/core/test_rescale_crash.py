@@ -10,7 +10,9 @@ through a stop_restore upgrade of its running version.
    driver at the new size, one writer.
 2. The rescale carried out by an `apply` in another PID namespace (`unshare -p -f --mount-proc`: another Airflow
    worker's machine, where the driver's process cannot be seen): the old driver is stopped through the store, the
-   new one admitted once it said so, one driver at the new size, one writer."""
+   new one admitted once it said so, one driver at the new size, one writer.
+3. A stop/restore whose new driver is still warming up when its start timeout passes aborts before the old driver
+   is asked to stop."""
 
 from __future__ import annotations
 
@@ -302,5 +304,35 @@ def test_a_rescale_after_the_code_file_was_edited_in_place_runs_the_whole_pre_fl
         assert upgrade.preflight["log"], "a Spark application of the version ran on a copy of the state"
         [new] = _live(job)
         assert launched is not None and job.deployments.get("orders", new).code_digest not in (None, launched)
+    finally:
+        kill_every_deployment(job)
+
+
+@pytest.mark.slow(seconds=40)
+def test_a_stop_restore_whose_new_driver_is_not_ready_in_time_aborts_before_the_old_one_is_stopped(
+    tmp_path: Path,
+) -> None:
+    """The new driver still warming up (STARTING) when the upgrade's start timeout passes (a loaded YARN cluster):
+    the upgrade aborts and stops it, and the old driver is never asked to stop: it commits on, the job's one writer.
+    It once went on to the cutover, stopped the old driver, found the new one STARTING and rolled back."""
+    jobs, job = _declare(tmp_path, str(tmp_path / "store"))
+    try:
+        assert main(["apply", "orders", "--jobs", jobs]) == 0
+        [old] = _live(job)
+        (tmp_path / "standby.hold").touch()  # BUSY_JOB's standby stays STARTING
+        upgrade_cli = ["upgrade", "orders", "--version", "v1", "--mode", "stop_restore", "--start-timeout", "3"]
+        assert main([*upgrade_cli, "--jobs", jobs]) == 11  # did not go through
+        [upgrade] = Upgrades(job.store.storage).list("orders")
+        assert upgrade.phase is Phase.ABORTED and upgrade.stop_savepoint is None, upgrade.history
+        assert "did not reach STANDBY within 3 s" in str(upgrade.error), upgrade.error
+        standby = job.deployments.get("orders", str(upgrade.new_deployment))
+        assert standby.id != old and standby.aborted_by == upgrade.id and standby.retired_at
+        assert state_of(job, standby) is State.STOPPED  # it answered the abort's stop
+        status = job.deployments.status("orders", old)
+        assert status is not None and status.handled_requests == [], "the old driver was never asked to stop"
+        committed = _batch(job, old)
+        wait_for(lambda: _batch(job, old) > committed, "the old driver to commit on", timeout=30)
+        assert _live(job) == [old]
+        assert read_writers(job.store.storage, "orders")[0].admits(old)
     finally:
         kill_every_deployment(job)

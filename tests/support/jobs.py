@@ -103,8 +103,8 @@ def kill_every_deployment(job: JobContext) -> None:
 # carries a load of batches back to back at 10 rows a second (autoscale/load.py's buckets over the last five minutes,
 # each busy all the time it covers); it commits a batch a second into its checkpoint (tests/support/synthetic.py),
 # each only while the job's writers record names it (left out, it ends FAILED, FENCED, as the runtime's fence does);
-# it starts in STANDBY with --standby until a start request (stop_restore's pre-start), and a --preflight run ends
-# STOPPED at once.
+# it starts in STANDBY with --standby until a start request (stop_restore's pre-start), STARTING before that while a
+# file standby.hold lies beside it (a warm-up that takes long), and a --preflight run ends STOPPED at once.
 BUSY_JOB = """
 import argparse, time
 from pathlib import Path
@@ -139,6 +139,14 @@ if args.preflight:
     raise SystemExit(0)
 control = ControlChannel(deployments, args.job, args.deployment)
 if args.standby:
+    hold = Path(__file__).with_name("standby.hold")  # a test's slow warm-up: STARTING while this file exists
+    while hold.exists():
+        if (request := control.next_request("stop")) is not None:
+            handled.append(request.id)
+            status(State.STOPPED, None)
+            raise SystemExit(0)
+        status(State.STARTING, None)
+        time.sleep(0.2)
     status(State.STANDBY, None)
     while (request := control.next_request("start", "stop")) is None:
         time.sleep(0.1)

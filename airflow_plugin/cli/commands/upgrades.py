@@ -63,6 +63,15 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         f"seconds or a duration such as 30m (default {format_duration(defaults.catch_up_seconds)})",
     )
     upgrade_cmd.add_argument(
+        "--start-timeout",
+        type=duration_argument("--start-timeout", bare_unit="s", positive=True),
+        default=defaults.start_seconds,
+        metavar="DURATION",
+        help="stop_restore: how long the new version's driver may take to be ready in STANDBY (its Spark session up "
+        "and warm) before the upgrade aborts, the old version never stopped "
+        f"(default {format_duration(defaults.start_seconds)})",
+    )
+    upgrade_cmd.add_argument(
         "--answer-timeout",
         type=duration_argument("--answer-timeout", bare_unit="s", positive=True),
         default=defaults.answer_seconds,
@@ -101,6 +110,7 @@ def run_upgrade_command(args: argparse.Namespace, ctx: Context) -> Output:
             allow_renames=args.allow_renames,
             accept_source_gap=args.accept_source_gap,
             catch_up_seconds=args.catch_up_timeout,
+            start_seconds=args.start_timeout,
             replay_margin_seconds=args.replay_margin,
             answer_seconds=args.answer_timeout,
         )

@@ -62,8 +62,9 @@ def wait_until_started(ctx: JobContext, deployment: Deployment, wait_seconds: fl
 
 def wait_for_state(
     ctx: JobContext, deployment: Deployment, states: tuple[State, ...], wait_seconds: float, what: str
-) -> None:
-    """Return once the job reports one of `states`; fail with its own error if it fails or exits first."""
+) -> bool:
+    """Wait until the job reports one of `states` (True), or `wait_seconds` passed (False: it may still be
+    starting); fail with its own error if it fails or exits first."""
     deployments = ctx.deployments
     deadline = time.monotonic() + wait_seconds
     in_cluster = deployment.launcher.get("mode") == "cluster"  # spark-submit has returned: the cluster runs it
@@ -76,7 +77,7 @@ def wait_for_state(
                 else deployments.status(deployment.job, deployment.id)
             )
             if status is not None and status.state in states:
-                return
+                return True
             if status is not None and status.state is State.FAILED:
                 failed = f"deployment {deployment.id} of job {deployment.job} FAILED"
                 if status.error_class == SINK_AHEAD:  # the runtime refused to start the query: nothing ran
@@ -99,5 +100,6 @@ def wait_for_state(
         log.warning(
             "deployment %s has not reported %s after %.0fs; it may still be starting", deployment.id, what, wait_seconds
         )
+        return False
     finally:
         ctx.progress.finish()

@@ -19,7 +19,7 @@ import json
 import uuid
 from typing import Any
 
-from ..errors import Refused
+from ..errors import NotReady, Refused
 from ..guards.sink import execute_rewind
 from ..jobs.context import JobContext
 from ..jobs.deploy import (
@@ -136,7 +136,8 @@ def prestart(
     prerestore: str | None = None,
     upgrade: str | None = None,
 ) -> Deployment:
-    """Launch a version's driver in STANDBY next to the running deployment; returns once it is ready.
+    """Launch a version's driver in STANDBY next to the running deployment; returns once it is ready, and raises
+    NotReady when it is not within `wait_seconds` (it runs on: nothing may be stopped for it yet).
     `prerestore`: a snapshot restored into its location meanwhile (while its JVM starts), so that
     `activate` moves only what changed since. No sink is checked or rewound here: the old version still
     runs; `activate` guards the sink against the snapshot it starts from. A retry of the same request (an upgrade's
@@ -145,10 +146,15 @@ def prestart(
     with operation(ctx, "deploy") as found:
         listed = deployments_listed(ctx, found)
         earlier = _earlier_standby(ctx, listed, prerestore, upgrade)
-        if earlier is not None:
-            wait_for_state(ctx, earlier, (State.STANDBY,), wait_seconds, "STANDBY")
-            return earlier
-        return _prestart(ctx, version, wait_seconds, prerestore, listed)
+        standby = earlier if earlier is not None else _prestart(ctx, version, prerestore, listed)
+        if not wait_for_state(ctx, standby, (State.STANDBY,), wait_seconds, "STANDBY"):
+            raise NotReady(
+                f"deployment {standby.id} of job {ctx.name} did not reach STANDBY within {wait_seconds:.0f} s (it is "
+                f"{state_of(ctx, standby)}: its Spark session or warm-up still runs); nothing was stopped for it. Wait "
+                "longer (an upgrade's start timeout), or stop it",
+                standby.id,
+            )
+        return standby
 
 
 def _earlier_standby(
@@ -168,9 +174,7 @@ def _earlier_standby(
     return None
 
 
-def _prestart(
-    ctx: JobContext, version: VersionSpec, wait_seconds: float, prerestore: str | None, listed: list[Deployment]
-) -> Deployment:
+def _prestart(ctx: JobContext, version: VersionSpec, prerestore: str | None, listed: list[Deployment]) -> Deployment:
     for other, state in live_deployments(ctx, listed):
         if state is State.STANDBY:
             raise Refused(f"job {ctx.name} already has a pre-started deployment {other.id}: activate or stop it first")
@@ -198,7 +202,6 @@ def _prestart(
         execute_restore(ctx.store, plan, progress=ctx.progress)
         deployment.prerestored_from = plan.manifest.id
         ctx.deployments.put(deployment)
-    wait_for_state(ctx, deployment, (State.STANDBY,), wait_seconds, "STANDBY")
     return deployment
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import BrokerUnavailable, Refused, SavepointsError, StoreUnavailable
+from ..errors import BrokerUnavailable, NotReady, Refused, SavepointsError, StoreUnavailable
 from ..jobs.context import JobContext
 from ..jobs.fence import KILLED
 from ..jobs.fresh_start import build_of, code_digest
@@ -68,6 +68,9 @@ class UpgradeSettings:
     accept_source_gap: bool = False
     catch_up_seconds: float = 600.0  # blue/green: green healthy within this, else the upgrade aborts
     confirm_seconds: float = 300.0  # the new version healthy after the cutover within this, else rollback
+    # stop/restore: the new version's driver ready in STANDBY (its session up and warm) within this, else the upgrade
+    # aborts before the old version is stopped (a busy cluster may take minutes to give it a container)
+    start_seconds: float = 600.0
     # blue/green: T lies this far (event time) ahead of the old version's watermark. 0: the old version's side is
     # done at once; more keeps it writing until event time passes T, and makes an abort between its gate and the
     # new version's publish clean (it has left nothing to the new one yet)
@@ -208,7 +211,17 @@ def launching(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     settings = UpgradeSettings.of(upgrade.settings)
     assert upgrade.savepoint is not None
     if upgrade.mode == Mode.STOP_RESTORE:
-        standby = prestart(ctx, upgrade.to_version, prerestore=upgrade.savepoint, upgrade=upgrade.id)
+        try:  # the old version is stopped only for a driver that is ready to take over at once
+            standby = prestart(
+                ctx,
+                upgrade.to_version,
+                prerestore=upgrade.savepoint,
+                upgrade=upgrade.id,
+                wait_seconds=settings.start_seconds,
+            )
+        except NotReady as exc:
+            upgrade.new_deployment = exc.deployment_id  # the abort stops it
+            return _abort(upgrade, str(exc))
         upgrade.new_deployment = standby.id
         return upgrade.move(Phase.CUTTING_OVER, f"pre-started {standby.id} in STANDBY, the savepoint restored into it")
     upgrade.staging = upgrade.staging or staging_location(ctx, upgrade)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from airflow_plugin.core.autoscale.load import add_batch
+from airflow_plugin.core.autoscale.load import add_batch, add_idle
 from airflow_plugin.core.errors import SavepointsError
 from airflow_plugin.core.jobs.deployments import Deployments
 from airflow_plugin.core.jobs.fence import FENCED
@@ -366,7 +366,8 @@ class ProgressListener(StreamingQueryListener):
         """A trigger found no data: the query is up and waiting."""
         if self._ours(query_id):
             self._board.promote(State.STARTING, State.RUNNING)
-            self._board.update(rows_per_second=self._rate.per_second())  # nothing arrives: the rate falls
+            load = add_idle(self._board.current.load, self._clock())  # measured as idle, not unmeasured
+            self._board.update(rows_per_second=self._rate.per_second(), load=load)  # nothing arrives: the rate falls
 
     # the StreamingQueryListener interface, for callers that hand in pyspark's event objects
     def onQueryStarted(self, event: QueryStartedEvent) -> None:

@@ -22,7 +22,7 @@ from airflow_plugin.core.autoscale.decide import (
     StateSeen,
     decide,
 )
-from airflow_plugin.core.autoscale.load import BUCKET_S, KEEP_S, add_batch, covered, figures, window
+from airflow_plugin.core.autoscale.load import BUCKET_S, KEEP_S, add_batch, add_idle, covered, figures, window
 from airflow_plugin.core.autoscale.policy import (
     DYNAMIC_CONF,
     EXECUTOR_CORES_CONF,
@@ -192,6 +192,23 @@ def test_a_slow_decline_scales_down_after_the_longer_quiet_window_to_no_less_tha
     # and min above half
     assert decide(seen(load, 4, policy=Autoscale(max=8, min=3))).size == 3
     assert decide(seen(load, 3, policy=Autoscale(max=8, min=3))).direction is Direction.KEEP
+
+
+def test_a_deployment_that_never_ran_a_batch_is_measured_idle_and_scaled_down() -> None:
+    # rescaled to 4 in the evening, then no record all night: its query never ran a batch, only Spark's idle events
+    # (a trigger that found no data, every 10 s); without them its load would be empty, never "a whole window"
+    policy = Autoscale(max=8, min=1)
+    load: list[dict[str, Any]] = []
+    for i in range(int(policy.scale_down_window // BUCKET_S) + 1):
+        load = add_idle(load, T0 + i * BUCKET_S + 3)
+    assert all(b["batches"] == 0 for b in load) and covered(load, T0, end_of(load)) == end_of(load) - T0
+    rec = decide(seen(load, 4, policy=policy))
+    assert (rec.direction, rec.size) == (Direction.DOWN, 2), rec
+    assert rec.figures["utilization"] == 0 and rec.figures["batches"] == 0
+    assert decide(seen([], 4, policy=policy, now=end_of(load))).direction is Direction.KEEP  # nothing heard: unmeasured
+    # an idle event within a bucket that holds batches adds nothing
+    busy = add_batch([], T0 + 1, 100, 500, 7)
+    assert add_idle(busy, T0 + 4) == busy and add_idle(busy, T0 + 4) is not busy
 
 
 def test_working_off_a_backlog_at_full_utilisation_is_not_a_scale_up() -> None:

@@ -269,7 +269,9 @@ def test_rows_per_second_covers_the_last_minute_and_the_state_is_reported_per_op
     ]  # a no-data batch that reports no operator keeps the last report
     now[0] += 100  # nothing for longer than the window: the rate falls to 0
     listener.idle("q")
-    assert deployments.status("j", "d").rows_per_second == 0
+    idle = deployments.status("j", "d")
+    assert idle.rows_per_second == 0
+    assert idle.load[-1] == {"t": 1140, "batches": 0, "rows": 0, "busy_ms": 0, "backlog": None}, "measured as idle"
 
 
 def test_the_listener_counts_batches_that_read_input_but_processed_none(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ of buckets says:
                     its growth over the window
 
 A bucket is data, in JSON: {"t": its start (epoch s), "batches", "rows", "busy_ms", "backlog": records behind at
-its last batch or None}."""
+its last batch or None}; an idle query's bucket has no batch."""
 
 from __future__ import annotations
 
@@ -27,17 +27,23 @@ def add_batch(
     load: list[dict[str, Any]], at: float, rows: int, busy_ms: int, backlog: int | None
 ) -> list[dict[str, Any]]:
     """`load` with one committed batch added (a new list: the heartbeat's copy is written as it was)."""
-    start = int(at // BUCKET_S * BUCKET_S)
-    kept = [dict(b) for b in load if b["t"] > start - KEEP_S]
-    if kept and kept[-1]["t"] == start:
-        bucket = kept[-1]
-    else:
-        bucket = {"t": start, "batches": 0, "rows": 0, "busy_ms": 0, "backlog": None}
-        kept.append(bucket)
+    kept = add_idle(load, at)
+    bucket = kept[-1]
     bucket["batches"] += 1
     bucket["rows"] += max(rows, 0)
     bucket["busy_ms"] += max(busy_ms, 0)
     bucket["backlog"] = backlog
+    return kept
+
+
+def add_idle(load: list[dict[str, Any]], at: float) -> list[dict[str, Any]]:
+    """`load` with a bucket for the time `at` (a new list): a query up and waiting for data (Spark's idle event, a
+    trigger that found none) is measured as a time of no batch. Without it a deployment that never ran a batch (a
+    quiet night after a rescale) would look unmeasured, and never be scaled down."""
+    start = int(at // BUCKET_S * BUCKET_S)
+    kept = [dict(b) for b in load if b["t"] > start - KEEP_S]
+    if not kept or kept[-1]["t"] != start:
+        kept.append({"t": start, "batches": 0, "rows": 0, "busy_ms": 0, "backlog": None})
     return kept
 
 
@@ -80,8 +86,8 @@ def covered(load: Sequence[dict[str, Any]], since: float, now: float) -> float:
 
 
 def figures(buckets: Sequence[dict[str, Any]], seconds: float) -> Figures:
-    """The figures of a window of `seconds` whose buckets are `buckets` (an empty bucket is never written: a
-    window with no batch at all has utilisation 0)."""
+    """The figures of a window of `seconds` whose buckets are `buckets` (a window with no batch at all, its buckets
+    idle or missing, has utilisation 0)."""
     seconds = max(seconds, float(BUCKET_S))
     rows = sum(int(b["rows"]) for b in buckets)
     busy = sum(int(b["busy_ms"]) for b in buckets) / 1000.0

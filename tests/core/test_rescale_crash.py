@@ -12,7 +12,8 @@ through a stop_restore upgrade of its running version.
    worker's machine, where the driver's process cannot be seen): the old driver is stopped through the store, the
    new one admitted once it said so, one driver at the new size, one writer.
 3. A stop/restore whose new driver is still warming up when its start timeout passes aborts before the old driver
-   is asked to stop."""
+   is asked to stop; and an abort after the launch step was killed before it named the driver it launched stops
+   that driver too."""
 
 from __future__ import annotations
 
@@ -334,5 +335,41 @@ def test_a_stop_restore_whose_new_driver_is_not_ready_in_time_aborts_before_the_
         wait_for(lambda: _batch(job, old) > committed, "the old driver to commit on", timeout=30)
         assert _live(job) == [old]
         assert read_writers(job.store.storage, "orders")[0].admits(old)
+    finally:
+        kill_every_deployment(job)
+
+
+@pytest.mark.slow(seconds=40)
+def test_an_abort_after_the_launch_step_was_killed_stops_the_driver_it_launched_unnamed(tmp_path: Path) -> None:
+    """`savepoints upgrade` SIGKILLed while it waits for the new driver it launched and pre-restored (still warming
+    up), before the upgrade record names it; then `upgrade --abort`: that driver is found by the step's request id,
+    stopped and marked aborted, its location emptied; the old driver runs on, the job's one writer."""
+    jobs, job = _declare(tmp_path, str(tmp_path / "store"))
+    try:
+        assert main(["apply", "orders", "--jobs", jobs]) == 0
+        [old] = _live(job)
+        (tmp_path / "standby.hold").touch()  # the new driver stays STARTING: the launch step waits on it
+
+        def launched() -> list[Deployment]:
+            return [d for d in job.deployments.list("orders") if d.id != old and d.prerestored_from]
+
+        process = cli(["upgrade", "orders", "--version", "v1", "--mode", "stop_restore", "--jobs", jobs], {})
+        wait_for(lambda: launched() or not process.is_alive(), "the new driver launched and pre-restored", timeout=240)
+        process.kill()
+        process.join(60)
+        [upgrade] = Upgrades(job.store.storage).list("orders")
+        [stray] = launched()
+        assert (upgrade.phase, upgrade.new_deployment) == (Phase.LAUNCHING, None), upgrade
+        assert state_of(job, stray).live and list(job.open(stray.checkpoint).list())
+
+        assert main(["upgrade", "orders", "--abort", "--jobs", jobs]) == 11
+        upgrade = Upgrades(job.store.storage).get("orders", upgrade.id)
+        assert upgrade.phase is Phase.ABORTED, upgrade.history
+        stray = job.deployments.get("orders", stray.id)
+        assert stray.aborted_by == upgrade.id and not state_of(job, stray).live
+        assert list(job.open(stray.checkpoint).list()) == [], "its pre-restore removed"
+        assert _live(job) == [old] and read_writers(job.store.storage, "orders")[0].admits(old)
+        status = job.deployments.status("orders", old)
+        assert status is not None and status.handled_requests == [], "the old driver was never asked to stop"
     finally:
         kill_every_deployment(job)

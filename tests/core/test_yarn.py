@@ -15,16 +15,17 @@ from pathlib import Path
 import pytest
 
 from airflow_plugin.cli import main
-from airflow_plugin.core import hadoop_conf
+from airflow_plugin.core import hadoop_conf, layout
 from airflow_plugin.core.errors import InvalidInput
 from airflow_plugin.core.jobs.deployments import Deployments, ended_by_cluster
 from airflow_plugin.core.jobs.launcher import SubmitSpec, default_command
 from airflow_plugin.core.jobs.yarn import AppReport
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
+from airflow_plugin.core.timestamps import utc_stamp
 from devtools.hadoop import MiniHadoop
 from devtools.windowed import wait_for
-from tests.support.yarn_apps import container_processes, submit_sleeper
+from tests.support.yarn_apps import container_processes, submit_queued, submit_sleeper
 
 
 def write_conf(directory: Path, name: str, values: dict[str, str]) -> None:
@@ -166,3 +167,23 @@ def test_a_driver_whose_container_dies_is_seen_failed_with_yarns_diagnostics(
     assert "YARN_FAILED" in str(row["error"]) and "exitCode: 137" in str(row["error"]), row
     recorded = records.status("streaming", deployment.id)
     assert recorded is not None and recorded.error_class == "YARN_FAILED", "recorded once, for every later reader"
+
+
+def test_a_driver_yarn_has_not_started_yet_reads_starting_however_long_it_waits(
+    tmp_path: Path, hadoop_client: MiniHadoop, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No heartbeat a minute after its launch reads LOST, unless YARN says the application is still queued (no
+    container for its driver yet): then it is STARTING. LOST had a retried pre-start launch a second driver."""
+    app_id = submit_queued(hadoop_client)
+    wait_for(lambda: hadoop_client.application(app_id)["state"] == "ACCEPTED", "YARN to accept the application")
+    jobs, deployment, records = managed(tmp_path, hadoop_client, app_id)
+    records.storage.delete([layout.status_key("streaming", deployment.id)])  # its driver never ran
+    deployment.created_at = utc_stamp(time.time() - 120)  # launched two minutes ago, never heard of since
+    records.put(deployment)
+    assert records.status("streaming", deployment.id) is None
+    assert status_row(capsys, jobs, deployment)["state"] == "STARTING"
+
+    assert main(["kill", "streaming", "--jobs", str(jobs)]) == 0  # through the ResourceManager
+    capsys.readouterr()
+    assert hadoop_client.application(app_id)["state"] == "KILLED"
+    assert status_row(capsys, jobs, deployment)["state"] == "FAILED"

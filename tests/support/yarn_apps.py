@@ -25,6 +25,16 @@ def _call(hadoop: MiniHadoop, method: str, path: str, body: dict[str, Any] | Non
 
 def submit_sleeper(hadoop: MiniHadoop, seconds: int) -> str:
     """An application whose one container (its application master) runs `sleep <seconds>`, one attempt."""
+    return _submit(hadoop, "savepoints-test-sleeper", f"sleep {seconds}", {"max-app-attempts": 1})
+
+
+def submit_queued(hadoop: MiniHadoop) -> str:
+    """An application that stays ACCEPTED: its application master is unmanaged (started outside YARN, which here
+    nobody does), so YARN never gives it a container, as a busy queue would not."""
+    return _submit(hadoop, "savepoints-test-queued", "true", {"unmanaged-AM": True})
+
+
+def _submit(hadoop: MiniHadoop, name: str, command: str, more: dict[str, Any]) -> str:
     app_id = _call(hadoop, "POST", "/ws/v1/cluster/apps/new-application")["application-id"]
     _call(
         hadoop,
@@ -32,11 +42,11 @@ def submit_sleeper(hadoop: MiniHadoop, seconds: int) -> str:
         "/ws/v1/cluster/apps",
         {
             "application-id": app_id,
-            "application-name": "savepoints-test-sleeper",
+            "application-name": name,
             "application-type": "SAVEPOINTS-TEST",
-            "max-app-attempts": 1,
-            "am-container-spec": {"commands": {"command": f"sleep {seconds}"}},
+            "am-container-spec": {"commands": {"command": command}},
             "resource": {"memory": 128, "vCores": 1},
+            **more,
         },
     )
     return app_id

@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 def observe_deployment(ctx: JobContext, deployment: Deployment) -> tuple[DeploymentStatus | None, State]:
     """Its heartbeat, and what the deployment really is now (LOST when the heartbeat is stale or its
     process is gone). A driver in a YARN container that YARN has ended while its heartbeat says it runs is
-    recorded FAILED with YARN's diagnostics, once: nobody else will write its last status."""
+    recorded FAILED with YARN's diagnostics, once: nobody else will write its last status. One YARN still has queued
+    (no container for its driver yet) is STARTING, however long it waits."""
     status = ctx.deployments.status(ctx.name, deployment.id)
     app_id = yarn_application(deployment.launcher)
     if app_id is not None and (status is None or status.state.live):
@@ -34,6 +35,8 @@ def observe_deployment(ctx: JobContext, deployment: Deployment) -> tuple[Deploym
             if (ended := ended_by_cluster(status, report)) is not None:
                 ctx.deployments.write_status(ctx.name, deployment.id, ended)
                 status = ended
+        if report is not None and report.queued and status is None:  # waits for a container: starting, however
+            return status, State.STARTING  # long the queue takes (LOST would have a retry launch a second one)
     return status, observed_state(deployment, status, ctx.spec.heartbeat_timeout)
 
 

@@ -22,6 +22,7 @@ from .. import hadoop_conf
 from ..errors import ClusterUnavailable
 
 ENDED = ("FINISHED", "FAILED", "KILLED")
+QUEUED = frozenset({"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED"})  # its driver not started yet: it writes nothing
 REQUEST_TIMEOUT = 10.0
 KILL_TIMEOUT = 60.0
 REPORT_TTL = 2.0  # seconds a report is reused: waits poll the store often, the ResourceManager at most this often
@@ -41,6 +42,10 @@ class AppReport:
     @property
     def ended(self) -> bool:
         return self.state in ENDED
+
+    @property
+    def queued(self) -> bool:
+        return self.state in QUEUED
 
     @classmethod
     def from_json(cls, app: dict[str, Any]) -> AppReport:

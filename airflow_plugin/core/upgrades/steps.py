@@ -99,6 +99,12 @@ def upgrade_holder(upgrade_id: str, driver: str | None = None) -> str:
     return f"{HOLDER}{upgrade_id}@{driver}"
 
 
+def step_request_id(upgrade: Upgrade, phase: Phase) -> str:
+    """The request id a step of `phase` acts under: what it launches is recorded with it (Deployment.request_id),
+    so that a retry takes it over and a recovery finds it even where the step died before naming it."""
+    return f"{upgrade.id}/{phase}"
+
+
 def step_context(ctx: JobContext, upgrade: Upgrade, *, keep: bool = True, wait: float = 0.0) -> JobContext:
     """The context a step acts with: the upgrade's lease holder (its driver's), its lease kept for `wait` seconds
     and the upgrade's `lease_seconds` more, its own request id."""
@@ -107,7 +113,7 @@ def step_context(ctx: JobContext, upgrade: Upgrade, *, keep: bool = True, wait: 
         holder=upgrade_holder(upgrade.id, ctx.settings.holder),
         keep_lease=keep,
         lease_ttl=wait + UpgradeSettings.of(upgrade.settings).lease_seconds,
-        request_id=f"{upgrade.id}/{upgrade.phase}",
+        request_id=step_request_id(upgrade, upgrade.phase),
         requested_by=ctx.requested_by or f"upgrade {upgrade.id}",
     )
     return replace(ctx, settings=settings)
@@ -428,15 +434,26 @@ def aborting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
             upgrade.rollback_savepoint = upgrade.savepoint
             return upgrade.move(Phase.ROLLING_BACK, f"the old deployment cannot go on alone: {left}")
         note = left or note
-    if new is not None:
-        _retire(ctx, new)
-        new = ctx.deployments.get(ctx.name, new.id)  # as _retire left it
-        new.aborted_by = upgrade.id
-        ctx.deployments.put(new)  # before its location is emptied: the job's state is the old deployment's
-        location = ctx.open(new.checkpoint)
+    for launched in ([new] if new is not None else []) + _unnamed_launches(ctx, upgrade):
+        _retire(ctx, launched)
+        launched = ctx.deployments.get(ctx.name, launched.id)  # as _retire left it
+        launched.aborted_by = upgrade.id
+        ctx.deployments.put(launched)  # before its location is emptied: the job's state is the old deployment's
+        location = ctx.open(launched.checkpoint)
         location.delete([info.key for info in location.list()])
     _remove_scratch(ctx, upgrade)
     return upgrade.move(Phase.ABORTED, f"the new version and what it staged removed; {note}")
+
+
+def _unnamed_launches(ctx: JobContext, upgrade: Upgrade) -> list[Deployment]:
+    """What the upgrade's launch step launched that its record does not name: a step killed before it saved the
+    id, one whose driver failed while starting, or a driver an earlier try launched that a retry did not take over
+    (a YARN application still queued). Not yet removed by a recovery (`aborted_by`)."""
+    step = step_request_id(upgrade, Phase.LAUNCHING)
+    named = (upgrade.new_deployment, upgrade.old_deployment)
+    return [
+        d for d in ctx.deployments.list(ctx.name) if d.request_id == step and d.id not in named and d.aborted_by is None
+    ]
 
 
 UNCONFIRMED = "unconfirmed"  # a driver that neither answers nor is known to have ended
@@ -498,6 +515,11 @@ def rolling_back(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     for deployment_id in (upgrade.new_deployment, upgrade.old_deployment):
         if deployment_id:
             _retire(ctx, _deployment(ctx, deployment_id))
+    for stray in _unnamed_launches(ctx, upgrade):  # never started: no state of the job's came from it
+        _retire(ctx, stray)
+        stray = ctx.deployments.get(ctx.name, stray.id)  # as _retire left it
+        stray.aborted_by = upgrade.id
+        ctx.deployments.put(stray)
     target = upgrade.rollback_savepoint or upgrade.savepoint
     result = rollback(sized(ctx, upgrade, new=False), target)
     _remove_scratch(ctx, upgrade)

@@ -160,6 +160,8 @@ class MiniHadoop(JvmService):
             "yarn.nodemanager.webapp.address": f"{LOOPBACK}:{ports['nm_web']}",
             # small containers, one node: a driver (512 MiB + overhead) and an executor per application
             "yarn.nodemanager.resource.memory-mb": NODE_MEMORY_MB,
+            # what the mini YARN's NodeManager really takes: it overwrites the key above with this one (4096 unset)
+            "yarn.minicluster.yarn.nodemanager.resource.memory-mb": NODE_MEMORY_MB,
             "yarn.nodemanager.resource.cpu-vcores": 4,
             "yarn.scheduler.minimum-allocation-mb": 128,
             "yarn.scheduler.maximum-allocation-mb": 2048,

@@ -13,7 +13,9 @@ through a stop_restore upgrade of its running version.
    new one admitted once it said so, one driver at the new size, one writer.
 3. A stop/restore whose new driver is still warming up when its start timeout passes aborts before the old driver
    is asked to stop; and an abort after the launch step was killed before it named the driver it launched stops
-   that driver too."""
+   that driver too.
+4. The old driver paused (SIGSTOP) at the rescale's cutover: the rescale aborts, and the driver runs on when it
+   wakes."""
 
 from __future__ import annotations
 
@@ -371,5 +373,42 @@ def test_an_abort_after_the_launch_step_was_killed_stops_the_driver_it_launched_
         assert _live(job) == [old] and read_writers(job.store.storage, "orders")[0].admits(old)
         status = job.deployments.status("orders", old)
         assert status is not None and status.handled_requests == [], "the old driver was never asked to stop"
+    finally:
+        kill_every_deployment(job)
+
+
+@pytest.mark.slow(seconds=60)
+def test_a_rescale_whose_old_driver_is_paused_at_the_cutover_aborts_and_the_driver_runs_on_when_it_wakes(
+    tmp_path: Path,
+) -> None:
+    """The old driver SIGSTOPped right before the rescale's cutover (a long GC pause): its stop finds it LOST once its
+    heartbeat is stale, and the rescale aborts, the new driver stopped, nothing restored. SIGCONT: the old driver
+    wakes to no stop request (it was withdrawn), commits on, the job's one writer. It once woke to the stale request
+    and stopped, with nobody to start it again."""
+    jobs, job = _declare(tmp_path, str(tmp_path / "store"))
+    try:
+        assert main(["apply", "orders", "--jobs", jobs]) == 0
+        [old] = _live(job)
+        (tmp_path / "standby.hold").touch()  # the new driver waits STARTING until the old one is paused
+        process = cli(["apply", "orders", "--jobs", jobs], {})
+        wait_for(lambda: len(job.deployments.list("orders")) == 2 or not process.is_alive(), "the new driver's launch")
+        group = job.deployments.get("orders", old).launcher["pid"]
+        os.killpg(group, signal.SIGSTOP)
+        try:
+            (tmp_path / "standby.hold").unlink()
+            process.join(240)
+            [upgrade] = Upgrades(job.store.storage).list("orders")
+            assert upgrade.phase is Phase.ABORTED and upgrade.stop_savepoint is None, upgrade.history
+            assert "lost while stopping" in str(upgrade.error), upgrade.error
+            new = job.deployments.get("orders", str(upgrade.new_deployment))
+            assert new.aborted_by == upgrade.id and not state_of(job, new).live
+        finally:
+            os.killpg(group, signal.SIGCONT)
+        committed = _batch(job, old)
+        wait_for(lambda: _batch(job, old) > committed + 2, "the old driver to commit on after it woke", timeout=30)
+        assert state_of(job, job.deployments.get("orders", old)) is State.RUNNING and _live(job) == [old]
+        status = job.deployments.status("orders", old)
+        assert status is not None and status.handled_requests == [], "no stop request was left for it"
+        assert read_writers(job.store.storage, "orders")[0].admits(old)
     finally:
         kill_every_deployment(job)

@@ -89,7 +89,11 @@ def _stop(
         ctx.deployments.request(ctx.name, deployment.id, request)
     timeout = timeout if timeout is not None else ctx.spec.trigger_seconds + 60
     started = time.monotonic()
-    state = _wait_stopped(ctx, deployment, timeout)
+    try:
+        state = _wait_stopped(ctx, deployment, timeout)
+    except SavepointsError:  # lost while stopping: a driver only paused must not stop later, when nobody expects it
+        ctx.deployments.withdraw(ctx.name, deployment.id, request)
+        raise
     if state is None:
         ctx.deployments.withdraw(ctx.name, deployment.id, request)
         status = ctx.deployments.status(ctx.name, deployment.id)
@@ -151,7 +155,8 @@ def _wait_stopped(ctx: JobContext, deployment: Deployment, timeout: float) -> St
         if state is State.LOST:
             raise SavepointsError(
                 f"deployment {deployment.id} of job {ctx.name} was lost while stopping (no heartbeat, or its "
-                "process is gone): its checkpoint is intact; deploy with --restore latest-state"
+                "process is gone): the stop request was withdrawn, its checkpoint is intact; should it not come "
+                "back, deploy with --restore latest-state"
             )
         time.sleep(0.2)
     return None

@@ -91,9 +91,16 @@ def _stop(
     started = time.monotonic()
     try:
         state = _wait_stopped(ctx, deployment, timeout)
-    except SavepointsError:  # lost while stopping: a driver only paused must not stop later, when nobody expects it
+    except SavepointsError as lost:  # a driver only paused must not stop later, when nobody expects it
         ctx.deployments.withdraw(ctx.name, deployment.id, request)
-        raise
+        status = ctx.deployments.status(ctx.name, deployment.id)
+        if status is None or request.id not in status.handled_requests:
+            raise
+        raise SavepointsError(  # too late to take back: it was stopping when its heartbeat stopped
+            f"deployment {deployment.id} of job {ctx.name} was lost while stopping, after it took the stop request "
+            f"{request.id}: should its driver wake, it finishes that stop. Its checkpoint is intact: deploy with "
+            "--restore latest-state once it has ended"
+        ) from lost
     if state is None:
         ctx.deployments.withdraw(ctx.name, deployment.id, request)
         status = ctx.deployments.status(ctx.name, deployment.id)

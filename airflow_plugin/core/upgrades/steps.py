@@ -435,12 +435,7 @@ def aborting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
             return upgrade.move(Phase.ROLLING_BACK, f"the old deployment cannot go on alone: {left}")
         note = left or note
     for launched in ([new] if new is not None else []) + _unnamed_launches(ctx, upgrade):
-        _retire(ctx, launched)
-        launched = ctx.deployments.get(ctx.name, launched.id)  # as _retire left it
-        launched.aborted_by = upgrade.id
-        ctx.deployments.put(launched)  # before its location is emptied: the job's state is the old deployment's
-        location = ctx.open(launched.checkpoint)
-        location.delete([info.key for info in location.list()])
+        _remove_launched(ctx, upgrade, launched)
     _remove_scratch(ctx, upgrade)
     return upgrade.move(Phase.ABORTED, f"the new version and what it staged removed; {note}")
 
@@ -448,12 +443,22 @@ def aborting(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
 def _unnamed_launches(ctx: JobContext, upgrade: Upgrade) -> list[Deployment]:
     """What the upgrade's launch step launched that its record does not name: a step killed before it saved the
     id, one whose driver failed while starting, or a driver an earlier try launched that a retry did not take over
-    (a YARN application still queued). Not yet removed by a recovery (`aborted_by`)."""
+    (a YARN application still queued). None of them was ever asked to start or publish: none holds the job's state."""
     step = step_request_id(upgrade, Phase.LAUNCHING)
     named = (upgrade.new_deployment, upgrade.old_deployment)
-    return [
-        d for d in ctx.deployments.list(ctx.name) if d.request_id == step and d.id not in named and d.aborted_by is None
-    ]
+    return [d for d in ctx.deployments.list(ctx.name) if d.request_id == step and d.id not in named]
+
+
+def _remove_launched(ctx: JobContext, upgrade: Upgrade, deployment: Deployment) -> None:
+    """A new deployment the recovery gives up: stopped (else killed), retired and marked aborted by the upgrade
+    before its location is emptied (the job's state is the old deployment's). Done again, it changes nothing."""
+    _retire(ctx, deployment)
+    deployment = ctx.deployments.get(ctx.name, deployment.id)  # as _retire left it
+    deployment.aborted_by = upgrade.id
+    deployment.retired_at = deployment.retired_at or utc_now()  # one that had failed already: retention's to reclaim
+    ctx.deployments.put(deployment)
+    location = ctx.open(deployment.checkpoint)
+    location.delete([info.key for info in location.list()])
 
 
 UNCONFIRMED = "unconfirmed"  # a driver that neither answers nor is known to have ended
@@ -515,11 +520,8 @@ def rolling_back(ctx: JobContext, upgrade: Upgrade) -> Upgrade:
     for deployment_id in (upgrade.new_deployment, upgrade.old_deployment):
         if deployment_id:
             _retire(ctx, _deployment(ctx, deployment_id))
-    for stray in _unnamed_launches(ctx, upgrade):  # never started: no state of the job's came from it
-        _retire(ctx, stray)
-        stray = ctx.deployments.get(ctx.name, stray.id)  # as _retire left it
-        stray.aborted_by = upgrade.id
-        ctx.deployments.put(stray)
+    for stray in _unnamed_launches(ctx, upgrade):
+        _remove_launched(ctx, upgrade, stray)
     target = upgrade.rollback_savepoint or upgrade.savepoint
     result = rollback(sized(ctx, upgrade, new=False), target)
     _remove_scratch(ctx, upgrade)

@@ -65,6 +65,13 @@ def test_a_driver_whose_process_is_gone_is_unhealthy_at_once() -> None:
     assert assess(gone, status, min_batches=1, heartbeat_timeout=30, now=NOW).verdict is Verdict.UNHEALTHY
 
 
+def test_a_driver_its_cluster_still_has_queued_waits_however_long_it_has_been() -> None:
+    queued = replace(_deployment(), created_at="2020-01-01T00:00:00.000Z")  # no heartbeat for years
+    assert assess(queued, None, min_batches=1, heartbeat_timeout=30, now=NOW).verdict is Verdict.UNHEALTHY  # LOST
+    waiting = assess(queued, None, min_batches=1, heartbeat_timeout=30, now=NOW, observed=State.STARTING)
+    assert waiting.verdict is Verdict.WAITING and "STARTING" in waiting.reason, waiting
+
+
 def test_check_health_reads_the_store(tmp_path: Path) -> None:
     store = SnapshotStore(LocalStorage(tmp_path / "store"))
     job = JobContext(JobSpec.undeclared("orders"), store)

@@ -17,7 +17,9 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core import hadoop_conf, layout
 from airflow_plugin.core.errors import InvalidInput
+from airflow_plugin.core.jobs.context import Settings
 from airflow_plugin.core.jobs.deployments import Deployments, ended_by_cluster
+from airflow_plugin.core.jobs.health import Verdict, check_health
 from airflow_plugin.core.jobs.launcher import SubmitSpec, default_command
 from airflow_plugin.core.jobs.yarn import AppReport
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
@@ -182,6 +184,8 @@ def test_a_driver_yarn_has_not_started_yet_reads_starting_however_long_it_waits(
     records.put(deployment)
     assert records.status("streaming", deployment.id) is None
     assert status_row(capsys, jobs, deployment)["state"] == "STARTING"
+    ctx = Settings(jobs_file=str(jobs)).resolve().job("streaming")
+    assert check_health(ctx, deployment.id, min_batches=1).verdict is Verdict.WAITING  # an upgrade's gate waits
 
     assert main(["kill", "streaming", "--jobs", str(jobs)]) == 0  # through the ResourceManager
     capsys.readouterr()

@@ -57,9 +57,11 @@ def assess(
     heartbeat_timeout: float,
     lag_must_fall: bool = False,
     now: float | None = None,
+    observed: State | None = None,
 ) -> Health:
+    """`observed`: the state `observe_deployment` saw (what its cluster says too); else read off the heartbeat."""
     now = time.time() if now is None else now
-    state = observed_state(deployment, status, heartbeat_timeout, now)
+    state = observed or observed_state(deployment, status, heartbeat_timeout, now)
     target = target_batch(deployment, min_batches)
     last = status.last_batch_id if status else None
     age = round(status.age(now), 1) if status else None
@@ -98,11 +100,12 @@ def assess(
 def check_health(ctx: JobContext, deployment_id: str, *, min_batches: int, lag_must_fall: bool = False) -> Health:
     """Observe one deployment and assess it."""
     deployment = ctx.deployments.get(ctx.name, deployment_id)
-    status, _ = observe_deployment(ctx, deployment)  # with what the cluster says of a driver it ended
+    status, state = observe_deployment(ctx, deployment)  # with what the cluster says: ended, or still queued
     return assess(
         deployment,
         status,
         min_batches=min_batches,
         heartbeat_timeout=ctx.spec.heartbeat_timeout,
         lag_must_fall=lag_must_fall,
+        observed=state,
     )

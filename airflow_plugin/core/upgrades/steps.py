@@ -582,7 +582,7 @@ def new_health(ctx: JobContext, upgrade: Upgrade, settings: UpgradeSettings) -> 
     """The new deployment's health: `min_batches` batches past its start (green: past its publish, once it
     published), a Kafka lag that falls where asked, no error."""
     new = _deployment(ctx, upgrade.new_deployment)
-    status = ctx.deployments.status(ctx.name, new.id)
+    status, state = observe_deployment(ctx, new)  # a green YARN still has queued waits, within catch_up_seconds
     published = ((status.gate if status else None) or {}).get("published_batch")
     judged = replace(new, restored_batch_id=published) if published is not None else new
     if upgrade.mode and Mode(upgrade.mode).beside and upgrade.cut_over and published is None:  # from its publish
@@ -593,6 +593,7 @@ def new_health(ctx: JobContext, upgrade: Upgrade, settings: UpgradeSettings) -> 
         min_batches=settings.min_batches,
         heartbeat_timeout=ctx.spec.heartbeat_timeout,
         lag_must_fall=settings.lag_must_fall,
+        observed=state,
     )
 
 

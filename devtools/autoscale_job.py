@@ -24,6 +24,7 @@ from typing import Any
 
 from airflow_plugin.core.jobs.context import JobContext
 from airflow_plugin.core.reconcile import record as records
+from airflow_plugin.core.reconcile.apply import CHANGED_MEANWHILE
 from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
 from airflow_plugin.core.snapshots.checkpoint import read_restart_point
 from airflow_plugin.core.upgrades.record import Upgrades
@@ -308,6 +309,12 @@ class ApplyLoop:
 
     def actions(self) -> list[str]:
         return [str(job.get("action")) for run in self.runs for job in run.jobs]
+
+    def carried_out(self, action: str) -> int:
+        """The runs that carried `action` out: not those that, deciding again under the job's lease, found nothing
+        to do any more (a utilisation right at the target, read a moment later)."""
+        jobs = [job for run in self.runs for job in run.jobs]
+        return sum(job.get("action") == action and job.get("outcome") != CHANGED_MEANWHILE for job in jobs)
 
     def __enter__(self) -> ApplyLoop:
         self._thread.start()

@@ -131,8 +131,8 @@ def test_a_declared_job_scales_up_catches_up_and_scales_down_counting_every_wind
             assert record.recommendation is not None and "utilization" in record.recommendation["figures"], record
             # the apply that carried the scale-down out wrote its outcome before it ended: its run is kept once it has
             rescaled = len(ups) + 1
-            wait_for(lambda: loop.actions().count("RESCALE") >= rescaled, "the scale-down's apply to end", timeout=120)
-            assert loop.actions().count("RESCALE") == rescaled, loop.actions()
+            wait_for(lambda: loop.carried_out("RESCALE") >= rescaled, "the scale-down's apply to end", timeout=120)
+            assert loop.carried_out("RESCALE") == rescaled, loop.actions()
         assert all(run.returncode == 0 for run in loop.runs), [run.output for run in loop.runs if run.returncode]
 
         # 4. every (user, window) once, with the events fed for it

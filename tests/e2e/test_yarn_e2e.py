@@ -289,9 +289,9 @@ def test_on_yarn_the_autoscaler_turns_executors_and_repartitions_the_state_once(
             assert containers(smaller.id) == 2
             assert pinned_partitions(ctx, smaller.checkpoint) == 2
             # the apply that carried the scale-down out writes its outcome before it ends: its run is kept once it has
-            wait_for(lambda: loop.actions().count("RESCALE") >= 2, "the scale-down's apply to end", timeout=120)
+            wait_for(lambda: loop.carried_out("RESCALE") >= 2, "the scale-down's apply to end", timeout=120)
         assert all(run.returncode == 0 for run in loop.runs), [run.output for run in loop.runs if run.returncode]
-        assert loop.actions().count("RESCALE") == 2, loop.actions()
+        assert loop.carried_out("RESCALE") == 2, loop.actions()
 
         # every (user, window) once, with the events fed for it
         check_every_window_once(feeder, tmp_path / "output", timeout=300)

@@ -47,6 +47,10 @@ KEPT_RESCALES = 50  # the rescales the record keeps (the hourly budget and the r
 RESCALE_GATE = UpgradeSettings(lag_must_fall=False)
 
 
+# the outcome of a step decided again under the job's lease that no longer acts: nothing was done
+CHANGED_MEANWHILE = "changed while the lease was taken: look again at the next apply"
+
+
 @dataclass(frozen=True)
 class Applied:
     step: Step
@@ -222,7 +226,7 @@ def apply_job(ctx: JobContext, *, dry_run: bool = False, step: Step | None = Non
         with operation(ctx, "apply") as found:
             step = plan(observe(ctx, listed=found))  # decided again, under the lease
             if not step.action.acts or step.action in UPGRADES:
-                return Applied(step, "changed while the lease was taken: look again at the next apply")
+                return Applied(step, CHANGED_MEANWHILE)
             return _act(ctx, step)
     except SavepointsError as exc:
         log.warning("%s: %s failed: %s", ctx.name, step.action, exc)
@@ -275,8 +279,7 @@ def _upgrade(ctx: JobContext, step: Step) -> Applied:
             return _done(ctx, records.read(ctx.store.storage, ctx.name), step, said)
     upgrade = upgrade_of(ctx, step)
     if upgrade is None:
-        meanwhile = "changed while the lease was taken: look again at the next apply"
-        return Applied(step, meanwhile if step.action is Action.RESCALE else "the upgrade ended meanwhile")
+        return Applied(step, CHANGED_MEANWHILE if step.action is Action.RESCALE else "the upgrade ended meanwhile")
     return upgrade_ended(ctx, run_upgrade(ctx, upgrade), step)
 
 

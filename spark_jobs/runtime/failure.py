@@ -8,7 +8,12 @@ The wrapper's class says nothing, so the innermost named class is the one report
 from __future__ import annotations
 
 import re
+import traceback
 from dataclasses import dataclass
+
+from py4j.protocol import Py4JNetworkError
+
+from airflow_plugin.core.records.deployment import JVM_GONE
 
 WRAPPERS = frozenset({"STREAM_FAILED"})
 MESSAGE_LIMIT = 4000  # characters of the message kept in status.json
@@ -63,9 +68,29 @@ def root_cause(exc: BaseException) -> str | None:
     return str(root.toString()) if root is not None else None
 
 
+def jvm_gone(exc: BaseException) -> bool:
+    """Whether the failure is py4j losing its connection to the driver's JVM: py4j's network error, or a
+    connection error raised in py4j itself (pyspark's pinned-thread client lets ConnectionRefusedError through)."""
+    current: BaseException | None = exc
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, Py4JNetworkError):
+            return True
+        if isinstance(current, ConnectionError) and current.__traceback__ is not None:
+            innermost = traceback.extract_tb(current.__traceback__)[-1]
+            if "/py4j/" in innermost.filename.replace("\\", "/"):
+                return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def describe(exc: BaseException) -> Failure:
     """The first error class that is not a wrapper (the cause STREAM_FAILED names) and the cause's message,
-    its first line naming the JVM root cause where there is one."""
+    its first line naming the JVM root cause where there is one. The JVM gone from under the Python process
+    is JVM_GONE: the process cannot say why (its cluster can)."""
+    if jvm_gone(exc):
+        return Failure(JVM_GONE, f"the driver's JVM went away under its Python process ({type(exc).__name__}: {exc})")
     conditions = _conditions(exc)
     named = [c for c in conditions if c not in WRAPPERS]
     error_class = (named or conditions or [type(exc).__name__])[0]

@@ -22,7 +22,7 @@ from airflow_plugin.core.jobs.deployments import Deployments, ended_by_cluster
 from airflow_plugin.core.jobs.health import Verdict, check_health
 from airflow_plugin.core.jobs.launcher import SubmitSpec, default_command
 from airflow_plugin.core.jobs.yarn import AppReport
-from airflow_plugin.core.records.deployment import Deployment, DeploymentStatus, State
+from airflow_plugin.core.records.deployment import JVM_GONE, Deployment, DeploymentStatus, State
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.timestamps import utc_stamp
 from devtools.hadoop import MiniHadoop
@@ -87,6 +87,12 @@ def test_a_driver_yarn_ended_while_its_heartbeat_says_running_is_failed_with_yar
     stopped = DeploymentStatus(State.STOPPED, time.time())  # a clean stop: the driver's last word stands
     assert ended_by_cluster(stopped, AppReport("application_1_0001", "FINISHED", "SUCCEEDED")) is None
     assert ended_by_cluster(running, None) is None
+    # a driver whose JVM the kill took first wrote only that: YARN's word replaces it
+    gone = DeploymentStatus(State.FAILED, time.time(), last_batch_id=7, error_class=JVM_GONE, error_message="gone")
+    ended = ended_by_cluster(gone, killed)
+    assert ended is not None and ended.error_class == "YARN_KILLED" and ended.last_batch_id == 7
+    failed = DeploymentStatus(State.FAILED, time.time(), error_class="STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE")
+    assert ended_by_cluster(failed, AppReport("application_1_0001", "FAILED", "FAILED")) is None, "its own word"
 
 
 def test_yarn_cluster_mode_gets_one_attempt_unless_the_job_asks_for_more() -> None:

@@ -22,6 +22,7 @@ from ..process import Liveness
 from ..records.deployment import (
     BLUE,
     DEFAULT_HEARTBEAT_TIMEOUT,
+    JVM_GONE,
     SOLE,
     STAGING,
     ControlRequest,
@@ -168,13 +169,19 @@ def observed_state(
 YARN_ENDED = "YARN_"  # error classes of a driver YARN ended: YARN_KILLED, YARN_FAILED, YARN_FINISHED
 
 
+def cluster_decides(status: DeploymentStatus | None) -> bool:
+    """Whether the cluster's report of a driver's application says more than the driver's own last word: it never
+    wrote one, it still says it is live, or it says only that its JVM went away under it (JVM_GONE)."""
+    return status is None or status.state.live or status.error_class == JVM_GONE
+
+
 def ended_by_cluster(status: DeploymentStatus | None, report: AppReport | None) -> DeploymentStatus | None:
     """The status to record for a deployment whose application the cluster has ended while its heartbeat still
-    says it is live (or it never wrote one): FAILED, with the cluster's diagnostics. A driver that stops on
-    request writes STOPPED before it exits, and YARN reports the application ended only after that, so a live
-    heartbeat read after an ended report is the driver's last word: its container was killed, its node lost,
-    or someone killed the application. None: nothing to record."""
-    if report is None or not report.ended or (status is not None and not status.state.live):
+    says it is live (or it never wrote one, or wrote only that its JVM went away): FAILED, with the cluster's
+    diagnostics. A driver that stops on request writes STOPPED before it exits, and YARN reports the application
+    ended only after that, so a live heartbeat read after an ended report is the driver's last word: its container
+    was killed, its node lost, or someone killed the application. None: nothing to record."""
+    if report is None or not report.ended or not cluster_decides(status):
         return None
     return DeploymentStatus(
         state=State.FAILED,

@@ -10,7 +10,7 @@ from ..errors import ClusterUnavailable, InvalidInput
 from ..records.deployment import Deployment, DeploymentStatus, State
 from . import yarn
 from .context import JobContext
-from .deployments import ended_by_cluster, observed_state
+from .deployments import cluster_decides, ended_by_cluster, observed_state
 from .launcher import yarn_application
 
 log = logging.getLogger(__name__)
@@ -19,11 +19,12 @@ log = logging.getLogger(__name__)
 def observe_deployment(ctx: JobContext, deployment: Deployment) -> tuple[DeploymentStatus | None, State]:
     """Its heartbeat, and what the deployment really is now (LOST when the heartbeat is stale or its
     process is gone). A driver in a YARN container that YARN has ended while its heartbeat says it runs is
-    recorded FAILED with YARN's diagnostics, once: nobody else will write its last status. One YARN still has queued
+    recorded FAILED with YARN's diagnostics, once: nobody else will write its last status (so is one whose driver
+    wrote only that its JVM went away: YARN's kill signals both at once). One YARN still has queued
     (no container for its driver yet) is STARTING, however long it waits."""
     status = ctx.deployments.status(ctx.name, deployment.id)
     app_id = yarn_application(deployment.launcher)
-    if app_id is not None and (status is None or status.state.live):
+    if app_id is not None and cluster_decides(status):
         try:
             report = yarn.application_report(app_id)
         except (ClusterUnavailable, InvalidInput) as exc:  # unreachable, or a Kerberized cluster: the heartbeat

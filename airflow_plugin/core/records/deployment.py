@@ -21,6 +21,10 @@ DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # seconds without a status update before a liv
 # consecutive batches that advanced their sources but processed no row before a deployment reads as skipping
 # (one alone can be an empty input file; an exactly-once sink that skips batches it already holds makes a run)
 SKIP_STREAK = 2
+# the error class a driver records when its JVM went away under its Python process (a py4j connection refused or
+# reset): the driver cannot tell why, its cluster can (a YARN kill sends both the signal at once), so the observer
+# asks the cluster and records its word instead (jobs/deployments.py ended_by_cluster)
+JVM_GONE = "DRIVER_JVM_GONE"
 
 
 class State(StrEnum):

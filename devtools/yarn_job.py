@@ -4,6 +4,7 @@ docs/clusters.md says of YARN, item by item."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from devtools.hadoop import MiniHadoop
@@ -21,6 +22,10 @@ def job_conf(driver_env: str, store_env: dict[str, str], attempts: int = 1) -> d
     `driver_env` (an hdfs:// URI, devtools/driver_env.py), the store reached with `store_env` (its endpoint and
     keys in the driver's environment), and `attempts` attempts of the driver."""
     loopback = {"SPARK_LOCAL_IP": "127.0.0.1"}  # one node: the driver and executor listen on loopback only
+    # YARN gives a container none of the NodeManager's environment but a few named variables: the JVM flags the
+    # tests give every JVM they start (tests/conftest.py) reach the driver's and executors' JVMs only this way
+    java_options = os.environ.get("JDK_JAVA_OPTIONS")
+    jvm = {"JDK_JAVA_OPTIONS": java_options} if java_options else {}
     return {
         "spark.yarn.jars": f"local:{spark_jars()}/*",  # Spark's jars are on the node: nothing uploaded per application
         "spark.archives": f"{driver_env}#environment",
@@ -31,8 +36,8 @@ def job_conf(driver_env: str, store_env: dict[str, str], attempts: int = 1) -> d
         "spark.executor.instances": "1",
         "spark.executor.cores": "1",
         "spark.ui.enabled": "false",
-        **{f"spark.yarn.appMasterEnv.{key}": value for key, value in {**store_env, **loopback}.items()},
-        **{f"spark.executorEnv.{key}": value for key, value in loopback.items()},
+        **{f"spark.yarn.appMasterEnv.{key}": value for key, value in {**store_env, **loopback, **jvm}.items()},
+        **{f"spark.executorEnv.{key}": value for key, value in {**loopback, **jvm}.items()},
     }
 
 

@@ -105,12 +105,19 @@ class Bench:
         self.job: JobContext = Settings(jobs_file=str(self.jobs_file)).resolve().job(JOB)
         self.feeder = Feeder(self.work / "input", args.partitions)
         self.results = Results()
+        self.profiles = 0
 
     # --- the command line, in a process of its own
 
     def savepoints(self, *args: str, counted: bool = False) -> Command:
         env = {**installed_env(), **(self.counted if counted else self.direct)}
         command = [venv_tool("savepoints"), "--jobs", str(self.jobs_file), "--json", *args]
+        profile = None
+        if self.args.profile:  # where the time goes: the command under cProfile, its top printed after it
+            self.profiles += 1
+            profile = self.work / "profiles" / f"{self.profiles:02d}-{args[0]}.prof"
+            profile.parent.mkdir(parents=True, exist_ok=True)
+            command = [sys.executable, "-m", "cProfile", "-o", str(profile), *command]
         if counted:
             self.proxy.reset_counts()
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -131,6 +138,8 @@ class Bench:
             output = text
         ran = Command(seconds, usage.ru_maxrss / 1024, output, counts)
         log(f"savepoints {' '.join(args[:2])}: {seconds:.2f} s, peak {ran.peak_mb:.0f} MB, {counts or ''}")
+        if profile is not None:
+            print_profile(profile)
         return ran
 
     def manifest(self, snapshot_id: str) -> Manifest:
@@ -568,6 +577,16 @@ def tabulate(bench: Bench, m: dict[str, Any]) -> Results:
     return results
 
 
+def print_profile(path: Path, lines: int = 25) -> None:
+    """The functions a command spent the most time in, itself and below (cumulative), from its cProfile file."""
+    import io
+    import pstats
+
+    out = io.StringIO()
+    pstats.Stats(str(path), stream=out).sort_stats("cumulative").print_stats(lines)
+    log(f"profile {path.name}:\n{out.getvalue()}")
+
+
 def main(argv: list[str] | None = None) -> Results:
     parser = argparse.ArgumentParser(prog="python -m bench.scale_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--state-mb", type=int, default=5120, help="grow the state to about this many MB")
@@ -584,6 +603,11 @@ def main(argv: list[str] | None = None) -> Results:
         "--skip", action="append", default=[], choices=PHASES, help="leave a step out (repeat for more)"
     )
     parser.add_argument("--server", choices=SERVERS, help="seaweedfs (default), s3proxy (default with --smoke)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run each savepoints command under cProfile (slower), its profile in WORK/profiles, its top printed",
+    )
     parser.add_argument("--work", type=Path, default=WORK, help="the run's directory, the server's objects included")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON report goes")
     args = parser.parse_args(argv)

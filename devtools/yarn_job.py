@@ -4,7 +4,6 @@ docs/clusters.md says of YARN, item by item."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from devtools.hadoop import MiniHadoop
@@ -17,14 +16,15 @@ def spark_jars() -> Path:
     return Path(pyspark.__file__).parent / "jars"
 
 
-def job_conf(driver_env: str, store_env: dict[str, str], attempts: int = 1) -> dict[str, str]:
+def job_conf(
+    driver_env: str, store_env: dict[str, str], attempts: int = 1, java_options: str | None = None
+) -> dict[str, str]:
     """Spark conf for a driver in a YARN container of the mini cluster: the Python environment archive at
     `driver_env` (an hdfs:// URI, devtools/driver_env.py), the store reached with `store_env` (its endpoint and
-    keys in the driver's environment), and `attempts` attempts of the driver."""
+    keys in the driver's environment), `attempts` attempts of the driver, and `java_options` for the driver's and
+    executors' JVMs (the tests' flags, tests/conftest.py: YARN gives a container none of the NodeManager's
+    environment but a few named variables, so JDK_JAVA_OPTIONS reaches a container's JVM only this way)."""
     loopback = {"SPARK_LOCAL_IP": "127.0.0.1"}  # one node: the driver and executor listen on loopback only
-    # YARN gives a container none of the NodeManager's environment but a few named variables: the JVM flags the
-    # tests give every JVM they start (tests/conftest.py) reach the driver's and executors' JVMs only this way
-    java_options = os.environ.get("JDK_JAVA_OPTIONS")
     jvm = {"JDK_JAVA_OPTIONS": java_options} if java_options else {}
     return {
         "spark.yarn.jars": f"local:{spark_jars()}/*",  # Spark's jars are on the node: nothing uploaded per application
@@ -42,7 +42,13 @@ def job_conf(driver_env: str, store_env: dict[str, str], attempts: int = 1) -> d
 
 
 def write_yarn_jobs_file(
-    directory: Path, store: str, hadoop: MiniHadoop, driver_env: str, store_env: dict[str, str], attempts: int = 1
+    directory: Path,
+    store: str,
+    hadoop: MiniHadoop,
+    driver_env: str,
+    store_env: dict[str, str],
+    attempts: int = 1,
+    java_options: str | None = None,
 ) -> Path:
     """The windowed job's jobs file for YARN in cluster mode, checkpoints on the mini HDFS, input and output in
     `directory` (as file:// URIs: without a scheme a path in a YARN container is on HDFS), versions v1 and v2."""
@@ -52,7 +58,7 @@ def write_yarn_jobs_file(
         checkpoint_root=f"{hadoop.hdfs_uri}/checkpoints",
         source_args=("--input", f"file://{directory}/input"),
         sink_args=("--output", f"file://{directory}/output"),
-        conf=job_conf(driver_env, store_env, attempts),
+        conf=job_conf(driver_env, store_env, attempts, java_options),
         table='spark_master = "yarn"\ndeploy_mode = "cluster"',
         versions=("v1", "v2"),
     )

@@ -22,7 +22,7 @@ from airflow_plugin.core.jobs.deployments import Deployments, ended_by_cluster
 from airflow_plugin.core.jobs.health import Verdict, check_health
 from airflow_plugin.core.jobs.launcher import SubmitSpec, default_command
 from airflow_plugin.core.jobs.yarn import AppReport
-from airflow_plugin.core.records.deployment import JVM_GONE, Deployment, DeploymentStatus, State
+from airflow_plugin.core.records.deployment import JVM_GONE, Deployment, DeploymentStatus, State, read_status
 from airflow_plugin.core.storage import open_storage
 from airflow_plugin.core.timestamps import utc_stamp
 from devtools.hadoop import MiniHadoop
@@ -93,6 +93,9 @@ def test_a_driver_yarn_ended_while_its_heartbeat_says_running_is_failed_with_yar
     assert ended is not None and ended.error_class == "YARN_KILLED" and ended.last_batch_id == 7
     failed = DeploymentStatus(State.FAILED, time.time(), error_class="STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE")
     assert ended_by_cluster(failed, AppReport("application_1_0001", "FAILED", "FAILED")) is None, "its own word"
+    gated = DeploymentStatus(State.RUNNING, time.time(), gate={"role": "green"}, answers={"rq-2": "accepted"})
+    ended = ended_by_cluster(gated, killed)
+    assert ended is not None and ended.gate == {"role": "green"} and ended.answers == {"rq-2": "accepted"}
 
 
 def test_yarn_cluster_mode_gets_one_attempt_unless_the_job_asks_for_more() -> None:
@@ -175,6 +178,34 @@ def test_a_driver_whose_container_dies_is_seen_failed_with_yarns_diagnostics(
     assert "YARN_FAILED" in str(row["error"]) and "exitCode: 137" in str(row["error"]), row
     recorded = records.status("streaming", deployment.id)
     assert recorded is not None and recorded.error_class == "YARN_FAILED", "recorded once, for every later reader"
+
+
+def test_a_driver_that_saw_its_jvm_go_is_recorded_with_yarns_word_unless_it_was_retired(
+    tmp_path: Path, hadoop_client: MiniHadoop, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A YARN kill signals the driver's JVM and its Python process at once: Python may still write FAILED with
+    DRIVER_JVM_GONE, which says nothing of why. YARN's word replaces it, the rest of the status kept (a green's
+    gate: a restart from its state reads it). A retired deployment's final word stands: nobody asks YARN again."""
+    app_id, (jobs, deployment, records) = running_sleeper(tmp_path, hadoop_client, 613)
+    gate = {"column": "window_end", "role": "green", "after": "2025-01-01T04:58:00Z"}
+    gone = DeploymentStatus(
+        State.FAILED, time.time(), last_batch_id=9, gate=gate, error_class=JVM_GONE, error_message="gone"
+    )
+    records.write_status("streaming", deployment.id, gone)
+    [sleeper] = container_processes(hadoop_client, ["sleep", "613"])
+    os.kill(sleeper, signal.SIGKILL)
+    wait_for(lambda: hadoop_client.application(app_id)["state"] == "FAILED", "YARN to fail the application")
+    wait_for(lambda: "YARN_FAILED" in str(status_row(capsys, jobs, deployment)["error"]), "YARN's word", timeout=30)
+    recorded = records.status("streaming", deployment.id)
+    assert recorded is not None and recorded.state is State.FAILED and recorded.error_class == "YARN_FAILED"
+    assert recorded.gate == gate and recorded.last_batch_id == 9, "the rest of the driver's last status is kept"
+
+    records.write_status("streaming", deployment.id, gone)
+    deployment.retired_at = utc_stamp(time.time())
+    records.put(deployment)
+    status_row(capsys, jobs, deployment)
+    again = read_status(records.storage, "streaming", deployment.id)
+    assert again is not None and again.error_class == JVM_GONE, "a retired deployment's final word stands"
 
 
 def test_a_driver_yarn_has_not_started_yet_reads_starting_however_long_it_waits(

@@ -67,6 +67,7 @@ from spark_jobs.jobs.windowed.output import read_output, summarize
 from tests.support.jobs import kill_every_deployment
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+JVM = os.environ.get("JDK_JAVA_OPTIONS")  # the tests' JVM flags (tests/conftest.py), for the YARN containers' JVMs too
 
 
 def ancestors(pid: int) -> list[int]:
@@ -98,7 +99,7 @@ def test_cluster_mode_on_yarn_with_checkpoints_on_hdfs(
 ) -> None:
     hadoop = hadoop_client
     # YARN may restart the driver once here: the retry this test watches (the engine's default is one attempt)
-    jobs = write_yarn_jobs_file(tmp_path, s3_store, hadoop, driver_env, s3_server.env(), attempts=2)
+    jobs = write_yarn_jobs_file(tmp_path, s3_store, hadoop, driver_env, s3_server.env(), attempts=2, java_options=JVM)
     job = Settings(jobs_file=str(jobs)).resolve().job("windowed")
     feed, output = Feeder(tmp_path / "input"), tmp_path / "output"
 
@@ -227,7 +228,7 @@ def test_on_yarn_the_autoscaler_turns_executors_and_repartitions_the_state_once(
         master="yarn",
         table='deploy_mode = "cluster"',
         checkpoint_root=f"{hadoop.hdfs_uri}/checkpoints",
-        conf=job_conf(driver_env, s3_server.env()),
+        conf=job_conf(driver_env, s3_server.env(), java_options=JVM),
         autoscale=AUTOSCALE,
         shuffle_partitions=1,
         # A batch on YARN costs 2 to 4 s here whatever its rows (12 tasks sent to the executors), which the

@@ -10,7 +10,7 @@ import logging
 import secrets
 import time
 from collections.abc import Collection
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -169,10 +169,13 @@ def observed_state(
 YARN_ENDED = "YARN_"  # error classes of a driver YARN ended: YARN_KILLED, YARN_FAILED, YARN_FINISHED
 
 
-def cluster_decides(status: DeploymentStatus | None) -> bool:
+def cluster_decides(status: DeploymentStatus | None, *, retired: bool = False) -> bool:
     """Whether the cluster's report of a driver's application says more than the driver's own last word: it never
-    wrote one, it still says it is live, or it says only that its JVM went away under it (JVM_GONE)."""
-    return status is None or status.state.live or status.error_class == JVM_GONE
+    wrote one, it still says it is live, or it says only that its JVM went away under it (JVM_GONE; of a deployment
+    not retired: a retired one's final word stands, its index keeps it)."""
+    if status is None or status.state.live:
+        return True
+    return status.error_class == JVM_GONE and not retired
 
 
 def ended_by_cluster(status: DeploymentStatus | None, report: AppReport | None) -> DeploymentStatus | None:
@@ -183,19 +186,11 @@ def ended_by_cluster(status: DeploymentStatus | None, report: AppReport | None) 
     was killed, its node lost, or someone killed the application. None: nothing to record."""
     if report is None or not report.ended or not cluster_decides(status):
         return None
-    return DeploymentStatus(
-        state=State.FAILED,
-        updated_at=time.time(),
-        query_id=status.query_id if status else None,
-        run_id=status.run_id if status else None,
-        last_batch_id=status.last_batch_id if status else None,
-        app_id=status.app_id if status else report.app_id,
-        sink=status.sink if status else None,
-        sources=status.sources if status else [],
-        handled_requests=status.handled_requests if status else [],
-        error_class=f"{YARN_ENDED}{report.state}",
-        error_message=report.summary(),
-    )
+    ended: dict[str, Any] = {"state": State.FAILED, "updated_at": time.time()}
+    ended |= {"error_class": f"{YARN_ENDED}{report.state}", "error_message": report.summary()}
+    # the rest of its last status stays, as a kill keeps it: its gate and answers (what it wrote, what it was asked,
+    # which a restart from its state reads), its batches, its requests handled
+    return replace(status, **ended) if status else DeploymentStatus(app_id=report.app_id, **ended)
 
 
 def _rows_per_second(status: DeploymentStatus | None) -> float | None:

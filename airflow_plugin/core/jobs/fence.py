@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .. import layout
 from ..errors import Conflict, IntegrityError, NotFound
 from ..process import Liveness
-from ..records.deployment import Deployment, State
+from ..records.deployment import JVM_GONE, Deployment, State
 from ..records.writers import Writers, read_writers
 from ..storage import Storage
 from ..timestamps import utc_now
@@ -126,14 +126,17 @@ def leave_out(ctx: JobContext, deployment: Deployment, why: str) -> FenceChange:
 def may_still_commit(ctx: JobContext, deployment: Deployment) -> bool:
     """Whether a deployment's driver may still be running: not seen gone (its process, where this one can look) and
     not ended by its own word (a final status its driver wrote). A final status the engine wrote for it (a kill,
-    YARN's report of its application) is no proof: a driver cut off from the cluster's manager may run on."""
+    YARN's report of its application) is no proof: a driver cut off from the cluster's manager may run on; nor is a
+    driver's word that its JVM went away (JVM_GONE)."""
     if process_seen(deployment.launcher) is Liveness.GONE:
         return False
     status = ctx.deployments.status(ctx.name, deployment.id)
     if status is None:
         return bool(deployment.launcher)  # never reported: launched, it may be starting somewhere
     written_for_it = status.error_class in ENGINE_WRITTEN or str(status.error_class).startswith(YARN_ENDED)
-    return status.state.live or status.state is State.LOST or written_for_it
+    # a driver that says only that its JVM went away cannot say the JVM committed nothing more on its way out
+    jvm_gone = status.error_class == JVM_GONE
+    return status.state.live or status.state is State.LOST or written_for_it or jvm_gone
 
 
 def wait_out(ctx: JobContext, change: FenceChange) -> None:

@@ -24,7 +24,7 @@ def observe_deployment(ctx: JobContext, deployment: Deployment) -> tuple[Deploym
     (no container for its driver yet) is STARTING, however long it waits."""
     status = ctx.deployments.status(ctx.name, deployment.id)
     app_id = yarn_application(deployment.launcher)
-    if app_id is not None and cluster_decides(status):
+    if app_id is not None and cluster_decides(status, retired=bool(deployment.retired_at)):
         try:
             report = yarn.application_report(app_id)
         except (ClusterUnavailable, InvalidInput) as exc:  # unreachable, or a Kerberized cluster: the heartbeat

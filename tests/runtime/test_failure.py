@@ -46,9 +46,9 @@ def test_a_jvm_gone_from_under_the_python_process_is_named_so_whichever_py4j_cli
     """A YARN kill signals the driver's JVM and its Python process at once: Python's next py4j call finds no JVM.
     Both py4j clients are made to call a port where no JVM listens (pyspark's pinned-thread ClientServer lets the
     bare ConnectionRefusedError through; the classic gateway wraps it)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again below: nothing listens there
+    probe = socket.socket()  # bound and never listening, kept so for the test: the port refuses, nobody takes it
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
     clients = [
         lambda: JavaGateway(gateway_parameters=GatewayParameters(port=port)),
         lambda: ClientServer(java_parameters=JavaParameters(port=port), python_parameters=PythonParameters(port=0)),
@@ -69,3 +69,5 @@ def test_a_jvm_gone_from_under_the_python_process_is_named_so_whichever_py4j_cli
         assert describe(exc).error_class == "ConnectionRefusedError"
     else:
         pytest.fail(f"port {port} was expected closed")
+    finally:
+        probe.close()

@@ -81,7 +81,8 @@ def jvm_gone(exc: BaseException) -> bool:
             innermost = traceback.extract_tb(current.__traceback__)[-1]
             if "/py4j/" in innermost.filename.replace("\\", "/"):
                 return True
-        current = current.__cause__ or current.__context__
+        # an explicit cause, else the exception handled when this one was raised, unless `raise ... from None`
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
     return False
 
 

@@ -29,6 +29,7 @@ from ..records.deployment import (
     Deployment,
     DeploymentStatus,
     State,
+    failed_for_it,
     final_status,
     read_status,
     status_json,
@@ -186,11 +187,8 @@ def ended_by_cluster(status: DeploymentStatus | None, report: AppReport | None) 
     was killed, its node lost, or someone killed the application. None: nothing to record."""
     if report is None or not report.ended or not cluster_decides(status):
         return None
-    ended: dict[str, Any] = {"state": State.FAILED, "updated_at": time.time()}
-    ended |= {"error_class": f"{YARN_ENDED}{report.state}", "error_message": report.summary()}
-    # the rest of its last status stays, as a kill keeps it: its gate and answers (what it wrote, what it was asked,
-    # which a restart from its state reads), its batches, its requests handled
-    return replace(status, **ended) if status else DeploymentStatus(app_id=report.app_id, **ended)
+    ended = failed_for_it(status, f"{YARN_ENDED}{report.state}", report.summary())
+    return replace(ended, app_id=ended.app_id or report.app_id)
 
 
 def _rows_per_second(status: DeploymentStatus | None) -> float | None:

@@ -133,10 +133,9 @@ def may_still_commit(ctx: JobContext, deployment: Deployment) -> bool:
     status = ctx.deployments.status(ctx.name, deployment.id)
     if status is None:
         return bool(deployment.launcher)  # never reported: launched, it may be starting somewhere
-    written_for_it = status.error_class in ENGINE_WRITTEN or str(status.error_class).startswith(YARN_ENDED)
-    # a driver that says only that its JVM went away cannot say the JVM committed nothing more on its way out
-    jvm_gone = status.error_class == JVM_GONE
-    return status.state.live or status.state is State.LOST or written_for_it or jvm_gone
+    # written for it, or its own word that only says its JVM went away (it cannot say what the JVM did after)
+    no_proof = status.error_class in (*ENGINE_WRITTEN, JVM_GONE) or str(status.error_class).startswith(YARN_ENDED)
+    return status.state.live or status.state is State.LOST or no_proof
 
 
 def wait_out(ctx: JobContext, change: FenceChange) -> None:

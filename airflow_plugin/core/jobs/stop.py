@@ -6,12 +6,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import Refused, SavepointsError, TimedOut
 from ..process import Liveness
-from ..records.deployment import ControlRequest, Deployment, DeploymentStatus, State
+from ..records.deployment import ControlRequest, Deployment, State, failed_for_it
 from ..records.manifest import Kind, Manifest, Trigger
 from ..timestamps import utc_now
 from .context import JobContext
@@ -203,8 +203,7 @@ def _kill(ctx: JobContext, deployment_id: str | None) -> KillResult:
     deployment, _ = candidates[-1]
     killed = force_kill(deployment.launcher)
     previous = ctx.deployments.status(ctx.name, deployment.id)
-    ended: dict[str, Any] = {"state": State.FAILED, "updated_at": time.time(), "error_class": KILLED}
-    ended["error_message"] = "force-killed by `savepoints kill`"
+    error_class, error_message = KILLED, "force-killed by `savepoints kill`"
     if process_seen(deployment.launcher) is not Liveness.GONE:
         # not seen gone: unreachable from here, or ended by a cluster's manager (YARN's word: a driver cut off from
         # it may run on). Left out of the writers, and waited for until its fence has lapsed
@@ -212,14 +211,12 @@ def _kill(ctx: JobContext, deployment_id: str | None) -> KillResult:
         change = leave_out(ctx, deployment, f"`savepoints kill` by {ctx.requested_by} {why}")
         wait_fenced(ctx, [deployment.id], change)
         if killed is Killed.UNREACHABLE:
-            ended["error_class"] = FENCED
-            ended["error_message"] = (
+            error_class = FENCED
+            error_message = (
                 f"fenced by `savepoints kill` (generation {change.record.generation}): its driver could not be "
                 "reached from here, and can commit nothing more"
             )
-    # the rest of its last status stays (its gate and answers: what it wrote, what it was asked)
-    status = replace(previous, **ended) if previous else DeploymentStatus(**ended)
-    ctx.deployments.write_status(ctx.name, deployment.id, status)
+    ctx.deployments.write_status(ctx.name, deployment.id, failed_for_it(previous, error_class, error_message))
     deployment.retired_at = utc_now()
     ctx.deployments.put(deployment)
     return KillResult(deployment, killed)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -203,6 +203,15 @@ def final_status(storage: Storage, deployment: Deployment) -> DeploymentStatus |
         return None
     status = read_status(storage, deployment.job, deployment.id)
     return status if status is not None and not status.state.live else None
+
+
+def failed_for_it(previous: DeploymentStatus | None, error_class: str, error_message: str) -> DeploymentStatus:
+    """A FAILED status another process writes for a driver that cannot write its own (a kill, its cluster's report
+    of its application): its last status with the error, the rest kept: its gate and answers (what it wrote, what
+    it was asked, which a restart from its state reads), its batches and the requests it handled."""
+    ended: dict[str, Any] = {"state": State.FAILED, "updated_at": time.time()}
+    ended |= {"error_class": error_class, "error_message": error_message}
+    return replace(previous, **ended) if previous else DeploymentStatus(**ended)
 
 
 def status_json(status: DeploymentStatus) -> bytes:

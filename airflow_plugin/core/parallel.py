@@ -7,10 +7,17 @@ import contextvars
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import Protocol, TypeVar
+
+
+class Sized(Protocol):
+    @property
+    def size(self) -> int: ...
+
 
 T = TypeVar("T")
 R = TypeVar("R")
+S = TypeVar("S", bound=Sized)
 
 DEFAULT_CONCURRENCY = 16
 
@@ -20,6 +27,13 @@ def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
     it = iter(items)
     while chunk := list(itertools.islice(it, size)):
         yield chunk
+
+
+def largest_first(items: Iterable[S]) -> list[S]:
+    """`items` by size, the largest first: the order for a pool of transfers whose time follows their size. The pool
+    ends when its last transfer does, and a large one started last would run on alone (scheduling the longest job
+    first bounds that tail by the smallest ones)."""
+    return sorted(items, key=lambda item: item.size, reverse=True)
 
 
 def run_parallel(fn: Callable[[T], R], items: Iterable[T], *, concurrency: int = DEFAULT_CONCURRENCY) -> Iterator[R]:

@@ -120,3 +120,36 @@ def test_a_restore_finds_a_stored_object_that_does_not_match_its_checksum(s3_sto
     with pytest.raises(IntegrityError, match=victim.path.split("/")[-1]):
         execute_restore(store, plan_restore(store, "orders", manifest.id, target))
     assert list(target.list()) == [], "nothing left of the failed restore"
+
+
+def test_copies_within_s3_go_largest_first(s3_store: str, tmp_path: Path) -> None:
+    """A pool of copies ends with its last copy: the largest go first, so that no large one runs on alone at the
+    end (a snapshot and a restore, one copy at a time so that the order is the order asked for)."""
+    store = SnapshotStore(open_storage(s3_store))
+    store.blobs.init_format(PackSettings(threshold=0))
+    checkpoint, _ = checkpoint_on_s3(s3_store, tmp_path, with_checksums=True)
+    sizes = {info.key: info.size for info in checkpoint.list()}
+    client = checkpoint.client
+    sources: list[str] = []
+
+    def record(params: dict[str, object], **_: object) -> None:
+        source = params["CopySource"]
+        sources.append(source["Key"] if isinstance(source, dict) else str(source).split("/", 1)[1])
+
+    client.meta.events.register("provide-client-params.s3.CopyObject", record)
+    try:
+        manifest = create_snapshot(store, checkpoint, SnapshotRequest(job="orders"), concurrency=1)
+        copied = [sizes[key.removeprefix(checkpoint.prefix + "/")] for key in sources]
+        assert len(set(copied)) > 3 and copied == sorted(copied, reverse=True)
+
+        sources.clear()
+        target = open_storage(s3_store.rsplit("/", 1)[0] + "/restored/orders")
+        execute_restore(store, plan_restore(store, "orders", manifest.id, target), concurrency=1)
+        by_blob = {entry.key: entry.size for entry in manifest.files}
+        restored = [by_blob[key.removeprefix(store.storage.prefix + "/")] for key in sources]
+        commits = sum(1 for entry in manifest.files if entry.path.startswith("commits/"))
+        # commits/ last (a restore's rule), each of the two groups largest first
+        body, last = restored[: len(restored) - commits], restored[len(restored) - commits :]
+        assert len(set(body)) > 3 and body == sorted(body, reverse=True) and last == sorted(last, reverse=True)
+    finally:
+        client.meta.events.unregister("provide-client-params.s3.CopyObject", record)

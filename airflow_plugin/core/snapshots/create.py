@@ -29,7 +29,7 @@ from typing import Any, cast
 from ..catalog.snapshots import SnapshotEntry
 from ..errors import CheckpointChanged, CheckpointError, Conflict, SavepointsError
 from ..layout import blob_key, check_name
-from ..parallel import DEFAULT_CONCURRENCY, run_parallel
+from ..parallel import DEFAULT_CONCURRENCY, largest_first, run_parallel
 from ..progress import NullProgress, Progress
 from ..records.manifest import (
     FileEntry,
@@ -457,7 +457,7 @@ def _copy(copier: _Copier, files: list[ObjectInfo], concurrency: int) -> list[Fi
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="savepoints-transfers") as side:
         moved = side.submit(contextvars.copy_context().run, transfers)
-        copied = list(run_parallel(copier, within, concurrency=wide))
+        copied = list(run_parallel(copier, largest_first(within), concurrency=wide))
         return [*moved.result(), *copied]
 
 

@@ -33,7 +33,7 @@ from ..errors import IntegrityError, Refused, SavepointsError, StoreUnavailable
 from ..guards import sink as sink_guard
 from ..guards import source as source_guard
 from ..layout import blob_key
-from ..parallel import DEFAULT_CONCURRENCY, run_parallel
+from ..parallel import DEFAULT_CONCURRENCY, largest_first, run_parallel
 from ..progress import NullProgress, Progress
 from ..records.manifest import SINK_LOGS, FileEntry, Manifest, SnapshotStatus, sink_log_prefix
 from ..sinks import DELTA, FILE, GUARDED, SinkRef
@@ -347,13 +347,14 @@ def execute_restore(
         for batch in (first, last):
             within = {f.path for f in batch if writer.copies(store, f)}  # within S3: no bytes through here
             copied, batch = [f for f in batch if f.path in within], [f for f in batch if f.path not in within]
+            copied = largest_first(copied)  # of each kind, the largest first: the last to end is a small one
             copies = cast(S3Storage, target).copy_concurrency(concurrency) if copied else concurrency
             for entry in run_parallel(lambda e: writer.copy(store, e), copied, concurrency=copies):
                 progress.advance(entry.size)
             small = [f for f in batch if f.size <= IN_MEMORY]
             for entry in store.blobs.read_each(small, writer.write, concurrency=concurrency):
                 progress.advance(entry.size)
-            large = [f for f in batch if f.size > IN_MEMORY]
+            large = largest_first(f for f in batch if f.size > IN_MEMORY)
             for entry in run_parallel(lambda e: writer.download(store, e), large, concurrency=concurrency):
                 progress.advance(entry.size)
     except BaseException as exc:

@@ -54,7 +54,7 @@ from airflow_plugin.core.jobs.stop import kill
 from airflow_plugin.core.records.manifest import Manifest
 from airflow_plugin.core.storage import open_storage
 from bench.report import Results, Target, log, report
-from bench.snapshot_bench import BENCH_DIR, mb, run_tool, venv_tool
+from bench.snapshot_bench import BENCH_DIR, mb, run_tool_usage, venv_tool
 from bench.upgrade_bench import _group_hwm
 from devtools import jvm
 from devtools.disk_s3 import SERVERS, DiskS3, SeaweedS3, disk_server, server_version
@@ -86,6 +86,7 @@ class Command:
     seconds: float
     peak_mb: float
     output: Any
+    cpu_s: float = 0.0  # user and system CPU of the process itself (wait4), its waited-for children included
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -136,8 +137,11 @@ class Bench:
             output = json.loads(text)
         except ValueError:
             output = text
-        ran = Command(seconds, usage.ru_maxrss / 1024, output, counts)
-        log(f"savepoints {' '.join(args[:2])}: {seconds:.2f} s, peak {ran.peak_mb:.0f} MB, {counts or ''}")
+        ran = Command(seconds, usage.ru_maxrss / 1024, output, counts, usage.ru_utime + usage.ru_stime)
+        log(
+            f"savepoints {' '.join(args[:2])}: {seconds:.2f} s, CPU {ran.cpu_s:.2f} s, peak {ran.peak_mb:.0f} MB, "
+            f"{counts or ''}"
+        )
         if profile is not None:
             print_profile(profile)
         return ran
@@ -272,30 +276,33 @@ def commit_times(checkpoint: str, after_batch: int = -1) -> list[tuple[int, floa
     return sorted((int(name), mtime) for name, mtime in found if name.isdigit() and int(name) > after_batch)
 
 
-def s5cmd(bench: Bench, *args: str, counted: bool = True) -> tuple[float, dict[str, int]]:
+def s5cmd(bench: Bench, *args: str, counted: bool = True) -> tuple[float, float, dict[str, int]]:
+    """s5cmd's time, its CPU seconds and what the counting proxy saw of it."""
     endpoint = bench.proxy.endpoint if counted else bench.server.endpoint
     command = [venv_tool("s5cmd"), "--endpoint-url", endpoint, *args]
     bench.proxy.reset_counts()
-    seconds = run_tool(command, bench.direct, "s5cmd")
-    return seconds, bench.proxy.reset_counts()
+    seconds, cpu = run_tool_usage(command, bench.direct, "s5cmd")
+    return seconds, cpu, bench.proxy.reset_counts()
 
 
 def peers_copy(bench: Bench) -> dict[str, Any]:
     """s5cmd and aws s3 sync copy the live checkpoint within S3 (CopyObject), both through the counting proxy."""
     source = bench.checkpoint.replace("s3a://", "s3://")
-    seconds, counts = s5cmd(bench, "cp", f"{source}/*", f"s3://{BUCKET}/peer-s5cmd/")
+    seconds, cpu, counts = s5cmd(bench, "cp", f"{source}/*", f"s3://{BUCKET}/peer-s5cmd/")
     files = list(open_storage(f"s3://{BUCKET}/peer-s5cmd").list())
     drop(f"s3://{BUCKET}/peer-s5cmd")  # gigabytes of the machine's disk, before the next copy
     sync = [venv_tool("aws"), "--endpoint-url", bench.proxy.endpoint, "s3", "sync", f"{source}/"]
     sync += [f"s3://{BUCKET}/peer-aws/", "--only-show-errors", "--no-progress"]
     bench.proxy.reset_counts()
-    aws_s = run_tool(sync, bench.direct, "aws s3 sync")
+    aws_s, aws_cpu = run_tool_usage(sync, bench.direct, "aws s3 sync")
     aws_counts = bench.proxy.reset_counts()
     drop(f"s3://{BUCKET}/peer-aws")
     return {
         "s5cmd_s": seconds,
+        "s5cmd_cpu_s": cpu,
         "s5cmd_requests": counts["requests"],
         "aws_s": aws_s,
+        "aws_cpu_s": aws_cpu,
         "aws_requests": aws_counts["requests"],
         "files": len(files),
         "bytes": sum(info.size for info in files),
@@ -314,12 +321,13 @@ def restore_against_s5cmd(bench: Bench, manifest: Manifest) -> dict[str, Any]:
     paths = [entry.path for entry in manifest.files if entry.path in there]
     commands = bench.work / "s5cmd-download.txt"
     commands.write_text("".join(f"cp {source}/{path} {peer_dir / path}\n" for path in paths))
-    seconds, _ = s5cmd(bench, "run", str(commands), counted=False)
+    seconds, cpu, _ = s5cmd(bench, "run", str(commands), counted=False)
     for done in (target, peer_dir):
         shutil.rmtree(done, ignore_errors=True)
     return {
         "restore": restored,
         "s5cmd_s": seconds,
+        "s5cmd_cpu_s": cpu,
         "s5cmd_files": len(paths),
         "s5cmd_bytes": sum(there[path] for path in paths),
         "files": len(manifest.files),
@@ -475,7 +483,7 @@ def tabulate(bench: Bench, m: dict[str, Any]) -> Results:
             f"{run.counts.get('requests', 0):,} requests, {len(manifest.files):,} files of "
             f"{mb(manifest.total_bytes)} MB, {mb(manifest.uploaded_bytes)} MB stored anew, "
             f"{mb(run.through)} MB through the process, "
-            f"peak {run.peak_mb:.0f} MB",
+            f"CPU {run.cpu_s:.2f} s, peak {run.peak_mb:.0f} MB",
         )
 
     savepoint_row("first (live)", first, first_manifest)
@@ -483,20 +491,26 @@ def tabulate(bench: Bench, m: dict[str, Any]) -> Results:
     results.row(
         "peers",
         "s5cmd cp within S3",
-        f"{peers['s5cmd_s']:.2f} s, {peers['s5cmd_requests']:,} requests (the whole checkpoint)",
+        f"{peers['s5cmd_s']:.2f} s, {peers['s5cmd_requests']:,} requests (the whole checkpoint), "
+        f"CPU {peers['s5cmd_cpu_s']:.2f} s",
     )
-    results.row("peers", "aws s3 sync within S3", f"{peers['aws_s']:.2f} s, {peers['aws_requests']:,} requests")
+    results.row(
+        "peers",
+        "aws s3 sync within S3",
+        f"{peers['aws_s']:.2f} s, {peers['aws_requests']:,} requests, CPU {peers['aws_cpu_s']:.2f} s",
+    )
     restored: Command = restore["restore"]
     results.row(
         "restore",
         "engine into a new local directory",
         f"{restored.seconds:.2f} s ({restore['files']:,} files, {mb(restore['bytes'])} MB), "
-        f"peak {restored.peak_mb:.0f} MB",
+        f"CPU {restored.cpu_s:.2f} s, peak {restored.peak_mb:.0f} MB",
     )
     results.row(
         "restore",
         "s5cmd download of the same files",
-        f"{restore['s5cmd_s']:.2f} s ({restore['s5cmd_files']:,} files, {mb(restore['s5cmd_bytes'])} MB)",
+        f"{restore['s5cmd_s']:.2f} s ({restore['s5cmd_files']:,} files, {mb(restore['s5cmd_bytes'])} MB), "
+        f"CPU {restore['s5cmd_cpu_s']:.2f} s",
     )
     results.row("verify", "verify", f"{m['verify'].seconds:.2f} s, peak {m['verify'].peak_mb:.0f} MB")
     if m["deep"] is not None:  # its peak is its Spark application's: wait4 counts the descendants it waited for
@@ -562,9 +576,21 @@ def tabulate(bench: Bench, m: dict[str, Any]) -> Results:
         "partitions": bench.args.partitions,
         "grow_s": round(m["grow_s"], 1),
         "peers": peers,
-        "first": {"seconds": first.seconds, "counts": first.counts, "timings": first_manifest.timings},
-        "second": {"seconds": second.seconds, "counts": second.counts, "timings": second_manifest.timings},
+        "first": {
+            "seconds": first.seconds,
+            "cpu_s": first.cpu_s,
+            "counts": first.counts,
+            "timings": first_manifest.timings,
+        },
+        "second": {
+            "seconds": second.seconds,
+            "cpu_s": second.cpu_s,
+            "counts": second.counts,
+            "timings": second_manifest.timings,
+        },
         "restore_s": restored.seconds,
+        "restore_cpu_s": restored.cpu_s,
+        "s5cmd_download_cpu_s": restore["s5cmd_cpu_s"],
         "s5cmd_download_s": restore["s5cmd_s"],
         "verify_s": m["verify"].seconds,
         "deep_verify_s": m["deep"].seconds if m["deep"] else None,

@@ -30,6 +30,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -136,12 +137,21 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def run_tool(command: list[str], env: dict[str, str], what: str) -> float:
     """Run a peer tool; its failure is the benchmark's failure (a silent peer would make ratios meaningless)."""
-    started = time.monotonic()
-    result = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, check=False)
-    seconds = time.monotonic() - started
-    if result.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit {result.returncode}): {result.stderr.strip()[-2000:]}")
-    return seconds
+    return run_tool_usage(command, env, what)[0]
+
+
+def run_tool_usage(command: list[str], env: dict[str, str], what: str) -> tuple[float, float]:
+    """`run_tool`, also giving the CPU seconds the tool spent (user and system, from wait4): on a machine whose
+    cores the S3 server shares, a client's CPU is time the server does not get."""
+    with tempfile.TemporaryFile("w+") as err:
+        started = time.monotonic()
+        process = subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.monotonic() - started
+        err.seek(0)
+        if (code := os.waitstatus_to_exitcode(status)) != 0:
+            raise RuntimeError(f"{what} failed (exit {code}): {err.read().strip()[-2000:]}")
+    return seconds, usage.ru_utime + usage.ru_stime
 
 
 def venv_tool(name: str) -> str:

@@ -7,14 +7,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from airflow_plugin.cli import main
 from airflow_plugin.core.errors import IntegrityError, Refused
-from airflow_plugin.core.layout import blob_key
+from airflow_plugin.core.layout import blob_key, manifest_key
 from airflow_plugin.core.records.manifest import FileEntry, Manifest
+from airflow_plugin.core.retention.policy import KindPolicy, RetentionPolicy
+from airflow_plugin.core.retention.prune import prune
 from airflow_plugin.core.snapshots.blobs import PackSettings, plan_reads
 from airflow_plugin.core.snapshots.create import SnapshotRequest, create_snapshot
 from airflow_plugin.core.snapshots.restore import execute_restore, plan_restore
@@ -187,6 +190,37 @@ def test_the_runbooks_hand_restore_gives_what_restore_gives(tmp_path: Path, s3_s
     assert done.returncode == 0 and "CORRUPT" not in done.stdout, done.stderr
     restore(store, manifest, tmp_path / "restored")
     assert tree(target) == tree(tmp_path / "restored") == {f.path: (ckpt / f.path).read_bytes() for f in manifest.files}
+
+
+def test_a_prune_writes_each_manifest_once_however_many_of_its_packs_it_repacks(tmp_path: Path) -> None:
+    """The packs of one prune are repacked together: a surviving manifest that points into several of them is
+    re-pointed in one write (once a pack, a manifest was written as many times as the packs it used)."""
+    store = SnapshotStore(LocalStorage(tmp_path / "store"))
+    store.blobs.init_format(PackSettings(threshold=1000, target_size=300))  # many small packs
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=2, partitions=4)
+    for batch in range(2, 8):
+        add_batch(ckpt, batch, partitions=4)
+        take(store, ckpt)
+    writes: Counter[str] = Counter()
+    replace = store.storage.replace
+
+    def counted(key: str, data: bytes, token: str) -> str:
+        writes[key] += 1
+        return replace(key, data, token)
+
+    store.storage.replace = counted  # type: ignore[method-assign]
+    policy = RetentionPolicy(savepoint=KindPolicy(keep_last=2), blob_grace_s=0, max_unused=0.1)
+    _, result = prune(store, policy)
+
+    survivors = [store.get("orders", entry.id) for entry in store.list("orders")]
+    assert result is not None and result.repacked >= 2 and len(survivors) == 2
+    keys = {manifest_key("orders", m.id) for m in survivors}
+    assert {key: count for key, count in writes.items() if key in keys} == dict.fromkeys(keys, 1)
+    for survivor in survivors:
+        assert verify_snapshot(store, "orders", survivor.id).ok
+        target = tmp_path / f"restored-{survivor.id}"
+        restore(store, survivor, target)
+        assert tree(target) == {f.path: (ckpt / f.path).read_bytes() for f in survivor.files}
 
 
 def test_repack_through_the_cli_keeps_every_snapshot_restorable(

@@ -12,7 +12,7 @@ manifest that referenced it is gone, so a prune killed at any point leaves every
 what it did not finish is unreferenced and old, so the next run's plan contains it again. Every delete is
 idempotent.
 
-Racing a create: right before each repack and each batch of object deletions the catalogs are read and
+Racing a create: right before the repacks and before each batch of object deletions the catalogs are read and
 checked again; a snapshot in flight (or a new reference) that appeared since the plan was made stops them,
 and they are left for the next run."""
 
@@ -140,16 +140,15 @@ def _blocked(
 
 
 def _repack(store: SnapshotStore, packs: list[str], policy: RetentionPolicy, result: PruneResult) -> None:
-    for pack in packs:
-        reason, _, snapshots = _blocked(store, [], policy)
-        if reason:
-            result.notes.append(f"repack stopped, left for the next run: {reason}")
-            return
-        skipped = repack(store, pack, snapshots, policy.max_unused)
-        if skipped:
-            result.notes.append(skipped)
-        else:
-            result.repacked += 1
+    if not packs:
+        return
+    reason, _, snapshots = _blocked(store, [], policy)
+    if reason:
+        result.notes.append(f"repack stopped, left for the next run: {reason}")
+        return
+    repacked = repack(store, packs, snapshots, policy.max_unused)
+    result.notes += repacked.notes
+    result.repacked += repacked.packs
 
 
 def _delete_blobs(store: SnapshotStore, keys: list[str], policy: RetentionPolicy, result: PruneResult) -> None:

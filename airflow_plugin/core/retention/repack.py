@@ -1,23 +1,28 @@
-"""Repack (restic's `prune --max-unused`): the referenced contents of a mostly unreferenced pack are copied
-into a new pack and every manifest that points into the old one is pointed at the new one. Nothing is
-deleted here: the old pack, now referenced by no manifest, goes through garbage collection (plan.py) once
-its grace period, counted from the `.retired` marker written here, has passed.
+"""Repack (restic's `prune --max-unused`): the referenced contents of mostly unreferenced packs are copied into new
+packs and every manifest that points into an old one is pointed at the new ones. Nothing is deleted here: an old
+pack, now referenced by no manifest, goes through garbage collection (plan.py) once its grace period, counted from
+the `.retired` marker written here, has passed.
 
-The plan chose the pack from the catalogs, which overstate how much of it is unused when snapshots share
-its contents: the manifests that reference it are read first, and a pack that turns out to be used enough
-is left alone.
+The plan chose the packs from the catalogs, which overstate how much of a pack is unused when snapshots share its
+contents: the manifests that reference them are read first, and a pack that turns out to be used enough is left
+alone.
 
-Crash safety, step by step: (1) the contents are read and checked against their checksums (a corrupt
-content is never copied: the pack is left alone); (2) the new pack is written (killed here: an
-unreferenced young pack, collected later); (3) the marker is written, before any manifest changes, so the
-old pack's grace period starts before it can become unreferenced; (4) each manifest is changed with one
-conditional write, on its version as it is then (killed in between: some manifests point to the old pack,
-some to the new, both exist). At no point does a manifest reference a missing object. A create in flight
-never races this: the caller checks for snapshots in flight right before (prune.py `_blocked`)."""
+All the packs of one prune are repacked together, each manifest written once for all of them: written once a pack,
+a manifest was read and written as many times as the packs it points into (at 1 GB of state, 50 savepoints pruned
+to 10 moved 404 MB up and 369 MB down through the process, nearly all of it the same manifests).
+
+Crash safety, step by step: (1) the contents are read and checked against their checksums (a pack with a corrupt
+content is never moved: it is left alone); (2) the new packs are written (killed here: unreferenced young packs,
+collected later); (3) the markers are written, before any manifest changes, so each old pack's grace period starts
+before it can become unreferenced; (4) each manifest is changed with one conditional write, on its version as it is
+then (killed in between: some manifests point to old packs, some to new ones, all exist). At no point does a
+manifest reference a missing object. A create in flight never races this: the caller checks for snapshots in
+flight right before (prune.py `_blocked`)."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 from ..catalog.snapshots import SnapshotEntry
 from ..errors import NotFound
@@ -29,51 +34,87 @@ from ..snapshots.store import SnapshotStore
 log = logging.getLogger(__name__)
 
 
-def repack(store: SnapshotStore, pack: str, snapshots: list[SnapshotEntry], max_unused: float) -> str | None:
-    """Move the contents of `pack` that the snapshots referencing it use into a new pack; returns why not,
-    or None."""
-    referencing = [m for m in store.manifests([s for s in snapshots if pack in s.objects]) if _points_into(m, pack)]
-    wanted: dict[int, FileEntry] = {}
-    for m in referencing:
-        for entry in m.files:
-            if entry.key == pack:
-                wanted.setdefault(entry.offset, entry)
-    if not wanted:
-        return f"{pack} is referenced by no manifest any more"
-    info = store.storage.stat(pack)
-    unused = 1 - sum(e.size for e in wanted.values()) / info.size if info and info.size else 0.0
-    if unused <= max_unused:
-        return f"{pack} was not repacked: its manifests use all but {unused:.0%} of it (max unused {max_unused:.0%})"
+def repack(store: SnapshotStore, packs: list[str], snapshots: list[SnapshotEntry], max_unused: float) -> Repacked:
+    """Move the contents of `packs` that the snapshots referencing them use into new packs."""
+    result = Repacked()
+    candidates = set(packs)
+    # pass 1: what each pack's manifests use of it, a manifest at a time (only those entries are kept)
+    wanted: dict[str, dict[int, FileEntry]] = {pack: {} for pack in packs}
+    pointing: list[tuple[str, str]] = []
+    for m in store.manifests([s for s in snapshots if candidates.intersection(s.objects)]):
+        hits = [entry for entry in m.files if entry.key in candidates]
+        if hits:
+            pointing.append((m.job, m.id))
+        for entry in hits:
+            wanted[entry.key].setdefault(entry.offset, entry)
+    worth = [pack for pack in packs if _worth_it(store, pack, wanted[pack], max_unused, result.notes)]
     writer = store.blobs.writer()
-    moved: dict[int, tuple[str, int]] = {}
+    moves: dict[str, dict[int, tuple[str, int]]] = {}
+    for pack in worth:
+        moved: dict[int, tuple[str, int]] = {}
 
-    def copy(entry: FileEntry, data: bytes | None) -> str | None:
-        problem = checksum_problem(entry, data)
-        if problem is None and data is not None:
-            key, offset, sealed = writer.append(data)
-            writer.write(sealed)
-            moved[entry.offset] = (key, offset)
-        return problem
+        def copy(entry: FileEntry, data: bytes | None, moved: dict[int, tuple[str, int]] = moved) -> str | None:
+            problem = checksum_problem(entry, data)
+            if problem is None and data is not None:
+                key, offset, sealed = writer.append(data)
+                writer.write(sealed)
+                moved[entry.offset] = (key, offset)
+            return problem
 
-    problems = [p for p in store.blobs.read_each(list(wanted.values()), copy, concurrency=4) if p]
-    if problems:
-        return f"{pack} was not repacked: {problems[0]} (run `savepoints verify` on the snapshots using it)"
+        problems = [p for p in store.blobs.read_each(list(wanted[pack].values()), copy, concurrency=4) if p]
+        if problems:  # what it copied of this pack stays unreferenced in the new pack: collected as such later
+            result.notes.append(
+                f"{pack} was not repacked: {problems[0]} (run `savepoints verify` on the snapshots using it)"
+            )
+        else:
+            moves[pack] = moved
+    if not moves:
+        return result
     writer.flush()
-    store.storage.write(retired_key(pack), b"")
+    for pack in moves:
+        store.storage.write(retired_key(pack), b"")
 
     def repoint(current: Manifest) -> None:
         for entry in current.files:
-            if entry.key == pack and entry.offset in moved:
+            if (moved := moves.get(entry.key)) is not None and entry.offset in moved:
                 entry.key, entry.offset = moved[entry.offset]
 
-    for m in referencing:
+    for job, snapshot_id in pointing:
         try:
-            store.update(m.job, m.id, repoint)  # on the manifest as it is then: pin or verify may have written it
+            store.update(job, snapshot_id, repoint)  # on the manifest as it is then: pin or verify may have written it
         except NotFound:
             continue  # deleted meanwhile: nothing to point anywhere
-    log.info("repacked %d contents of %s into %d new pack(s)", len(moved), pack, max(writer.packs, 1))
-    return None
+    result.packs = len(moves)
+    log.info(
+        "repacked %d contents of %d pack(s) into %d new pack(s), %d manifest(s) re-pointed",
+        sum(len(moved) for moved in moves.values()),
+        len(moves),
+        max(writer.packs, 1),
+        len(pointing),
+    )
+    return result
 
 
-def _points_into(manifest: Manifest, pack: str) -> bool:
-    return any(entry.key == pack for entry in manifest.files)
+@dataclass
+class Repacked:
+    """How many packs a repack moved, and why it left the others alone."""
+
+    packs: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _worth_it(
+    store: SnapshotStore, pack: str, wanted: dict[int, FileEntry], max_unused: float, notes: list[str]
+) -> bool:
+    """Whether the manifests leave more than `max_unused` of `pack` unused (else why not, in `notes`)."""
+    if not wanted:
+        notes.append(f"{pack} is referenced by no manifest any more")
+        return False
+    info = store.storage.stat(pack)
+    unused = 1 - sum(e.size for e in wanted.values()) / info.size if info and info.size else 0.0
+    if unused <= max_unused:
+        notes.append(
+            f"{pack} was not repacked: its manifests use all but {unused:.0%} of it (max unused {max_unused:.0%})"
+        )
+        return False
+    return True

@@ -15,7 +15,7 @@ import pytest
 from airflow_plugin.cli import main
 from airflow_plugin.core.errors import IntegrityError, Refused
 from airflow_plugin.core.layout import blob_key, manifest_key
-from airflow_plugin.core.records.manifest import FileEntry, Manifest
+from airflow_plugin.core.records.manifest import FileEntry, Kind, Manifest, SnapshotStatus, Trigger
 from airflow_plugin.core.retention.policy import KindPolicy, RetentionPolicy
 from airflow_plugin.core.retention.prune import prune
 from airflow_plugin.core.snapshots.blobs import PackSettings, plan_reads
@@ -221,6 +221,56 @@ def test_a_prune_writes_each_manifest_once_however_many_of_its_packs_it_repacks(
         target = tmp_path / f"restored-{survivor.id}"
         restore(store, survivor, target)
         assert tree(target) == {f.path: (ckpt / f.path).read_bytes() for f in survivor.files}
+
+
+def test_a_repack_keeps_an_empty_file_and_the_content_at_its_offset_apart(tmp_path: Path) -> None:
+    """An empty file takes no bytes of its pack, so it has the offset of the content appended after it: a repack
+    that knew contents by offset alone moved one of the two and pointed both at it (the other file then failed
+    its checksum, and its content went with the old pack)."""
+    store = SnapshotStore(LocalStorage(tmp_path / "store"))
+    store.blobs.init_format(PackSettings(threshold=100_000, target_size=10**7))
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=2, partitions=2)
+    (ckpt / "sources/0/aaa_empty").write_bytes(b"")
+    (ckpt / "sources/0/aab_data").write_bytes(b"X" * 50)
+    for number in range(20):  # what makes the first pack mostly unused once they are gone
+        (ckpt / f"sources/0/zz{number}").write_bytes(b"junk%d" % number * 200)
+    first = create_snapshot(store, LocalStorage(ckpt), SnapshotRequest(job="orders"), concurrency=1)
+    [empty, data] = [f for f in first.files if f.path in ("sources/0/aaa_empty", "sources/0/aab_data")]
+    assert (empty.key, empty.offset) == (data.key, data.offset)  # the case: one offset, two contents
+    # every content of the pack is this snapshot's: it uses all of it, the empty file's offset counted once
+    stored = store.storage.stat(data.key)
+    assert stored is not None and first.objects()[data.key] == stored.size
+    for number in range(20):
+        (ckpt / f"sources/0/zz{number}").unlink()
+    add_batch(ckpt, 2, partitions=2)
+    second = create_snapshot(store, LocalStorage(ckpt), SnapshotRequest(job="orders"), concurrency=1)
+
+    _, result = prune(store, RetentionPolicy(savepoint=KindPolicy(keep_last=1), blob_grace_s=0, max_unused=0.1))
+
+    assert result is not None and result.repacked == 1
+    moved = store.get("orders", second.id)
+    assert {f.path: f.key for f in moved.files}["sources/0/aab_data"] != data.key  # it was repacked
+    assert verify_snapshot(store, "orders", second.id).ok
+    restore(store, moved, tmp_path / "restored")
+    assert (tmp_path / "restored/sources/0/aab_data").read_bytes() == b"X" * 50
+    assert (tmp_path / "restored/sources/0/aaa_empty").read_bytes() == b""
+
+
+def test_a_manifests_objects_count_an_empty_file_sharing_an_offset_as_nothing() -> None:
+    """What a manifest uses of each object, whatever the order of its files: an empty file after the content at
+    its offset used to replace that content's size with 0 (a pack looked more unused than it is)."""
+    manifest = Manifest(
+        "sp-1", "orders", Kind.SAVEPOINT, Trigger.MANUAL, SnapshotStatus.COMPLETED, "/ck", "now", batch_id=1
+    )
+    pack = "packs/ab/ab.pack"
+    manifest.files = [
+        FileEntry("a", 50, "1" * 64, key=pack, offset=0),
+        FileEntry("b", 0, "2" * 64, key=pack, offset=50),
+        FileEntry("c", 30, "3" * 64, key=pack, offset=50),
+        FileEntry("d", 0, "2" * 64, key=pack, offset=0),
+        FileEntry("e", 30, "3" * 64, key=pack, offset=50),  # the same content as c
+    ]
+    assert manifest.objects() == {pack: 80}
 
 
 def test_repack_through_the_cli_keeps_every_snapshot_restorable(

@@ -145,11 +145,14 @@ def test_copies_within_s3_go_largest_first(s3_store: str, tmp_path: Path) -> Non
         sources.clear()
         target = open_storage(s3_store.rsplit("/", 1)[0] + "/restored/orders")
         execute_restore(store, plan_restore(store, "orders", manifest.id, target), concurrency=1)
+        blobs = [key.removeprefix(store.storage.prefix + "/") for key in sources]
+        commits = [entry for entry in manifest.files if entry.path.startswith("commits/")]
+        # commits/ last (a restore's rule): the last copies are exactly theirs; each of the two groups largest first
+        body, last = blobs[: len(blobs) - len(commits)], blobs[len(blobs) - len(commits) :]
+        assert commits and Counter(last) == Counter(entry.key for entry in commits)
         by_blob = {entry.key: entry.size for entry in manifest.files}
-        restored = [by_blob[key.removeprefix(store.storage.prefix + "/")] for key in sources]
-        commits = sum(1 for entry in manifest.files if entry.path.startswith("commits/"))
-        # commits/ last (a restore's rule), each of the two groups largest first
-        body, last = restored[: len(restored) - commits], restored[len(restored) - commits :]
-        assert len(set(body)) > 3 and body == sorted(body, reverse=True) and last == sorted(last, reverse=True)
+        body_sizes, last_sizes = [by_blob[key] for key in body], [by_blob[key] for key in last]
+        assert len(set(body_sizes)) > 3 and body_sizes == sorted(body_sizes, reverse=True)
+        assert last_sizes == sorted(last_sizes, reverse=True)
     finally:
         client.meta.events.unregister("provide-client-params.s3.CopyObject", record)

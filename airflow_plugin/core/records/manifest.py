@@ -253,10 +253,10 @@ class Manifest:
     def objects(self) -> dict[str, int]:
         """The store objects holding its contents, each with the bytes of its contents there (a content
         several files share counted once): what garbage collection and repacking need of it."""
-        ranges: dict[str, dict[int, int]] = {}
+        contents: dict[str, set[tuple[int, int]]] = {}  # by offset and size: an empty one shares its offset
         for entry in self.files:
-            ranges.setdefault(entry.key, {})[entry.offset] = entry.size
-        return {key: sum(sizes.values()) for key, sizes in ranges.items()}
+            contents.setdefault(entry.key, set()).add((entry.offset, entry.size))
+        return {key: sum(size for _, size in held) for key, held in contents.items()}
 
 
 class Listed(Protocol):

@@ -39,30 +39,33 @@ def repack(store: SnapshotStore, packs: list[str], snapshots: list[SnapshotEntry
     result = Repacked()
     candidates = set(packs)
     # pass 1: what each pack's manifests use of it, a manifest at a time (only those entries are kept)
-    wanted: dict[str, dict[int, FileEntry]] = {pack: {} for pack in packs}
+    # a content is known by its offset and size: an empty file has the offset of the content after it
+    wanted: dict[str, dict[tuple[int, int], FileEntry]] = {pack: {} for pack in packs}
     pointing: list[tuple[str, str]] = []
     for m in store.manifests([s for s in snapshots if candidates.intersection(s.objects)]):
         hits = [entry for entry in m.files if entry.key in candidates]
         if hits:
             pointing.append((m.job, m.id))
         for entry in hits:
-            wanted[entry.key].setdefault(entry.offset, entry)
+            wanted[entry.key].setdefault((entry.offset, entry.size), entry)
     worth = [pack for pack in packs if _worth_it(store, pack, wanted[pack], max_unused, result.notes)]
     writer = store.blobs.writer()
-    moves: dict[str, dict[int, tuple[str, int]]] = {}
+    moves: dict[str, dict[tuple[int, int], tuple[str, int]]] = {}
     for pack in worth:
-        moved: dict[int, tuple[str, int]] = {}
+        moved: dict[tuple[int, int], tuple[str, int]] = {}
 
-        def copy(entry: FileEntry, data: bytes | None, moved: dict[int, tuple[str, int]] = moved) -> str | None:
+        def copy(
+            entry: FileEntry, data: bytes | None, moved: dict[tuple[int, int], tuple[str, int]] = moved
+        ) -> str | None:
             problem = checksum_problem(entry, data)
             if problem is None and data is not None:
                 key, offset, sealed = writer.append(data)
                 writer.write(sealed)
-                moved[entry.offset] = (key, offset)
+                moved[(entry.offset, entry.size)] = (key, offset)
             return problem
 
         problems = [p for p in store.blobs.read_each(list(wanted[pack].values()), copy, concurrency=4) if p]
-        if problems:  # what it copied of this pack stays unreferenced in the new pack: collected as such later
+        if problems:  # what it copied of this pack is unused bytes in a new pack, reclaimed when that one is repacked
             result.notes.append(
                 f"{pack} was not repacked: {problems[0]} (run `savepoints verify` on the snapshots using it)"
             )
@@ -76,8 +79,8 @@ def repack(store: SnapshotStore, packs: list[str], snapshots: list[SnapshotEntry
 
     def repoint(current: Manifest) -> None:
         for entry in current.files:
-            if (moved := moves.get(entry.key)) is not None and entry.offset in moved:
-                entry.key, entry.offset = moved[entry.offset]
+            if (moved := moves.get(entry.key)) is not None and (entry.offset, entry.size) in moved:
+                entry.key, entry.offset = moved[(entry.offset, entry.size)]
 
     for job, snapshot_id in pointing:
         try:

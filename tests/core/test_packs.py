@@ -273,6 +273,35 @@ def test_a_manifests_objects_count_an_empty_file_sharing_an_offset_as_nothing() 
     assert manifest.objects() == {pack: 80}
 
 
+def test_a_repack_whose_new_pack_another_prune_collected_re_points_nothing(tmp_path: Path) -> None:
+    """A repack's new packs are referenced by nothing until it re-points the manifests; a prune running beside it
+    may collect them meanwhile (older than the grace period): then nothing is re-pointed and no marker written."""
+    store = SnapshotStore(LocalStorage(tmp_path / "store"))
+    store.blobs.init_format(PackSettings(threshold=1000, target_size=300))
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=2, partitions=4)
+    for batch in range(2, 6):
+        add_batch(ckpt, batch, partitions=4)
+        take(store, ckpt)
+    before = {entry.id: store.get("orders", entry.id).files for entry in store.list("orders")}
+    write = store.storage.write
+
+    def collected_at_once(key: str, data: bytes) -> None:  # the other prune, as soon as a new pack is written
+        write(key, data)
+        if key.startswith("packs/") and key.endswith(".pack"):
+            store.storage.delete([key])
+
+    store.storage.write = collected_at_once  # type: ignore[method-assign]
+    policy = RetentionPolicy(savepoint=KindPolicy(keep_last=2), blob_grace_s=0, max_unused=0.1)
+    _, result = prune(store, policy)
+
+    assert result is not None and result.repacked == 0
+    assert any("is gone (another prune collected it)" in note for note in result.notes)
+    assert not [info.key for info in store.storage.list("packs/") if info.key.endswith(".retired")]
+    for entry in store.list("orders"):
+        assert store.get("orders", entry.id).files == before[entry.id]
+        assert verify_snapshot(store, "orders", entry.id).ok
+
+
 def test_repack_through_the_cli_keeps_every_snapshot_restorable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,11 +9,13 @@ alone.
 
 All the packs of one prune are repacked together, each manifest written once for all of them: written once a pack,
 a manifest was read and written as many times as the packs it points into (at 1 GB of state, 50 savepoints pruned
-to 10 moved 404 MB up and 369 MB down through the process, nearly all of it the same manifests).
+to 10 moved 404 MB up and 369 MB down through the process). A content is known by its offset and size in its pack:
+an empty file has the offset of the content written after it.
 
 Crash safety, step by step: (1) the contents are read and checked against their checksums (a pack with a corrupt
 content is never moved: it is left alone); (2) the new packs are written (killed here: unreferenced young packs,
-collected later); (3) the markers are written, before any manifest changes, so each old pack's grace period starts
+collected later), and found still there (another prune may collect an unreferenced pack older than the grace
+period); (3) the markers are written, before any manifest changes, so each old pack's grace period starts
 before it can become unreferenced; (4) each manifest is changed with one conditional write, on its version as it is
 then (killed in between: some manifests point to old packs, some to new ones, all exist). At no point does a
 manifest reference a missing object. A create in flight never races this: the caller checks for snapshots in
@@ -74,6 +76,15 @@ def repack(store: SnapshotStore, packs: list[str], snapshots: list[SnapshotEntry
     if not moves:
         return result
     writer.flush()
+    # the new packs are referenced by nothing until the manifests below: a prune running beside this one collects
+    # such a pack once it is older than the grace period. Checked right before: never re-point into a missing one
+    written = {key for moved in moves.values() for key, _ in moved.values()}
+    if missing := sorted(key for key in written if store.storage.stat(key) is None):
+        result.notes.append(
+            f"repack stopped: its new pack {missing[0]} is gone (another prune collected it): nothing was re-pointed, "
+            "the next prune repacks again"
+        )
+        return result
     for pack in moves:
         store.storage.write(retired_key(pack), b"")
 

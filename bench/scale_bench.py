@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -104,7 +105,7 @@ class Bench:
         self.work: Path = args.work
         self.jobs_file = write_jobs_file(self.work, args.partitions)
         self.job: JobContext = Settings(jobs_file=str(self.jobs_file)).resolve().job(JOB)
-        self.feeder = Feeder(self.work / "input", args.partitions)
+        self.feeder = Feeder(self.work / "input", args.partitions, caught_up=self.caught_up)
         self.results = Results()
         self.profiles = 0
 
@@ -174,6 +175,14 @@ class Bench:
         except ProcessLookupError:
             return 0.0
 
+    def caught_up(self, pending: int = 2) -> bool:
+        """Whether the live deployment has read all but the newest `pending` files fed (False while none can tell:
+        a new version's checkpoint not restored yet)."""
+        try:
+            return processed(self.checkpoint, self.feeder.files - pending)
+        except Exception:  # the store or the checkpoint mid-change: feed at the next round
+            return False
+
     def fed(self) -> None:
         """Until the running deployment has committed a batch of every file fed."""
         wait_for(
@@ -192,12 +201,15 @@ class Bench:
 
 
 class Feeder:
-    """Input files of chunks (bench/scale_job.py): `feed` writes one file, one batch, of new keys."""
+    """Input files of chunks (bench/scale_job.py): `feed` writes one file, one batch, of new keys. `caught_up`: whether
+    the job has read all but the newest few files, so that a round in the background feeds at the job's own pace
+    (a file every 5 s through a 15-minute upgrade at 5 GB left 160 batches for the new version to catch up on)."""
 
-    def __init__(self, input_dir: Path, partitions: int) -> None:
+    def __init__(self, input_dir: Path, partitions: int, caught_up: Callable[[], bool] | None = None) -> None:
         self.input_dir = input_dir
         self.files = self.rows = 0
         self.chunks = max(2, min(8, partitions))
+        self.caught_up = caught_up
         input_dir.mkdir(parents=True, exist_ok=True)
 
     def feed(self, rows: int) -> None:
@@ -211,7 +223,8 @@ class Feeder:
         self.rows += rows
 
     def round(self) -> None:  # BackgroundFeeder's
-        self.feed(SMALL_ROWS)
+        if self.caught_up is None or self.caught_up():
+            self.feed(SMALL_ROWS)
 
 
 def installed_env() -> dict[str, str]:

@@ -87,8 +87,8 @@ class Command:
     seconds: float
     peak_mb: float
     output: Any
-    cpu_s: float = 0.0  # user and system CPU of the process itself (wait4), its waited-for children included
     counts: dict[str, int] = field(default_factory=dict)
+    cpu_s: float = 0.0  # user and system CPU of the process itself (wait4), its waited-for children included
 
     @property
     def through(self) -> int:
@@ -138,7 +138,7 @@ class Bench:
             output = json.loads(text)
         except ValueError:
             output = text
-        ran = Command(seconds, usage.ru_maxrss / 1024, output, counts, usage.ru_utime + usage.ru_stime)
+        ran = Command(seconds, usage.ru_maxrss / 1024, output, counts=counts, cpu_s=usage.ru_utime + usage.ru_stime)
         log(
             f"savepoints {' '.join(args[:2])}: {seconds:.2f} s, CPU {ran.cpu_s:.2f} s, peak {ran.peak_mb:.0f} MB, "
             f"{counts or ''}"

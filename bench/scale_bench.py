@@ -303,13 +303,13 @@ def peers_copy(bench: Bench) -> dict[str, Any]:
     source = bench.checkpoint.replace("s3a://", "s3://")
     seconds, cpu, counts = s5cmd(bench, "cp", f"{source}/*", f"s3://{BUCKET}/peer-s5cmd/")
     files = list(open_storage(f"s3://{BUCKET}/peer-s5cmd").list())
-    drop(f"s3://{BUCKET}/peer-s5cmd")  # gigabytes of the machine's disk, before the next copy
+    drop(bench, f"s3://{BUCKET}/peer-s5cmd")  # gigabytes of the machine's disk, before the next copy
     sync = [venv_tool("aws"), "--endpoint-url", bench.proxy.endpoint, "s3", "sync", f"{source}/"]
     sync += [f"s3://{BUCKET}/peer-aws/", "--only-show-errors", "--no-progress"]
     bench.proxy.reset_counts()
     aws_s, aws_cpu = run_tool_usage(sync, bench.direct, "aws s3 sync")
     aws_counts = bench.proxy.reset_counts()
-    drop(f"s3://{BUCKET}/peer-aws")
+    drop(bench, f"s3://{BUCKET}/peer-aws")
     return {
         "s5cmd_s": seconds,
         "s5cmd_cpu_s": cpu,
@@ -348,10 +348,13 @@ def restore_against_s5cmd(bench: Bench, manifest: Manifest) -> dict[str, Any]:
     }
 
 
-def drop(uri: str) -> None:
-    """Delete a peer's copy once measured: at 5 GB of state, each copy is gigabytes of the machine's disk."""
+def drop(bench: Bench, uri: str) -> None:
+    """Delete a peer's copy once measured, and give its disk back: at 5 GB of state, each copy is 8 GB."""
     storage = open_storage(uri)
     storage.delete([info.key for info in storage.list()])
+    started = time.monotonic()
+    bench.server.reclaim()
+    log(f"  {uri} dropped; the server's disk reclaimed in {time.monotonic() - started:.1f} s")
 
 
 def upgrade(bench: Bench) -> dict[str, Any]:

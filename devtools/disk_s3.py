@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import ClassVar
 
@@ -42,6 +43,8 @@ from devtools.ports import free_ports
 
 START_TIMEOUT_SECONDS = 120.0  # a cold JVM on a loaded 2-core machine: seconds, not minutes
 STOP_TIMEOUT_SECONDS = 15.0
+VACUUM_GARBAGE = 0.01  # a volume with more than this share deleted is compacted
+VACUUM_TIMEOUT_SECONDS = 1800.0  # gigabytes to copy on a loaded disk
 # Jetty's worker threads: S3A's uploads, s5cmd's workers and the engine's 64 connections at once; each one
 # blocked on disk I/O holds a thread (S3Proxy's default is 200)
 MAX_THREADS = 256
@@ -117,6 +120,9 @@ class DiskS3(JvmService, S3Endpoint):
         """Until the server's JVM exits (its exit code); None when it was not started."""
         return self._process.wait() if self._process is not None else None
 
+    def reclaim(self) -> None:
+        """Nothing to do: every object is a file, and deleting it frees its space (SeaweedS3's needs a vacuum)."""
+
 
 # SeaweedFS: the other server (`make seaweedfs`, `bench.scale_bench --server seaweedfs`). It keeps the SHA-256
 # S3A sends with each upload (in an aws-chunked trailer), which S3Proxy drops: on it a snapshot copies a checkpoint's
@@ -172,7 +178,7 @@ class SeaweedS3(S3Endpoint):
 
     def __init__(self, data_dir: Path | None = None, start_timeout: float = START_TIMEOUT_SECONDS) -> None:
         self.data_dir, self.start_timeout = data_dir, start_timeout
-        self.port = 0
+        self.port = self.master_port = 0
         self._dir: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -182,7 +188,7 @@ class SeaweedS3(S3Endpoint):
         data = (self.data_dir or self._dir / "data").resolve()  # weed runs in its own directory
         data.mkdir(parents=True, exist_ok=True)
         ports = free_ports(8)
-        self.port = ports[0]
+        self.port, self.master_port = ports[0], ports[2]
         flags = {
             "dir": data,
             "ip": "127.0.0.1",  # its default is a made-up public address: every service stays on loopback
@@ -252,6 +258,14 @@ class SeaweedS3(S3Endpoint):
 
     def wait(self) -> int | None:
         return self._process.wait() if self._process is not None else None
+
+    def reclaim(self) -> None:
+        """Give back the disk the deleted objects still hold, now: SeaweedFS keeps them in its volume files until a
+        vacuum compacts them, which it starts on its own only now and then, past a share of garbage. At 5 GB of state
+        a peer's copy deleted is 8 GB the next steps need (the disk filled once). Blocks until the vacuum is done."""
+        url = f"http://127.0.0.1:{self.master_port}/vol/vacuum?garbageThreshold={VACUUM_GARBAGE}"
+        with urllib.request.urlopen(url, timeout=VACUUM_TIMEOUT_SECONDS) as answer:
+            answer.read()
 
     def stop(self) -> None:
         process, self._process = self._process, None

@@ -18,7 +18,9 @@ collected later), and found still there (another prune may collect an unreferenc
 period); (3) the markers are written, before any manifest changes, so each old pack's grace period starts
 before it can become unreferenced; (4) each manifest is changed with one conditional write, on its version as it is
 then (killed in between: some manifests point to old packs, some to new ones, all exist). At no point does a
-manifest reference a missing object. A create in flight never races this: the caller checks for snapshots in
+manifest reference a missing object, but for one race: a second prune that planned a new pack as unreferenced
+(which needs this repack to have run for longer than the grace period) and deletes it between the check in (2)
+and the re-pointing. A create in flight never races this: the caller checks for snapshots in
 flight right before (prune.py `_blocked`)."""
 
 from __future__ import annotations
@@ -78,7 +80,9 @@ def repack(store: SnapshotStore, packs: list[str], snapshots: list[SnapshotEntry
     writer.flush()
     # the new packs are referenced by nothing until the manifests below: a prune running beside this one collects
     # such a pack once it is older than the grace period. Checked right before: never re-point into a missing one
-    written = {key for moved in moves.values() for key, _ in moved.values()}
+    # (an empty content is never read, so the key it was given need not exist: a pack whose buffer was empty then
+    # is never written)
+    written = {key for moved in moves.values() for (_, size), (key, _) in moved.items() if size}
     if missing := sorted(key for key in written if store.storage.stat(key) is None):
         result.notes.append(
             f"repack stopped: its new pack {missing[0]} is gone (another prune collected it): nothing was re-pointed, "
@@ -118,7 +122,7 @@ class Repacked:
 
 
 def _worth_it(
-    store: SnapshotStore, pack: str, wanted: dict[int, FileEntry], max_unused: float, notes: list[str]
+    store: SnapshotStore, pack: str, wanted: dict[tuple[int, int], FileEntry], max_unused: float, notes: list[str]
 ) -> bool:
     """Whether the manifests leave more than `max_unused` of `pack` unused (else why not, in `notes`)."""
     if not wanted:

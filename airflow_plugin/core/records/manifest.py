@@ -120,6 +120,12 @@ class FileEntry:
             self.key = blob_key(self.sha256)
 
     @property
+    def span(self) -> tuple[int, int]:
+        """Which content of its object it is: offset and size. The offset alone does not tell: an empty content
+        has the offset of the one written after it."""
+        return (self.offset, self.size)
+
+    @property
     def byte_range(self) -> str:
         """The HTTP Range of the content in its object (what `aws s3api get-object --range` takes)."""
         return f"bytes={self.offset}-{self.offset + self.size - 1}"
@@ -253,9 +259,9 @@ class Manifest:
     def objects(self) -> dict[str, int]:
         """The store objects holding its contents, each with the bytes of its contents there (a content
         several files share counted once): what garbage collection and repacking need of it."""
-        contents: dict[str, set[tuple[int, int]]] = {}  # by offset and size: an empty one shares its offset
+        contents: dict[str, set[tuple[int, int]]] = {}
         for entry in self.files:
-            contents.setdefault(entry.key, set()).add((entry.offset, entry.size))
+            contents.setdefault(entry.key, set()).add(entry.span)
         return {key: sum(size for _, size in held) for key, held in contents.items()}
 
 

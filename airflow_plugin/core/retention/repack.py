@@ -32,10 +32,12 @@ from ..catalog.snapshots import SnapshotEntry
 from ..errors import NotFound
 from ..layout import retired_key
 from ..records.manifest import FileEntry, Manifest
-from ..snapshots.blobs import checksum_problem
+from ..snapshots.blobs import BlobWriter, checksum_problem
 from ..snapshots.store import SnapshotStore
 
 log = logging.getLogger(__name__)
+
+Moved = dict[tuple[int, int], tuple[str, int]]  # a content's span in its old pack: its new pack and offset
 
 
 def repack(store: SnapshotStore, packs: list[str], snapshots: list[SnapshotEntry], max_unused: float) -> Repacked:
@@ -43,7 +45,6 @@ def repack(store: SnapshotStore, packs: list[str], snapshots: list[SnapshotEntry
     result = Repacked()
     candidates = set(packs)
     # pass 1: what each pack's manifests use of it, a manifest at a time (only those entries are kept)
-    # a content is known by its offset and size: an empty file has the offset of the content after it
     wanted: dict[str, dict[tuple[int, int], FileEntry]] = {pack: {} for pack in packs}
     pointing: list[tuple[str, str]] = []
     for m in store.manifests([s for s in snapshots if candidates.intersection(s.objects)]):
@@ -51,28 +52,14 @@ def repack(store: SnapshotStore, packs: list[str], snapshots: list[SnapshotEntry
         if hits:
             pointing.append((m.job, m.id))
         for entry in hits:
-            wanted[entry.key].setdefault((entry.offset, entry.size), entry)
+            wanted[entry.key].setdefault(entry.span, entry)
     worth = [pack for pack in packs if _worth_it(store, pack, wanted[pack], max_unused, result.notes)]
     writer = store.blobs.writer()
-    moves: dict[str, dict[tuple[int, int], tuple[str, int]]] = {}
+    moves: dict[str, Moved] = {}
     for pack in worth:
-        moved: dict[tuple[int, int], tuple[str, int]] = {}
-
-        def copy(
-            entry: FileEntry, data: bytes | None, moved: dict[tuple[int, int], tuple[str, int]] = moved
-        ) -> str | None:
-            problem = checksum_problem(entry, data)
-            if problem is None and data is not None:
-                key, offset, sealed = writer.append(data)
-                writer.write(sealed)
-                moved[(entry.offset, entry.size)] = (key, offset)
-            return problem
-
-        problems = [p for p in store.blobs.read_each(list(wanted[pack].values()), copy, concurrency=4) if p]
-        if problems:  # what it copied of this pack is unused bytes in a new pack, reclaimed when that one is repacked
-            result.notes.append(
-                f"{pack} was not repacked: {problems[0]} (run `savepoints verify` on the snapshots using it)"
-            )
+        moved = _move(store, writer, wanted[pack])
+        if isinstance(moved, str):  # its copied contents: unused bytes in a new pack
+            result.notes.append(f"{pack} was not repacked: {moved} (run `savepoints verify` on the snapshots using it)")
         else:
             moves[pack] = moved
     if not moves:
@@ -94,8 +81,8 @@ def repack(store: SnapshotStore, packs: list[str], snapshots: list[SnapshotEntry
 
     def repoint(current: Manifest) -> None:
         for entry in current.files:
-            if (moved := moves.get(entry.key)) is not None and (entry.offset, entry.size) in moved:
-                entry.key, entry.offset = moved[(entry.offset, entry.size)]
+            if (moved := moves.get(entry.key)) is not None and entry.span in moved:
+                entry.key, entry.offset = moved[entry.span]
 
     for job, snapshot_id in pointing:
         try:
@@ -111,6 +98,23 @@ def repack(store: SnapshotStore, packs: list[str], snapshots: list[SnapshotEntry
         len(pointing),
     )
     return result
+
+
+def _move(store: SnapshotStore, writer: BlobWriter, wanted: dict[tuple[int, int], FileEntry]) -> Moved | str:
+    """Copy the contents `wanted` of one pack into the writer's packs, each checked against its checksum: where each
+    went, or the first problem found."""
+    moved: Moved = {}
+
+    def copy(entry: FileEntry, data: bytes | None) -> str | None:
+        problem = checksum_problem(entry, data)
+        if problem is None and data is not None:
+            key, offset, sealed = writer.append(data)
+            writer.write(sealed)
+            moved[entry.span] = (key, offset)
+        return problem
+
+    problems = [p for p in store.blobs.read_each(list(wanted.values()), copy, concurrency=4) if p]
+    return problems[0] if problems else moved
 
 
 @dataclass

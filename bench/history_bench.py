@@ -333,10 +333,9 @@ def gc(server: S3Server, results: Results) -> None:
     args = [sys.executable, "-m", "airflow_plugin", "prune", "--store", store_uri, "--json",
             "--savepoint-keep-last", str(GC_KEEP), "--blob-grace", "0"]  # fmt: skip
     with server.phase() as usage:  # the child gets this process's environment: the server's address
-        started = time.monotonic()
-        out, peak = run_measured(args, WORK)
-        seconds = time.monotonic() - started
-    result = json.loads(out)["result"]
+        ran = run_measured(args, dict(os.environ), "prune", ROOT)
+    seconds, peak = ran.seconds, ran.peak_mb
+    result = json.loads(ran.stdout)["result"]
     pruned = Measured(seconds, usage, [seconds])
     deleted = f"{result['deleted_snapshots']} snapshots and {result['deleted_blobs']} packs deleted"
     results.row("gc: 10,000 snapshots, 100,000 packs", "migration (catalog rebuild)", migration.text())

@@ -41,7 +41,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,7 +54,7 @@ from airflow_plugin.core.jobs.stop import kill
 from airflow_plugin.core.records.manifest import Manifest
 from airflow_plugin.core.storage import open_storage
 from bench.report import Results, Target, log, report
-from bench.snapshot_bench import BENCH_DIR, mb, run_tool_usage, venv_tool
+from bench.snapshot_bench import BENCH_DIR, mb, run_measured, run_tool_usage, venv_tool
 from bench.upgrade_bench import _group_hwm
 from devtools import jvm
 from devtools.disk_s3 import SERVERS, DiskS3, SeaweedS3, disk_server, server_version
@@ -122,25 +121,17 @@ class Bench:
             command = [sys.executable, "-m", "cProfile", "-o", str(profile), *command]
         if counted:
             self.proxy.reset_counts()
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            started = time.monotonic()
-            process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=self.work)
-            _, status, usage = os.wait4(process.pid, 0)  # this process's own peak, not its children's
-            seconds = time.monotonic() - started
-            process.returncode = os.waitstatus_to_exitcode(status)
-            out.seek(0)
-            err.seek(0)
-            text, errors = out.read(), err.read()
-        counts = self.proxy.reset_counts() if counted else {}
-        if process.returncode != 0:
-            raise RuntimeError(f"savepoints {' '.join(args)} failed (exit {process.returncode}):\n{errors[-3000:]}")
         try:
-            output = json.loads(text)
+            process = run_measured(command, env, f"savepoints {' '.join(args)}", cwd=self.work)
+        finally:
+            counts = self.proxy.reset_counts() if counted else {}
+        try:
+            output = json.loads(process.stdout)
         except ValueError:
-            output = text
-        ran = Command(seconds, usage.ru_maxrss / 1024, output, counts=counts, cpu_s=usage.ru_utime + usage.ru_stime)
+            output = process.stdout
+        ran = Command(process.seconds, process.peak_mb, output, counts=counts, cpu_s=process.cpu_s)
         log(
-            f"savepoints {' '.join(args[:2])}: {seconds:.2f} s, CPU {ran.cpu_s:.2f} s, peak {ran.peak_mb:.0f} MB, "
+            f"savepoints {' '.join(args[:2])}: {ran.seconds:.2f} s, CPU {ran.cpu_s:.2f} s, peak {ran.peak_mb:.0f} MB, "
             f"{counts or ''}"
         )
         if profile is not None:

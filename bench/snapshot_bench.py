@@ -141,17 +141,36 @@ def run_tool(command: list[str], env: dict[str, str], what: str) -> float:
 
 
 def run_tool_usage(command: list[str], env: dict[str, str], what: str) -> tuple[float, float]:
-    """`run_tool`, also giving the CPU seconds the tool spent (user and system, from wait4): on a machine whose
-    cores the S3 server shares, a client's CPU is time the server does not get."""
-    with tempfile.TemporaryFile("w+") as err:
+    """`run_tool`, also giving the CPU seconds the tool spent: on a machine whose cores the S3 server shares, a
+    client's CPU is time the server does not get."""
+    ran = run_measured(command, {**os.environ, **env}, what)
+    return ran.seconds, ran.cpu_s
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A finished process: its time, CPU seconds (user and system) and peak RSS (its own: wait4), what it printed."""
+
+    seconds: float
+    cpu_s: float
+    peak_mb: float
+    stdout: str
+
+
+def run_measured(command: list[str], env: dict[str, str], what: str, cwd: Path | None = None) -> Ran:
+    """Run `command` in exactly `env`; a failure (its exit code and the end of its stderr) raises. Its peak RSS is
+    read with wait4, so that it is not mixed with other children of this process (a Spark JVM); its output goes to
+    files, so that no pipe can fill up."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.monotonic()
-        process = subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=err)
+        process = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=err)
         _, status, usage = os.wait4(process.pid, 0)
         seconds = time.monotonic() - started
+        out.seek(0)
         err.seek(0)
         if (code := os.waitstatus_to_exitcode(status)) != 0:
-            raise RuntimeError(f"{what} failed (exit {code}): {err.read().strip()[-2000:]}")
-    return seconds, usage.ru_utime + usage.ru_stime
+            raise RuntimeError(f"{what} failed (exit {code}):\n{err.read().strip()[-3000:]}")
+        return Ran(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.read())
 
 
 def venv_tool(name: str) -> str:
@@ -637,19 +656,6 @@ def write_synthetic_checkpoint(root: Path, files: int) -> None:
         (sources / f"part-{i:06d}.json").write_text(f'v1\n{{"path":"file:///data/in/part-{i:06d}.json","n":{i}}}\n')
 
 
-def run_measured(command: list[str], out_dir: Path) -> tuple[str, float]:
-    """Run a child; return its stdout and its own peak RSS in MB, read with wait4 so that it is not mixed
-    with other children of this process (the Spark JVM). Output goes to files: no pipe can fill up."""
-    out, err = out_dir / "probe.out", out_dir / "probe.err"
-    with out.open("w") as stdout, err.open("w") as stderr:
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=stdout, stderr=stderr)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{command[2]} failed (exit {proc.returncode}):\n{err.read_text().strip()[-3000:]}")
-    return out.read_text(), usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
-
-
 def ensure_synthetic_checkpoint() -> tuple[Path, str]:
     """The 100,000-file checkpoint, written once (deleting 100k files costs as much as writing them)."""
     sources = SYNTHETIC_CHECKPOINT / "sources" / "0"
@@ -682,9 +688,10 @@ def synthetic_memory(results: Results) -> None:
     log("peer: cp -r of the 100,000-file checkpoint")
     cp_s = [copy_peer(checkpoint)]
     log("snapshot of the 100,000-file checkpoint into a local store, in a child process")
-    stdout, rusage_mb = run_measured(
-        [sys.executable, "-m", "bench.memory_probe", str(checkpoint), str(store)], WORK_DIR
+    probed = run_measured(
+        [sys.executable, "-m", "bench.memory_probe", str(checkpoint), str(store)], dict(os.environ), "the probe", ROOT
     )
+    stdout, rusage_mb = probed.stdout, probed.peak_mb
     log("peer: cp -r again (best of two: the page cache is as warm as for the snapshot)")
     cp_s.append(copy_peer(checkpoint))
     shutil.rmtree(store)

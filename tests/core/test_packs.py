@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -352,3 +353,73 @@ def test_verify_reports_a_truncated_pack_on_s3_and_a_missing_one(tmp_path: Path,
     store.storage.delete([pack])
     missing = verify_snapshot(store, "orders", manifest.id)
     assert len(missing.problems) == len(manifest.files) and "is missing" in missing.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "number"),
+    [("pack", 1), ("marker", 1), ("manifest", 1), ("manifest", 2)],
+    ids=["after its first new pack", "at its first marker", "at its first manifest", "between two manifests"],
+)
+def test_a_repack_killed_at_each_step_leaves_every_snapshot_whole(tmp_path: Path, kind: str, number: int) -> None:
+    """SIGKILL of the pruning process as it writes the Nth new pack, retired marker or re-pointed manifest: every
+    snapshot still verifies and restores byte for byte, and the next prunes finish the job."""
+    store = SnapshotStore(LocalStorage(tmp_path / "store"))
+    store.blobs.init_format(PackSettings(threshold=1000, target_size=300))  # many packs: several to repack
+    ckpt = write_checkpoint(tmp_path / "ckpt", batches=2, partitions=4)
+    for batch in range(2, 8):
+        add_batch(ckpt, batch, partitions=4)
+        take(store, ckpt)
+    policy = RetentionPolicy(savepoint=KindPolicy(keep_last=2), blob_grace_s=0, max_unused=0.1)
+    survivors = [entry.id for entry in store.list("orders")][-2:]
+    expected = {
+        sid: {f.path: (ckpt / f.path).read_bytes() for f in store.get("orders", sid).files} for sid in survivors
+    }
+
+    child = os.fork()
+    if child == 0:  # the pruning process: dies at the step, on its own hand
+        seen: Counter[str] = Counter()
+        write, replace = store.storage.write, store.storage.replace
+
+        def step(key: str) -> None:
+            kinds = {".retired": "marker", ".pack": "pack", "/manifest.json": "manifest"}  # not the catalogs
+            what = next((name for suffix, name in kinds.items() if key.endswith(suffix)), "other")
+            seen[what] += 1
+            if what == kind and seen[what] == number:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        def writing(key: str, data: bytes) -> None:
+            step(key)
+            write(key, data)
+
+        def replacing(key: str, data: bytes, token: str) -> str:
+            step(key)
+            return replace(key, data, token)
+
+        store.storage.write = writing  # type: ignore[method-assign]
+        store.storage.replace = replacing  # type: ignore[method-assign]
+        try:
+            prune(store, policy)
+        finally:
+            os._exit(3)  # the step was never reached
+    _, status = os.waitpid(child, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+
+    def whole() -> None:
+        stored = {info.key for info in store.storage.list("packs/")}
+        for entry in store.list("orders"):
+            manifest = store.get("orders", entry.id)
+            assert {f.key for f in manifest.files if f.size and f.key.startswith("packs/")} <= stored
+            assert verify_snapshot(store, "orders", entry.id).ok
+        for sid in survivors:
+            target = tmp_path / f"restored-{sid}-{len(list(tmp_path.iterdir()))}"
+            restore(store, store.get("orders", sid), target)
+            assert tree(target) == expected[sid]
+
+    whole()
+    for _ in range(2):  # the next prune repacks again; the one after collects what the repack emptied
+        _, result = prune(store, policy)
+        assert result is not None
+        whole()
+    assert [entry.id for entry in store.list("orders")] == survivors
+    keys = {i.key for i in store.storage.list("packs/") if i.key.endswith(".pack")}
+    assert keys == {f.key for sid in survivors for f in store.get("orders", sid).files if f.key.startswith("packs/")}
